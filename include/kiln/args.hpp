@@ -1,0 +1,68 @@
+// Arguments of a kernel as kiln passes them: an array of pointers to values,
+// one per spec argument (as cuLaunchKernel's kernelParams). HostArgs owns
+// host memory for every argument of a spec, for tuning, tests and the CLI.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/spec.hpp"
+
+namespace kiln {
+
+// A scalar's value, in the dtype its spec declares.
+struct ScalarValue {
+  int64_t i = 0;
+  double f = 0;
+};
+
+// Parses NAME=VALUE settings for every scalar argument of `spec`. Throws
+// Error(Errc::usage) for an unknown name, a bad number, a pointer argument,
+// or a scalar left without a value.
+std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
+                                       const std::vector<std::pair<std::string, std::string>>& sets);
+
+// Compiles an expression of `spec`: integer scalar arg i reads slot i; params
+// take their value in `config` (nullptr: a param is an error).
+CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config);
+
+// Reads the integer scalar arguments out of a params array into slots (slot i
+// = argument i) for CompiledExpr::eval.
+void read_int_slots(const KernelSpec& spec, void* const* params, int64_t* slots);
+
+class HostArgs {
+ public:
+  // Allocates every pointer argument (its size expression evaluated with the
+  // scalars and `config`) and stores the scalars. Buffers start zeroed.
+  HostArgs(const KernelSpec& spec, const Config& config, const std::vector<ScalarValue>& scalars);
+  HostArgs(HostArgs&&) noexcept;
+  HostArgs& operator=(HostArgs&&) noexcept;
+  ~HostArgs();
+
+  void* const* params() const { return params_.data(); }
+  size_t count() const { return params_.size(); }
+  std::span<std::byte> buffer(size_t arg);  // empty for scalars
+  int64_t elements(size_t arg) const { return elements_[arg]; }
+  // Fills the buffers of `in` and `inout` arguments with seeded random values
+  // (floats in [-1, 1), integers in [-100, 100]).
+  void fill_random(uint64_t seed);
+  // Copies every buffer from `other` (same spec and sizes).
+  void copy_buffers_from(const HostArgs& other);
+
+ private:
+  const KernelSpec* spec_;
+  std::vector<void*> buffers_;       // per arg: the buffer, or nullptr
+  std::vector<int64_t> elements_;    // per arg: element count, or 0
+  std::vector<uint64_t> scalar_;     // per arg: scalar storage
+  std::vector<void*> params_;        // per arg: &buffers_[i] or &scalar_[i]
+};
+
+// Fills `bytes` of dtype `t` with seeded random values.
+void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed);
+
+}  // namespace kiln

@@ -1,0 +1,106 @@
+// Compiling, as layers around one interface:
+//   DirectCompiler   runs Backend::compile in this process;
+//   (WorkerCompiler  runs it in a kiln-worker process, see worker_pool.hpp);
+//   CachingCompiler  answers from the CodeCache, compiling under a per-key
+//                    cross-process lock on a miss.
+// CompilePool runs requests on threads, returns futures, and shares one
+// compile among identical requests in flight.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/backend.hpp"
+#include "kiln/code_cache.hpp"
+
+namespace kiln {
+
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  virtual Binary compile(const CompileRequest& req, const std::string& key) = 0;
+};
+
+class DirectCompiler final : public Compiler {
+ public:
+  explicit DirectCompiler(std::shared_ptr<Backend> b) : backend_(std::move(b)) {}
+  Binary compile(const CompileRequest& req, const std::string& key) override {
+    return backend_->compile(req, key);
+  }
+
+ private:
+  std::shared_ptr<Backend> backend_;
+};
+
+class CachingCompiler final : public Compiler {
+ public:
+  CachingCompiler(std::shared_ptr<Compiler> inner, std::shared_ptr<CodeCache> cache)
+      : inner_(std::move(inner)), cache_(std::move(cache)) {}
+  Binary compile(const CompileRequest& req, const std::string& key) override;
+
+ private:
+  std::shared_ptr<Compiler> inner_;
+  std::shared_ptr<CodeCache> cache_;
+};
+
+using BinaryFuture = std::shared_future<std::shared_ptr<const Binary>>;
+
+// One finished request, for `kiln compile` and metrics.
+struct CompileRecord {
+  std::string kernel, config, key;
+  double seconds = 0;     // wall time from start to finish of this request
+  bool ok = false;
+  bool cache_hit = false;
+  bool deduped = false;   // shared the compile of an identical request
+  size_t bytes = 0;
+  std::string error;
+};
+
+class CompilePool {
+ public:
+  CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads);
+  ~CompilePool();  // finishes queued work, then stops
+  CompilePool(const CompilePool&) = delete;
+  CompilePool& operator=(const CompilePool&) = delete;
+
+  // Computes the request's binary key now, then compiles on a pool thread.
+  // An identical request already submitted shares its future.
+  BinaryFuture submit(const CompileRequest& req);
+  BinaryFuture submit(const CompileRequest& req, const std::string& key);
+
+  struct Counters {
+    size_t submitted = 0, deduped = 0, cache_hits = 0, compiled = 0, failed = 0;
+  };
+  Counters counters() const;
+  std::vector<CompileRecord> records() const;
+  Backend& backend() { return *backend_; }
+  int threads() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void run();
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<Compiler> compiler_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::map<std::string, BinaryFuture> futures_;  // by key: in flight or done
+  std::vector<CompileRecord> records_;
+  Counters counters_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Waits for every future. With `show`, draws a progress bar on stderr while
+// waiting (callers pass show = stderr is a terminal and not --quiet).
+void wait_all(const std::vector<BinaryFuture>& futures, const std::string& label, bool show);
+bool stderr_is_terminal();
+
+}  // namespace kiln

@@ -1,0 +1,108 @@
+// The expression language of sizes, grids and constraints:
+//   integers, symbols, + - * // % (floor division and modulo, as in Python),
+//   unary minus, parentheses, cdiv(a, b), min(a, b, ...), max(a, b, ...),
+//   and one comparison (< <= > >= == !=, value 0 or 1) at the top of a
+//   constraint. Parsed once into a tree (Expr), compiled once into a flat
+//   program (CompiledExpr) that evaluates without allocating.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/error.hpp"
+
+namespace kiln {
+
+enum class ExprOp : uint8_t {
+  Const, Var, Neg,
+  Add, Sub, Mul, FloorDiv, Mod,
+  Lt, Le, Gt, Ge, Eq, Ne,
+  Cdiv, Min, Max,
+};
+
+struct ExprNode {
+  ExprOp op = ExprOp::Const;
+  int64_t value = 0;      // Const
+  std::string name;       // Var
+  int column = 0;         // 1-based column in the parsed text; 0 when built by hand
+  std::vector<ExprNode> kids;
+};
+
+// A parse or resolve error that knows where in the expression text it happened.
+class ExprError : public Error {
+ public:
+  ExprError(int column, const std::string& what, const std::string& text);
+  int column() const noexcept { return column_; }
+  const std::string& what_only() const noexcept { return what_; }
+
+ private:
+  int column_;
+  std::string what_;
+};
+
+class Expr {
+ public:
+  Expr();  // the constant 0
+  explicit Expr(ExprNode root);
+
+  // Parses `text`; throws ExprError (with the column) on bad input.
+  static Expr parse(std::string_view text);
+
+  const ExprNode& root() const { return *root_; }
+  // Text that parses back to the same tree, with the fewest parentheses.
+  std::string str() const;
+  // Distinct symbols, in order of first appearance.
+  std::vector<std::string> symbols() const;
+  // Throws ExprError naming the first symbol that `known` rejects.
+  void check_symbols(const std::function<bool(std::string_view)>& known,
+                     std::string_view what_is_known) const;
+  // Structural equality (columns ignored).
+  bool operator==(const Expr& o) const;
+
+ private:
+  std::shared_ptr<const ExprNode> root_;
+};
+
+// How a symbol is bound when compiling: a slot of the value array passed to
+// eval(), or a constant folded in (a config's parameter values, say).
+struct SymbolBinding {
+  bool is_slot = true;
+  int64_t value = 0;  // slot index, or the constant
+  static SymbolBinding slot(int64_t i) { return {true, i}; }
+  static SymbolBinding constant(int64_t v) { return {false, v}; }
+};
+
+class CompiledExpr {
+ public:
+  static constexpr int kMaxStack = 64;
+  using Resolver = std::function<std::optional<SymbolBinding>(std::string_view)>;
+
+  CompiledExpr();  // the constant 0
+  // Throws ExprError for a symbol the resolver does not know, or for
+  // constant parts that cannot be evaluated (division by zero).
+  static CompiledExpr compile(const Expr& e, const Resolver& resolve);
+
+  // Evaluates with `slots` holding the slot values. Allocates nothing.
+  // Throws Error(Errc::expr) on division by zero or overflow.
+  int64_t eval(const int64_t* slots) const;
+
+  bool is_constant() const { return code_.size() == 1 && code_[0].op == ExprOp::Const; }
+  int64_t constant_value() const { return code_[0].arg; }
+  const std::string& text() const { return text_; }
+
+ private:
+  struct Ins {
+    ExprOp op;
+    uint8_t nargs;
+    int64_t arg;  // constant, or slot index
+  };
+  std::vector<Ins> code_;
+  std::string text_;
+};
+
+}  // namespace kiln

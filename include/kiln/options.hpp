@@ -1,0 +1,39 @@
+// Runtime settings. Each one is also an environment variable; Options::from_env()
+// reads them all, and defaults work with nothing set. docs/settings.md lists them.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+enum class CompileMode { automatic, threads, subprocess };
+
+struct Options {
+  std::filesystem::path cache_dir;    // KILN_CACHE_DIR; default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+  bool no_cache = false;              // KILN_NO_CACHE=1: no disk caches are read or written
+  int compile_threads = 0;            // KILN_COMPILE_THREADS; 0: the number of cores
+  CompileMode compile_mode = CompileMode::automatic;  // KILN_COMPILE_MODE=threads|subprocess
+  std::string cxx = "c++";            // KILN_CXX: the cpu backend's compiler
+  double compile_timeout_s = 300;     // KILN_COMPILE_TIMEOUT: a compile is killed after this long
+  int launch_threads = 0;             // KILN_NUM_THREADS: threads running a cpu grid; 0: the cores
+  std::filesystem::path worker_path;  // KILN_WORKER: the kiln-worker executable; default: found beside kiln
+  int workers = 0;                    // KILN_WORKERS: worker processes; 0: compile_threads
+  bool tune_in_process = false;       // KILN_TUNE_IN_PROCESS=1: benchmark without a worker
+  int tune_max_configs = 0;           // KILN_TUNE_MAX_CONFIGS: cap on configs tried; 0: no cap
+  double bench_budget_ms = 50;        // KILN_BENCH_BUDGET_MS: timed repetitions per config
+  double bench_timeout_s = 30;        // KILN_BENCH_TIMEOUT: a config benchmarked longer is killed
+  bool bench_flush = false;           // KILN_BENCH_FLUSH=1: flush caches between timed runs
+  std::optional<int> force_variant;   // KILN_FORCE_VARIANT: a multi-kernel always runs this variant
+  bool quiet = false;                 // no progress bars
+
+  // Reads the environment; throws Error(Errc::usage) naming a malformed variable.
+  static Options from_env();
+  // The cache folder after defaults are applied.
+  std::filesystem::path resolved_cache_dir() const;
+  int resolved_compile_threads() const;
+  int resolved_launch_threads() const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+// Runtime: the process-wide pieces kiln works with (backends, the code cache,
+// compile pools, loaded kernels), built from Options. Create one and share it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kiln/backend.hpp"
+#include "kiln/code_cache.hpp"
+#include "kiln/compile_pool.hpp"
+#include "kiln/options.hpp"
+
+namespace kiln {
+
+class Runtime {
+ public:
+  explicit Runtime(Options opts = Options::from_env());
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const Options& options() const { return opts_; }
+  Backend& backend(const std::string& name);
+  // The code cache, or nullptr with KILN_NO_CACHE.
+  std::shared_ptr<CodeCache> code_cache();
+  CompilePool& compile_pool(const std::string& backend);
+  // Loads a binary; the same key returns the same loaded kernel while anyone holds it.
+  std::shared_ptr<LoadedKernel> load(const Binary& bin);
+  // Which compile mode a backend gets: the option, or the backend's default.
+  CompileMode compile_mode(const std::string& backend);
+
+ private:
+  struct BackendState;
+  BackendState& state(const std::string& name);
+
+  Options opts_;
+  std::mutex m_;
+  std::shared_ptr<CodeCache> code_cache_;
+  bool code_cache_made_ = false;
+  std::map<std::string, std::unique_ptr<BackendState>> backends_;
+};
+
+}  // namespace kiln

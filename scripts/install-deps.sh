@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln builds and tests with, when they are missing.
+# Run as root (it does nothing, and says so, when everything is present).
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+      libfmt-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev redis-server libzstd-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "kiln: missing packages: ${missing[*]}" >&2
+  echo "kiln: run as root, or install them: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "kiln: installing ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

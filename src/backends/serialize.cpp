@@ -1,0 +1,66 @@
+#include "backends/serialize.hpp"
+
+#include "core/format.hpp"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+DType dtype_from(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  if (s == "i32") return DType::i32;
+  if (s == "i64") return DType::i64;
+  fail(Errc::internal, "unknown dtype '{}' in a serialized request", s);
+}
+}  // namespace
+
+json to_json(const CompileRequest& r) {
+  json args = json::array();
+  for (const auto& a : r.args) args.push_back({{"name", a.name}, {"dtype", dtype_name(a.dtype)}, {"pointer", a.pointer}});
+  json defines = json::array();
+  for (const auto& [n, v] : r.defines) defines.push_back({n, v});
+  return {{"backend", r.backend},         {"kernel", r.kernel},         {"config", r.config_text},
+          {"entry", r.entry},             {"source_name", r.source_name}, {"source_text", r.source_text},
+          {"include_dirs", r.include_dirs}, {"defines", defines},       {"args", args},
+          {"cflags", r.cflags}};
+}
+
+CompileRequest compile_request_from_json(const json& j) {
+  CompileRequest r;
+  r.backend = j.at("backend").get<std::string>();
+  r.kernel = j.at("kernel").get<std::string>();
+  r.config_text = j.at("config").get<std::string>();
+  r.entry = j.at("entry").get<std::string>();
+  r.source_name = j.at("source_name").get<std::string>();
+  r.source_text = j.at("source_text").get<std::string>();
+  r.include_dirs = j.at("include_dirs").get<std::vector<std::string>>();
+  for (const auto& d : j.at("defines")) r.defines.push_back({d.at(0).get<std::string>(), d.at(1).get<int64_t>()});
+  for (const auto& a : j.at("args"))
+    r.args.push_back({a.at("name").get<std::string>(), dtype_from(a.at("dtype").get<std::string>()),
+                      a.at("pointer").get<bool>()});
+  r.cflags = j.at("cflags").get<std::vector<std::string>>();
+  return r;
+}
+
+json binary_meta_to_json(const Binary& b) {
+  return {{"key", b.key},       {"backend", b.backend},
+          {"kernel", b.kernel}, {"config", b.config_text},
+          {"entry", b.entry},   {"compile_seconds", b.compile_seconds},
+          {"log", b.log},       {"size", b.bytes.size()}};
+}
+
+Binary binary_from_meta_json(const json& j) {
+  Binary b;
+  b.key = j.at("key").get<std::string>();
+  b.backend = j.at("backend").get<std::string>();
+  b.kernel = j.at("kernel").get<std::string>();
+  b.config_text = j.at("config").get<std::string>();
+  b.entry = j.at("entry").get<std::string>();
+  b.compile_seconds = j.at("compile_seconds").get<double>();
+  b.log = j.at("log").get<std::string>();
+  return b;
+}
+
+}  // namespace kiln

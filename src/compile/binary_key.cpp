@@ -1,0 +1,115 @@
+#include "kiln/binary_key.hpp"
+
+#include <filesystem>
+#include <set>
+
+#include "core/format.hpp"
+#include "core/fsutil.hpp"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct IncludeScan {
+  const std::vector<std::string>& dirs;
+  Hasher& h;
+  std::set<std::string> seen;
+  std::vector<std::string> found, external;
+
+  // Finds `#include "x"` and `#include <x>` lines. Quoted names resolve
+  // against the including file's folder, then the include folders; angled
+  // names against the include folders only. What is not found belongs to the
+  // toolchain, whose identity is part of the key already.
+  void scan(const std::string& text, const fs::path& from_dir, int depth) {
+    if (depth > 64) return;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t eol = text.find('\n', pos);
+      if (eol == std::string::npos) eol = text.size();
+      std::string_view line(text.data() + pos, eol - pos);
+      pos = eol + 1;
+      size_t i = 0;
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      if (i >= line.size() || line[i] != '#') continue;
+      ++i;
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      if (line.substr(i, 7) != "include") continue;
+      i += 7;
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      if (i >= line.size() || (line[i] != '"' && line[i] != '<')) continue;
+      char close = line[i] == '"' ? '"' : '>';
+      size_t end = line.find(close, i + 1);
+      if (end == std::string_view::npos) continue;
+      std::string name(line.substr(i + 1, end - i - 1));
+      resolve(name, close == '"' ? from_dir : fs::path(), depth);
+    }
+  }
+
+  void resolve(const std::string& name, const fs::path& local, int depth) {
+    std::vector<fs::path> candidates;
+    if (!local.empty()) candidates.push_back(local / name);
+    for (const auto& d : dirs) candidates.push_back(fs::path(d) / name);
+    for (const auto& c : candidates) {
+      std::error_code ec;
+      if (!fs::is_regular_file(c, ec)) continue;
+      std::string canon = fs::weakly_canonical(c, ec).string();
+      if (!seen.insert(canon).second) return;
+      std::optional<std::string> text = read_file(c);
+      if (!text) continue;
+      h.add("include", name).add("content", *text);
+      found.push_back(canon);
+      scan(*text, c.parent_path(), depth + 1);
+      return;
+    }
+    h.add("external", name);
+    external.push_back(name);
+  }
+};
+
+}  // namespace
+
+std::string BinaryKey::to_string() const {
+  std::string inc;
+  for (const auto& f : includes_found) inc += "\n  found " + f;
+  for (const auto& f : includes_external) inc += "\n  toolchain <" + f + ">";
+  return fmt::format(
+      "binary-format {}\nbackend {}\nentry {}\nsource {}\ndefines {}\nargs {}\ncflags {}\nincludes:{}\n"
+      "toolchain:\n{}\nkey {}",
+      kFormatVersion, backend, entry, source.hex(), defines, args, cflags, inc, toolchain, hex());
+}
+
+std::string BinaryKey::hex() const {
+  Hasher h;
+  h.add("format", static_cast<int64_t>(kFormatVersion))
+      .add("backend", backend)
+      .add("toolchain", toolchain)
+      .add("entry", entry)
+      .add("source", source.hex())
+      .add("defines", defines)
+      .add("args", args)
+      .add("cflags", cflags);
+  return h.digest().hex();
+}
+
+BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
+  BinaryKey k;
+  k.backend = req.backend;
+  k.toolchain = backend.toolchain_identity();
+  k.entry = req.entry;
+  Hasher h;
+  h.add("source", req.source_text);
+  IncludeScan scan{req.include_dirs, h, {}, {}, {}};
+  fs::path dir = req.include_dirs.empty() ? fs::path() : fs::path(req.include_dirs.front());
+  scan.scan(req.source_text, dir, 0);
+  k.source = h.digest();
+  k.includes_found = std::move(scan.found);
+  k.includes_external = std::move(scan.external);
+  for (const auto& [n, v] : req.defines) k.defines += fmt::format("{}={};", n, v);
+  for (const auto& a : req.args) k.args += fmt::format("{}:{}{};", a.name, dtype_name(a.dtype), a.pointer ? "*" : "");
+  for (const auto& f : req.cflags) k.cflags += f + " ";
+  return k;
+}
+
+}  // namespace kiln

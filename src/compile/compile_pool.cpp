@@ -1,0 +1,168 @@
+#include "kiln/compile_pool.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/format.hpp"
+#include "core/fsutil.hpp"
+#include "kiln/binary_key.hpp"
+
+namespace kiln {
+
+Binary CachingCompiler::compile(const CompileRequest& req, const std::string& key) {
+  if (std::optional<Binary> b = cache_->get(key)) {
+    b->from_cache = true;
+    return std::move(*b);
+  }
+  // Another process may be compiling the same key: wait for it, then look again.
+  std::unique_ptr<FileLock> lock = cache_->lock(key);
+  if (std::optional<Binary> b = cache_->get(key)) {
+    b->from_cache = true;
+    return std::move(*b);
+  }
+  Binary b = inner_->compile(req, key);
+  cache_->put(b);
+  return b;
+}
+
+CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads)
+    : backend_(std::move(backend)), compiler_(std::move(compiler)) {
+  if (threads < 1) threads = 1;
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+CompilePool::~CompilePool() {
+  {
+    std::lock_guard<std::mutex> g(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void CompilePool::run() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+BinaryFuture CompilePool::submit(const CompileRequest& req) {
+  return submit(req, make_binary_key(req, *backend_).hex());
+}
+
+BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key) {
+  std::lock_guard<std::mutex> g(m_);
+  ++counters_.submitted;
+  auto it = futures_.find(key);
+  if (it != futures_.end()) {
+    ++counters_.deduped;
+    CompileRecord r;
+    r.kernel = req.kernel;
+    r.config = req.config_text;
+    r.key = key;
+    r.deduped = true;
+    BinaryFuture f = it->second;
+    if (f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        r.bytes = f.get()->bytes.size();
+        r.ok = true;
+        r.cache_hit = true;
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+    } else {
+      r.ok = true;  // shares a compile in flight; its own record tells how that went
+    }
+    records_.push_back(std::move(r));
+    return f;
+  }
+  auto promise = std::make_shared<std::promise<std::shared_ptr<const Binary>>>();
+  BinaryFuture fut = promise->get_future().share();
+  futures_.emplace(key, fut);
+  queue_.push_back([this, req, key, promise] {
+    auto t0 = std::chrono::steady_clock::now();
+    CompileRecord r;
+    r.kernel = req.kernel;
+    r.config = req.config_text;
+    r.key = key;
+    try {
+      auto b = std::make_shared<const Binary>(compiler_->compile(req, key));
+      r.ok = true;
+      r.cache_hit = b->from_cache;
+      r.bytes = b->bytes.size();
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> g(m_);
+        (r.cache_hit ? counters_.cache_hits : counters_.compiled)++;
+        records_.push_back(r);
+      }
+      promise->set_value(std::move(b));
+    } catch (const std::exception& e) {
+      r.error = e.what();
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> g(m_);
+        ++counters_.failed;
+        records_.push_back(r);
+      }
+      promise->set_exception(std::current_exception());
+    }
+  });
+  cv_.notify_one();
+  return fut;
+}
+
+CompilePool::Counters CompilePool::counters() const {
+  std::lock_guard<std::mutex> g(m_);
+  return counters_;
+}
+
+std::vector<CompileRecord> CompilePool::records() const {
+  std::lock_guard<std::mutex> g(m_);
+  return records_;
+}
+
+bool stderr_is_terminal() { return ::isatty(2) == 1; }
+
+void wait_all(const std::vector<BinaryFuture>& futures, const std::string& label, bool show) {
+  auto t0 = std::chrono::steady_clock::now();
+  size_t done = 0;
+  size_t drawn = static_cast<size_t>(-1);
+  auto draw = [&] {
+    if (!show || done == drawn) return;
+    drawn = done;
+    constexpr int width = 30;
+    size_t n = futures.size();
+    int fill = n ? static_cast<int>(width * done / n) : width;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string bar(fill, '#');
+    bar.resize(width, '.');
+    std::fprintf(stderr, "\r\033[K[%s] %zu/%zu %s %.1fs", bar.c_str(), done, n, label.c_str(), secs);
+    std::fflush(stderr);
+  };
+  draw();
+  for (const auto& f : futures) {
+    while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      drawn = static_cast<size_t>(-1);  // redraw the clock
+      draw();
+    }
+    ++done;
+    draw();
+  }
+  if (show) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+#include <cstring>
+
+#include "core/format.hpp"
+
+namespace kiln {
+
+const char* errc_name(Errc c) noexcept {
+  switch (c) {
+    case Errc::spec: return "spec";
+    case Errc::expr: return "expr";
+    case Errc::compile: return "compile";
+    case Errc::worker: return "worker";
+    case Errc::launch: return "launch";
+    case Errc::tune: return "tune";
+    case Errc::cache: return "cache";
+    case Errc::io: return "io";
+    case Errc::usage: return "usage";
+    case Errc::internal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string errno_text(int err) {
+  char buf[256];
+  // GNU strerror_r returns a pointer that may or may not be buf.
+  return ::strerror_r(err, buf, sizeof buf);
+}
+
+}  // namespace kiln

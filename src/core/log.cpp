@@ -1,0 +1,48 @@
+#include "core/log.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace kiln::log {
+
+namespace {
+std::atomic<int> g_level{-1};
+std::mutex g_write;
+}  // namespace
+
+bool parse_level(std::string_view s, Level& out) {
+  if (s == "error") out = Level::error;
+  else if (s == "warn" || s == "warning") out = Level::warn;
+  else if (s == "info") out = Level::info;
+  else if (s == "debug") out = Level::debug;
+  else return false;
+  return true;
+}
+
+Level level() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l >= 0) return static_cast<Level>(l);
+  Level parsed = Level::warn;
+  if (const char* e = std::getenv("KILN_LOG")) {
+    if (!parse_level(e, parsed)) {
+      std::fprintf(stderr, "kiln: warning: KILN_LOG='%s' is not one of error, warn, info, debug; using warn\n", e);
+      parsed = Level::warn;
+    }
+  }
+  g_level.store(static_cast<int>(parsed), std::memory_order_relaxed);
+  return parsed;
+}
+
+void set_level(Level l) { g_level.store(static_cast<int>(l), std::memory_order_relaxed); }
+
+void write(Level l, std::string_view msg) {
+  static const char* names[] = {"error", "warning", "info", "debug"};
+  std::string line = fmt::format("kiln: {}: {}\n", names[static_cast<int>(l)], msg);
+  std::lock_guard<std::mutex> g(g_write);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+}  // namespace kiln::log

@@ -1,0 +1,28 @@
+// Minimal leveled logging to stderr. The level comes from KILN_LOG
+// (error, warn, info, debug; default warn) or from Options.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+namespace kiln::log {
+
+enum class Level : int { error = 0, warn = 1, info = 2, debug = 3 };
+
+Level level();
+void set_level(Level l);
+// Parses "error", "warn", "info", "debug"; false if unknown.
+bool parse_level(std::string_view s, Level& out);
+void write(Level l, std::string_view msg);
+
+template <class... A>
+void at(Level l, fmt::format_string<A...> f, A&&... a) {
+  if (static_cast<int>(l) <= static_cast<int>(level())) write(l, fmt::format(f, std::forward<A>(a)...));
+}
+template <class... A> void error(fmt::format_string<A...> f, A&&... a) { at(Level::error, f, std::forward<A>(a)...); }
+template <class... A> void warn(fmt::format_string<A...> f, A&&... a) { at(Level::warn, f, std::forward<A>(a)...); }
+template <class... A> void info(fmt::format_string<A...> f, A&&... a) { at(Level::info, f, std::forward<A>(a)...); }
+template <class... A> void debug(fmt::format_string<A...> f, A&&... a) { at(Level::debug, f, std::forward<A>(a)...); }
+
+}  // namespace kiln::log

@@ -1,0 +1,585 @@
+#include "kiln/spec.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "core/format.hpp"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: case DType::i32: return 4;
+    case DType::f64: case DType::i64: return 8;
+  }
+  return 0;
+}
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+const char* dtype_ctype(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::i32: return "int32_t";
+    case DType::i64: return "int64_t";
+  }
+  return "?";
+}
+bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+const char* intent_name(Intent i) {
+  switch (i) {
+    case Intent::in: return "in";
+    case Intent::out: return "out";
+    case Intent::inout: return "inout";
+  }
+  return "?";
+}
+
+std::string ArgSpec::type_text() const {
+  return std::string(dtype_name(dtype)) + (pointer ? "*" : "");
+}
+
+std::optional<int64_t> Config::get(std::string_view name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+std::string Config::str() const {
+  if (values.empty()) return "-";
+  std::string s;
+  for (const auto& [n, v] : values) {
+    if (!s.empty()) s += ' ';
+    s += fmt::format("{}={}", n, v);
+  }
+  return s;
+}
+
+size_t ConfigSpace::size() const {
+  size_t n = 1;
+  for (const auto& p : params) n *= p.values.size();
+  return n;
+}
+
+Config ConfigSpace::at(size_t index) const {
+  Config c;
+  c.values.resize(params.size());
+  for (size_t i = params.size(); i-- > 0;) {
+    const auto& vals = params[i].values;
+    c.values[i] = {params[i].name, vals[index % vals.size()]};
+    index /= vals.size();
+  }
+  return c;
+}
+
+std::vector<Config> ConfigSpace::all() const {
+  std::vector<Config> out;
+  size_t n = size();
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(at(i));
+  return out;
+}
+
+std::optional<size_t> ConfigSpace::index_of(const Config& c) const {
+  if (c.values.size() != params.size()) return std::nullopt;
+  size_t index = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (c.values[i].first != params[i].name) return std::nullopt;
+    const auto& vals = params[i].values;
+    auto it = std::find(vals.begin(), vals.end(), c.values[i].second);
+    if (it == vals.end()) return std::nullopt;
+    index = index * vals.size() + static_cast<size_t>(it - vals.begin());
+  }
+  return index;
+}
+
+const Param* ConfigSpace::find(std::string_view name) const {
+  for (const auto& p : params)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Hash128 ConfigSpace::hash() const {
+  Hasher h;
+  h.add("config-space", static_cast<int64_t>(params.size()));
+  for (const auto& p : params) {
+    h.add("param", p.name);
+    for (int64_t v : p.values) h.add("value", v);
+  }
+  return h.digest();
+}
+
+std::vector<std::vector<int64_t>> TuningSpec::hint_point_list() const {
+  std::vector<std::vector<int64_t>> out;
+  if (hints.empty()) return out;
+  if (hint_points == HintPoints::diagonal) {
+    size_t n = hints[0].second.size();
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<int64_t> pt;
+      for (const auto& h : hints) pt.push_back(h.second[i]);
+      out.push_back(std::move(pt));
+    }
+    return out;
+  }
+  out.push_back({});
+  for (const auto& h : hints) {
+    std::vector<std::vector<int64_t>> next;
+    for (const auto& prefix : out)
+      for (int64_t v : h.second) {
+        auto pt = prefix;
+        pt.push_back(v);
+        next.push_back(std::move(pt));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+int KernelSpec::arg_index(std::string_view n) const {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].name == n) return static_cast<int>(i);
+  return -1;
+}
+
+Hash128 KernelSpec::source_hash() const {
+  Hasher h;
+  h.add("backend", backend).add("entry", entry).add("source", source_text);
+  for (const auto& a : args) h.add("arg", a.name + ":" + a.type_text());
+  return h.digest();
+}
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+const char* node_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date or time";
+  }
+}
+
+class SpecReader {
+ public:
+  SpecReader(const fs::path& path, const SourceReader& read) : path_(path), read_(read) {}
+
+  [[noreturn]] void error(const toml::source_region& at, const std::string& what) const {
+    if (at.begin.line == 0) fail(Errc::spec, "{}: {}", path_.string(), what);
+    fail(Errc::spec, "{}:{}:{}: {}", path_.string(), at.begin.line, at.begin.column, what);
+  }
+  [[noreturn]] void error(const toml::node& at, const std::string& what) const {
+    error(at.source(), what);
+  }
+
+  const std::string& str(const toml::node& n, const std::string& key) const {
+    if (!n.is_string()) error(n, fmt::format("'{}' must be a string, not {}", key, node_type_name(n)));
+    return n.as_string()->get();
+  }
+  int64_t integer(const toml::node& n, const std::string& key) const {
+    if (!n.is_integer())
+      error(n, fmt::format("'{}' must be an integer, not {}", key, node_type_name(n)));
+    return n.as_integer()->get();
+  }
+  const toml::array& array(const toml::node& n, const std::string& key) const {
+    if (!n.is_array()) error(n, fmt::format("'{}' must be an array, not {}", key, node_type_name(n)));
+    return *n.as_array();
+  }
+  const toml::table& table(const toml::node& n, const std::string& key) const {
+    if (!n.is_table()) error(n, fmt::format("'{}' must be a table, not {}", key, node_type_name(n)));
+    return *n.as_table();
+  }
+
+  void only_keys(const toml::table& t, std::initializer_list<std::string_view> allowed,
+                 const std::string& where) const {
+    for (auto&& [k, v] : t) {
+      bool ok = std::find(allowed.begin(), allowed.end(), k.str()) != allowed.end();
+      if (!ok) {
+        std::string list;
+        for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+        error(k.source(), fmt::format("unknown key '{}'{} (allowed: {})", k.str(), where, list));
+      }
+    }
+  }
+
+  // Parses an expression stored in a string node; errors point into the string.
+  Expr expr(const toml::node& n, const std::string& key) const {
+    const std::string& text = str(n, key);
+    try {
+      return Expr::parse(text);
+    } catch (const ExprError& e) {
+      expr_error(n, key, e);
+    }
+  }
+
+  [[noreturn]] void expr_error(const toml::node& n, const std::string& key, const ExprError& e) const {
+    toml::source_region at = n.source();
+    // The node's column is its opening quote; the expression's column counts from 1.
+    at.begin.column = static_cast<toml::source_index>(at.begin.column + e.column());
+    error(at, fmt::format("{}: {} (column {} of \"{}\")", key, e.what_only(), e.column(),
+                          n.as_string() ? n.as_string()->get() : std::string()));
+  }
+
+  fs::path resolve(const std::string& rel) const {
+    fs::path p(rel);
+    if (p.is_absolute()) return p;
+    return path_.parent_path() / p;
+  }
+
+  KernelSpec read(const toml::table& root) {
+    only_keys(root, {"name", "backend", "source", "entry", "grid", "args", "params", "tuning",
+                     "constraints", "include_dirs", "cflags", "description"},
+              "");
+    KernelSpec s;
+    s.spec_path = path_;
+    auto required = [&](const char* key) -> const toml::node& {
+      const toml::node* n = root.get(key);
+      if (!n) error(toml::source_region{}, fmt::format("missing required key '{}'", key));
+      return *n;
+    };
+
+    const toml::node& name = required("name");
+    s.name = str(name, "name");
+    if (!is_identifier(s.name)) error(name, fmt::format("name '{}' is not an identifier", s.name));
+
+    const toml::node& backend = required("backend");
+    s.backend = str(backend, "backend");
+    if (s.backend != "cpu" && s.backend != "cuda")
+      error(backend, fmt::format("unknown backend '{}' (known: cpu, cuda)", s.backend));
+
+    const toml::node& entry = required("entry");
+    s.entry = str(entry, "entry");
+    if (!is_identifier(s.entry)) error(entry, fmt::format("entry '{}' is not an identifier", s.entry));
+
+    if (const toml::node* d = root.get("description")) str(*d, "description");
+
+    if (const toml::node* inc = root.get("include_dirs")) {
+      for (const auto& el : array(*inc, "include_dirs"))
+        s.include_dirs.push_back(resolve(str(el, "include_dirs")));
+    }
+    if (const toml::node* fl = root.get("cflags")) {
+      for (const auto& el : array(*fl, "cflags")) s.cflags.push_back(str(el, "cflags"));
+    }
+
+    read_args(s, required("args"));
+    if (const toml::node* p = root.get("params")) read_params(s, *p);
+
+    const toml::node& source = required("source");
+    const std::string& src = str(source, "source");
+    if (src.empty()) error(source, "'source' is empty");
+    s.source_path = resolve(src);
+    std::optional<std::string> text = read_(s.source_path);
+    if (!text)
+      error(source, fmt::format("source file '{}' not found (looked at {})", src, s.source_path.string()));
+    s.source_text = std::move(*text);
+
+    // Symbols known to expressions: integer scalar args and params.
+    auto known = [&](std::string_view sym) {
+      int i = s.arg_index(sym);
+      if (i >= 0) return !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+      return s.space.find(sym) != nullptr;
+    };
+    std::string known_list = known_symbols(s);
+    auto check = [&](const toml::node& n, const std::string& key, const Expr& e) {
+      for (const auto& sym : e.symbols()) {
+        int i = s.arg_index(sym);
+        if (i >= 0 && (s.args[i].pointer || dtype_is_float(s.args[i].dtype))) {
+          // Find the column of the symbol for the error.
+          try {
+            e.check_symbols([&](std::string_view x) { return x != sym; }, "");
+          } catch (const ExprError& err) {
+            expr_error(n, key,
+                       ExprError(err.column(),
+                                 fmt::format("'{}' is {} argument; expressions use integer scalars and params",
+                                             sym, s.args[i].pointer ? "a pointer" : "a float"),
+                                 e.str()));
+          }
+        }
+      }
+      try {
+        e.check_symbols(known, known_list);
+      } catch (const ExprError& err) {
+        expr_error(n, key, err);
+      }
+    };
+
+    for (size_t i = 0; i < s.args.size(); ++i) {
+      if (!s.args[i].pointer) continue;
+      const toml::node& sz = *arg_tables_[i]->get("size");
+      check(sz, fmt::format("args[{}].size", i), s.args[i].size);
+    }
+
+    const toml::node& grid = required("grid");
+    const toml::array& g = array(grid, "grid");
+    if (g.empty() || g.size() > 3)
+      error(grid, fmt::format("'grid' needs 1 to 3 expressions, got {}", g.size()));
+    for (size_t i = 0; i < g.size(); ++i) {
+      std::string key = fmt::format("grid[{}]", i);
+      Expr e = expr(g[i], key);
+      check(g[i], key, e);
+      s.grid.push_back(std::move(e));
+    }
+
+    if (const toml::node* c = root.get("constraints")) {
+      const toml::array& arr = array(*c, "constraints");
+      for (size_t i = 0; i < arr.size(); ++i) {
+        std::string key = fmt::format("constraints[{}]", i);
+        Expr e = expr(arr[i], key);
+        check(arr[i], key, e);
+        s.constraints.push_back(std::move(e));
+      }
+    }
+
+    if (const toml::node* t = root.get("tuning")) read_tuning(s, *t);
+    return s;
+  }
+
+  static std::string known_symbols(const KernelSpec& s) {
+    std::string out;
+    for (const auto& a : s.args)
+      if (!a.pointer && !dtype_is_float(a.dtype)) out += (out.empty() ? "" : ", ") + a.name;
+    for (const auto& p : s.space.params) out += (out.empty() ? "" : ", ") + p.name;
+    return out.empty() ? "none" : out;
+  }
+
+  void check_new_name(const KernelSpec& s, const toml::node& at, const std::string& n,
+                      const char* what) const {
+    if (!is_identifier(n)) error(at, fmt::format("{} name '{}' is not an identifier", what, n));
+    if (n == "cdiv" || n == "min" || n == "max")
+      error(at, fmt::format("{} name '{}' is a function of the expression language", what, n));
+    if (n.rfind("kiln_", 0) == 0) error(at, fmt::format("{} name '{}': the prefix kiln_ is reserved", what, n));
+    if (s.arg_index(n) >= 0 || s.space.find(n))
+      error(at, fmt::format("duplicate name '{}': args and params share one namespace", n));
+  }
+
+  void read_args(KernelSpec& s, const toml::node& n) {
+    const toml::array& arr = array(n, "args");
+    if (arr.empty()) error(n, "'args' is empty: a kernel takes at least one argument");
+    for (size_t i = 0; i < arr.size(); ++i) {
+      std::string where = fmt::format("args[{}]", i);
+      const toml::table& t = table(arr[i], where);
+      arg_tables_.push_back(&t);
+      only_keys(t, {"name", "type", "size", "intent"}, " in " + where);
+      ArgSpec a;
+      const toml::node* name = t.get("name");
+      if (!name) error(arr[i], fmt::format("{}: missing 'name'", where));
+      a.name = str(*name, where + ".name");
+      check_new_name(s, *name, a.name, "argument");
+      const toml::node* type = t.get("type");
+      if (!type) error(arr[i], fmt::format("{} '{}': missing 'type'", where, a.name));
+      std::string ty = str(*type, where + ".type");
+      if (!ty.empty() && ty.back() == '*') {
+        a.pointer = true;
+        ty.pop_back();
+      }
+      if (ty == "f32") a.dtype = DType::f32;
+      else if (ty == "f64") a.dtype = DType::f64;
+      else if (ty == "i32") a.dtype = DType::i32;
+      else if (ty == "i64") a.dtype = DType::i64;
+      else
+        error(*type, fmt::format("{} '{}': unknown type '{}' (known: f32, f64, i32, i64, and pointers "
+                                 "to them such as f32*)",
+                                 where, a.name, str(*type, "")));
+      const toml::node* size = t.get("size");
+      const toml::node* intent = t.get("intent");
+      if (a.pointer) {
+        if (!size) error(arr[i], fmt::format("{} '{}': a pointer needs 'size' (its element count)", where, a.name));
+        a.size = expr(*size, where + ".size");
+        if (!intent) error(arr[i], fmt::format("{} '{}': a pointer needs 'intent' (in, out or inout)", where, a.name));
+        std::string in = str(*intent, where + ".intent");
+        if (in == "in") a.intent = Intent::in;
+        else if (in == "out") a.intent = Intent::out;
+        else if (in == "inout") a.intent = Intent::inout;
+        else error(*intent, fmt::format("{} '{}': unknown intent '{}' (known: in, out, inout)", where, a.name, in));
+      } else {
+        if (size) error(*size, fmt::format("{} '{}': a size expression on a scalar", where, a.name));
+        if (intent) error(*intent, fmt::format("{} '{}': an intent on a scalar (scalars are always in)", where, a.name));
+      }
+      s.args.push_back(std::move(a));
+    }
+  }
+
+  void read_params(KernelSpec& s, const toml::node& n) {
+    const toml::table& t = table(n, "params");
+    // toml++ tables iterate in key order; keep the order of the file instead.
+    std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+    for (auto&& [k, v] : t) entries.push_back({&k, &v});
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      const auto& x = a.first->source().begin;
+      const auto& y = b.first->source().begin;
+      return x.line != y.line ? x.line < y.line : x.column < y.column;
+    });
+    for (const auto& [k, v] : entries) {
+      std::string name(k->str());
+      std::string where = "params." + name;
+      check_new_name(s, *v, name, "param");
+      Param p;
+      p.name = name;
+      const toml::array& vals = array(*v, where);
+      if (vals.empty()) error(*v, fmt::format("{} has no values", where));
+      for (const auto& el : vals) {
+        int64_t x = integer(el, where);
+        if (std::find(p.values.begin(), p.values.end(), x) != p.values.end())
+          error(el, fmt::format("{}: duplicate value {}", where, x));
+        p.values.push_back(x);
+      }
+      s.space.params.push_back(std::move(p));
+    }
+    if (s.space.size() > 100000)
+      error(n, fmt::format("the config space has {} configs; kiln takes at most 100000", s.space.size()));
+  }
+
+  Config read_config(const KernelSpec& s, const toml::node& n, const std::string& where) const {
+    const toml::table& t = table(n, where);
+    for (auto&& [k, v] : t)
+      if (!s.space.find(k.str()))
+        error(k.source(), fmt::format("{}: '{}' is not a param", where, k.str()));
+    Config c;
+    for (const auto& p : s.space.params) {
+      const toml::node* v = t.get(p.name);
+      if (!v) error(n, fmt::format("{}: missing a value for param '{}'", where, p.name));
+      int64_t x = integer(*v, where + "." + p.name);
+      if (std::find(p.values.begin(), p.values.end(), x) == p.values.end())
+        error(*v, fmt::format("{}: {} = {} is not one of the param's values", where, p.name, x));
+      c.values.push_back({p.name, x});
+    }
+    return c;
+  }
+
+  void read_tuning(KernelSpec& s, const toml::node& n) {
+    const toml::table& t = table(n, "tuning");
+    only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol"},
+              " in [tuning]");
+    TuningSpec& ts = s.tuning;
+    if (const toml::node* k = t.get("key")) {
+      for (const auto& el : array(*k, "tuning.key")) {
+        const std::string& name = str(el, "tuning.key");
+        int i = s.arg_index(name);
+        if (i < 0) error(el, fmt::format("tuning.key: '{}' is not an argument", name));
+        if (s.args[i].pointer || dtype_is_float(s.args[i].dtype))
+          error(el, fmt::format("tuning.key: '{}' is not an integer scalar", name));
+        if (std::find(ts.key.begin(), ts.key.end(), name) != ts.key.end())
+          error(el, fmt::format("tuning.key: '{}' appears twice", name));
+        ts.key.push_back(name);
+      }
+    }
+    if (const toml::node* h = t.get("hints")) {
+      const toml::table& ht = table(*h, "tuning.hints");
+      for (auto&& [k, v] : ht)
+        if (std::find(ts.key.begin(), ts.key.end(), k.str()) == ts.key.end())
+          error(k.source(), fmt::format("tuning.hints: '{}' is not in tuning.key", k.str()));
+      for (const auto& name : ts.key) {
+        const toml::node* v = ht.get(name);
+        if (!v) error(*h, fmt::format("tuning.hints: no hints for key '{}'", name));
+        std::vector<int64_t> vals;
+        std::string where = "tuning.hints." + name;
+        const toml::array& arr = array(*v, where);
+        if (arr.empty()) error(*v, fmt::format("{} has no values", where));
+        for (const auto& el : arr) {
+          int64_t x = integer(el, where);
+          if (x <= 0) error(el, fmt::format("{}: hint {} is not positive", where, x));
+          if (std::find(vals.begin(), vals.end(), x) != vals.end())
+            error(el, fmt::format("{}: duplicate value {}", where, x));
+          vals.push_back(x);
+        }
+        ts.hints.push_back({name, std::move(vals)});
+      }
+    }
+    if (const toml::node* hp = t.get("hint_points")) {
+      const std::string& v = str(*hp, "tuning.hint_points");
+      if (v == "diagonal") ts.hint_points = HintPoints::diagonal;
+      else if (v == "grid") ts.hint_points = HintPoints::grid;
+      else error(*hp, fmt::format("tuning.hint_points: unknown '{}' (known: diagonal, grid)", v));
+      if (ts.hints.empty()) error(*hp, "tuning.hint_points without tuning.hints");
+    }
+    if (ts.hint_points == HintPoints::diagonal && ts.hints.size() > 1) {
+      size_t n0 = ts.hints[0].second.size();
+      for (const auto& [name, vals] : ts.hints)
+        if (vals.size() != n0)
+          error(*t.get("hints"), fmt::format("tuning.hints: diagonal hint points need the same number of "
+                                             "hints per key ('{}' has {}, '{}' has {}); or set "
+                                             "hint_points = \"grid\"",
+                                             ts.hints[0].first, n0, name, vals.size()));
+    }
+    if (const toml::node* se = t.get("search")) {
+      const std::string& v = str(*se, "tuning.search");
+      if (v == "exhaustive") ts.search = SearchKind::exhaustive;
+      else if (v == "coordesc") ts.search = SearchKind::coordesc;
+      else error(*se, fmt::format("tuning.search: unknown '{}' (known: exhaustive, coordesc)", v));
+    }
+    if (const toml::node* d = t.get("default")) ts.default_config = read_config(s, *d, "tuning.default");
+    if (const toml::node* r = t.get("reference")) ts.reference_config = read_config(s, *r, "tuning.reference");
+    auto tol = [&](const char* key, double& out) {
+      if (const toml::node* v = t.get(key)) {
+        if (v->is_floating_point()) out = v->as_floating_point()->get();
+        else if (v->is_integer()) out = static_cast<double>(v->as_integer()->get());
+        else error(*v, fmt::format("tuning.{} must be a number, not {}", key, node_type_name(*v)));
+        if (!(out >= 0)) error(*v, fmt::format("tuning.{} must be >= 0", key));
+      }
+    };
+    tol("rtol", ts.rtol);
+    tol("atol", ts.atol);
+  }
+
+ private:
+  fs::path path_;
+  const SourceReader& read_;
+  std::vector<const toml::table*> arg_tables_;
+};
+
+}  // namespace
+
+KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, spec_path.string());
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    fail(Errc::spec, "{}:{}:{}: {}", spec_path.string(), b.line, b.column, e.description());
+  }
+  SpecReader r(spec_path, read_source);
+  return r.read(root);
+}
+
+KernelSpec load_spec(const fs::path& spec_file) {
+  std::ifstream in(spec_file, std::ios::binary);
+  if (!in) fail(Errc::spec, "{}: cannot read the spec file ({})", spec_file.string(), errno_text(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_spec(ss.str(), spec_file, [](const fs::path& p) -> std::optional<std::string> {
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) return std::nullopt;
+    std::ifstream f(p, std::ios::binary);
+    if (!f) return std::nullopt;
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+#include "kiln/runtime.hpp"
+
+#include "core/format.hpp"
+
+namespace kiln {
+
+struct Runtime::BackendState {
+  std::shared_ptr<Backend> backend;
+  std::unique_ptr<CompilePool> pool;
+  std::mutex loaded_m;
+  std::map<std::string, std::weak_ptr<LoadedKernel>> loaded;
+};
+
+Runtime::Runtime(Options opts) : opts_(std::move(opts)) {}
+Runtime::~Runtime() = default;
+
+Runtime::BackendState& Runtime::state(const std::string& name) {
+  std::lock_guard<std::mutex> g(m_);
+  auto it = backends_.find(name);
+  if (it != backends_.end()) return *it->second;
+  auto st = std::make_unique<BackendState>();
+  st->backend = make_backend(name, opts_);
+  return *backends_.emplace(name, std::move(st)).first->second;
+}
+
+Backend& Runtime::backend(const std::string& name) { return *state(name).backend; }
+
+std::shared_ptr<CodeCache> Runtime::code_cache() {
+  std::lock_guard<std::mutex> g(m_);
+  if (!code_cache_made_) {
+    if (!opts_.no_cache) code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
+    code_cache_made_ = true;
+  }
+  return code_cache_;
+}
+
+CompileMode Runtime::compile_mode(const std::string& name) {
+  if (opts_.compile_mode != CompileMode::automatic) return opts_.compile_mode;
+  return backend(name).compiles_out_of_process() ? CompileMode::threads : CompileMode::subprocess;
+}
+
+CompilePool& Runtime::compile_pool(const std::string& name) {
+  BackendState& st = state(name);
+  std::shared_ptr<CodeCache> cache = code_cache();
+  CompileMode mode = compile_mode(name);
+  std::lock_guard<std::mutex> g(m_);
+  if (!st.pool) {
+    if (mode == CompileMode::subprocess)
+      fail(Errc::usage, "KILN_COMPILE_MODE=subprocess is not available yet");
+    std::shared_ptr<Compiler> c = std::make_shared<DirectCompiler>(st.backend);
+    if (cache) c = std::make_shared<CachingCompiler>(c, cache);
+    st.pool = std::make_unique<CompilePool>(st.backend, c, opts_.resolved_compile_threads());
+  }
+  return *st.pool;
+}
+
+std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {
+  BackendState& st = state(bin.backend);
+  std::lock_guard<std::mutex> g(st.loaded_m);
+  auto it = st.loaded.find(bin.key);
+  if (it != st.loaded.end())
+    if (auto k = it->second.lock()) return k;
+  std::shared_ptr<LoadedKernel> k = st.backend->load(bin);
+  st.loaded[bin.key] = k;
+  return k;
+}
+
+}  // namespace kiln

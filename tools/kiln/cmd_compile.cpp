@@ -1,0 +1,115 @@
+// kiln compile SPEC: compiles every config of a spec, in parallel, through the cache.
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kiln/binary_key.hpp"
+#include "kiln/runtime.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+nlohmann::json params_json(const Config& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [n, v] : c.values) j[n] = v;
+  return j;
+}
+
+void run_compile(Globals& g, const std::string& spec_path, bool json, bool explain) {
+  Options opts = Options::from_env();
+  opts.quiet = opts.quiet || g.quiet;
+  Runtime rt(opts);
+  KernelSpec spec = load_spec(spec_path);
+  CompilePool& pool = rt.compile_pool(spec.backend);
+  std::vector<Config> configs = spec.space.all();
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> keys;
+  std::vector<BinaryFuture> futures;
+  for (const auto& c : configs) {
+    CompileRequest req = make_compile_request(spec, c);
+    BinaryKey key = make_binary_key(req, rt.backend(spec.backend));
+    if (explain) std::printf("config %s\n%s\n\n", c.str().c_str(), key.to_string().c_str());
+    keys.push_back(key.hex());
+    futures.push_back(pool.submit(req, keys.back()));
+  }
+  wait_all(futures, "compiling " + spec.name, !opts.quiet && !json && stderr_is_terminal());
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<CompileRecord> records = pool.records();
+  auto record_of = [&](const std::string& key) -> const CompileRecord* {
+    for (const auto& r : records)
+      if (r.key == key && !r.deduped) return &r;
+    for (const auto& r : records)
+      if (r.key == key) return &r;
+    return nullptr;
+  };
+
+  size_t compiled = 0, cached = 0, failed = 0;
+  double compiler_seconds = 0;
+  nlohmann::json rows = nlohmann::json::array();
+  Table table({"config", "key", "time", "result"}, {false, false, true, false});
+  std::vector<std::string> errors;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const CompileRecord* r = record_of(keys[i]);
+    bool ok = r && r->ok;
+    bool hit = r && r->cache_hit;
+    double secs = r ? r->seconds : 0;
+    if (!ok) ++failed;
+    else if (hit) ++cached;
+    else {
+      ++compiled;
+      compiler_seconds += secs;
+    }
+    std::string result = !ok ? "FAILED" : hit ? "cached" : "compiled";
+    table.row({configs[i].str(), keys[i].substr(0, 12), seconds_text(secs), result});
+    if (!ok && r) errors.push_back(r->error);
+    rows.push_back({{"params", params_json(configs[i])},
+                    {"key", keys[i]},
+                    {"seconds", secs},
+                    {"cached", hit},
+                    {"ok", ok},
+                    {"bytes", r ? r->bytes : 0},
+                    {"error", ok || !r ? nlohmann::json(nullptr) : nlohmann::json(r->error)}});
+  }
+  if (failed) g.exit_code = 1;
+  if (json) {
+    nlohmann::json out = {{"kernel", spec.name},
+                          {"backend", spec.backend},
+                          {"threads", pool.threads()},
+                          {"wall_seconds", wall},
+                          {"configs", rows},
+                          {"totals",
+                           {{"configs", configs.size()},
+                            {"compiled", compiled},
+                            {"cached", cached},
+                            {"failed", failed},
+                            {"compiler_seconds", compiler_seconds}}}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("%s", table.str().c_str());
+  std::printf("%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads)\n",
+              configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
+              seconds_text(compiler_seconds).c_str(), pool.threads());
+  for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
+}
+
+}  // namespace
+
+void add_compile(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("compile", "Compile every config of a kernel spec (in parallel, through the cache)");
+  auto spec = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto explain = std::make_shared<bool>(false);
+  cmd->add_option("spec", *spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_flag("--json", *json, "Print one JSON object instead of the table");
+  cmd->add_flag("--explain", *explain, "Print every field of each config's binary key");
+  cmd->callback([&g, spec, json, explain] { run_compile(g, *spec, *json, *explain); });
+}
+
+}  // namespace kiln::cli

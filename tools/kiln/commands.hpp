@@ -1,0 +1,39 @@
+// The kiln command-line tool: each subcommand registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+struct Globals {
+  bool quiet = false;
+  int exit_code = 0;
+};
+
+void add_compile(CLI::App& app, Globals& g);
+void add_cache(CLI::App& app, Globals& g);
+void add_demo(CLI::App& app, Globals& g);
+
+// Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
+// executable, else the source tree kiln was built from.
+std::filesystem::path kernels_dir();
+
+// A fixed-width text table.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header, std::vector<bool> right_align = {});
+  void row(std::vector<std::string> cells);
+  std::string str() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+  std::vector<bool> right_;
+};
+
+std::string seconds_text(double s);  // "0.84s", "12ms", "35us"
+
+}  // namespace kiln::cli

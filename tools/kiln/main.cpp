@@ -1,0 +1,86 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "commands.hpp"
+#include "core/log.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln::cli {
+
+std::filesystem::path kernels_dir() {
+  namespace fs = std::filesystem;
+  if (const char* e = std::getenv("KILN_KERNELS_DIR")) return e;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (fs::path c : {exe / "kernels", exe.parent_path() / "kernels", exe.parent_path() / "share/kiln/kernels"})
+    if (fs::is_directory(c / "cpu", ec)) return c;
+  return fs::path(KILN_SOURCE_DIR) / "kernels";
+}
+
+Table::Table(std::vector<std::string> header, std::vector<bool> right_align) : right_(std::move(right_align)) {
+  right_.resize(header.size(), false);
+  rows_.push_back(std::move(header));
+}
+
+void Table::row(std::vector<std::string> cells) {
+  cells.resize(rows_[0].size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::str() const {
+  std::vector<size_t> w(rows_[0].size(), 0);
+  for (const auto& r : rows_)
+    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  std::string out;
+  for (const auto& r : rows_) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      size_t pad = w[i] - r[i].size();
+      if (i) line += "  ";
+      if (right_[i]) line += std::string(pad, ' ') + r[i];
+      else line += r[i] + (i + 1 < r.size() ? std::string(pad, ' ') : "");
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2fs", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.1fms", s * 1e3);
+  else if (s >= 1e-6) std::snprintf(buf, sizeof buf, "%.1fus", s * 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0fns", s * 1e9);
+  return buf;
+}
+
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  CLI::App app{"kiln: compile, autotune, cache and dispatch compute kernels for shapes that change at run time.\n"
+               "Settings come from KILN_* environment variables (see docs/settings.md)."};
+  app.name("kiln");
+  app.require_subcommand(1);
+  Globals g;
+  app.add_flag("-q,--quiet", g.quiet, "No progress bars");
+  app.add_flag_callback("--version", [] {
+    std::printf("kiln %s\n", KILN_VERSION);
+    std::exit(0);
+  }, "Print the version and exit");
+  add_compile(app, g);
+  add_cache(app, g);
+  add_demo(app, g);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return e.code() == kiln::Errc::usage ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 1;
+  }
+  return g.exit_code;
+}
