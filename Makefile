@@ -36,3 +36,19 @@ test: test-fast test-sanitize
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+
+# Coverage-guided fuzzing of the expression and spec parsers (clang's libFuzzer).
+# New inputs land in build-fuzz/corpus-*; `make fuzz-merge` folds them into fuzz/corpus.
+FUZZ_SECONDS ?= 60
+build-fuzz/build.ninja: | deps
+	CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+	  -DKILN_TESTS=OFF -DKILN_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+
+fuzz: build-fuzz/build.ninja
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_expr fuzz_spec
+	for t in expr spec; do mkdir -p build-fuzz/corpus-$$t; \
+	  ./build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-$$t fuzz/corpus/$$t || exit 1; done
+
+fuzz-merge:
+	for t in expr spec; do ./build-fuzz/fuzz/fuzz_$$t -merge=1 fuzz/corpus/$$t build-fuzz/corpus-$$t; done

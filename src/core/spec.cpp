@@ -185,13 +185,140 @@ const char* node_type_name(const toml::node& n) {
   }
 }
 
+// toml++ 3.3.0 (Debian 12's) reaches __builtin_unreachable(), undefined
+// behaviour, on some non-ASCII code points (found by fuzzing kiln; upstream
+// marzer/tomlplusplus#295, fixed after 3.3.0). So toml++ is only ever given
+// ASCII: non-ASCII characters in strings become \u escapes (a literal string
+// is rewritten as the equal basic string), those in comments become '?', and
+// anywhere else they are an error, as TOML says. Control characters and
+// invalid UTF-8 are refused. A column map sends positions back to the file.
+struct AsciiDoc {
+  std::string text;
+  std::vector<std::vector<uint32_t>> cols;  // per line: the original column of each output byte
+
+  toml::source_position original(toml::source_position p) const {
+    if (p.line == 0 || p.line > cols.size()) return p;
+    const auto& c = cols[p.line - 1];
+    if (c.empty()) return p;
+    size_t i = p.column == 0 ? 0 : p.column - 1;
+    if (i < c.size()) {
+      p.column = c[i];
+    } else {
+      p.column = static_cast<toml::source_index>(c.back() + (i - c.size()) + 1);
+    }
+    return p;
+  }
+};
+
+AsciiDoc asciify(std::string_view t, const fs::path& path) {
+  AsciiDoc d;
+  d.cols.emplace_back();
+  size_t line = 1, col = 1;
+  enum { code, comment, basic, literal, ml_basic, ml_literal } st = code;
+  bool escaped = false;  // the previous byte was a backslash in a basic string
+  auto refuse = [&](const std::string& what) {
+    fail(Errc::spec, "{}:{}:{}: {}", path.string(), line, col, what);
+  };
+  // Appends output bytes that all stand for the input at the current column.
+  auto emit = [&](std::string_view bytes) {
+    for (char b : bytes) {
+      d.text += b;
+      d.cols.back().push_back(static_cast<uint32_t>(col));
+    }
+  };
+  size_t i = 0;
+  while (i < t.size()) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f)
+      refuse(fmt::format("control character 0x{:02x} (TOML allows none but tab and line ends)", c));
+    if (c >= 0x80) {
+      int n = (c >= 0xF0 && c <= 0xF4) ? 4 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xC2 && c <= 0xDF) ? 2 : 0;
+      if (n == 0 || i + n > t.size()) refuse("invalid UTF-8");
+      uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+      for (int k = 1; k < n; ++k) {
+        unsigned char cc = static_cast<unsigned char>(t[i + k]);
+        if ((cc & 0xC0) != 0x80) refuse("invalid UTF-8");
+        cp = (cp << 6) | (cc & 0x3F);
+      }
+      if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+          (cp >= 0xD800 && cp <= 0xDFFF))
+        refuse("invalid UTF-8");
+      if (st == code) refuse("a non-ASCII character outside a string or comment");
+      if (st == comment) {
+        emit("?");
+      } else {
+        if (escaped) refuse("a backslash before a non-ASCII character is not a valid escape");
+        emit(cp <= 0xFFFF ? fmt::format("\\u{:04X}", cp) : fmt::format("\\U{:08X}", cp));
+      }
+      escaped = false;
+      i += static_cast<size_t>(n);
+      ++col;
+      continue;
+    }
+    const char ch = static_cast<char>(c);
+    auto at = [&](std::string_view w) { return t.substr(i, w.size()) == w; };
+    if (escaped) {
+      escaped = false;
+      emit(std::string_view(&ch, 1));
+    } else if ((st == code && (at("\"\"\"") || at("'''"))) || (st == ml_basic && at("\"\"\"")) ||
+               (st == ml_literal && at("'''"))) {
+      // A multi-line string opens or closes: three bytes, one column each.
+      st = st == code ? (ch == '"' ? ml_basic : ml_literal) : code;
+      for (int k = 0; k < 3; ++k) {
+        emit("\"");
+        ++col;
+      }
+      i += 3;
+      continue;
+    } else {
+      std::string_view out(&ch, 1);
+      switch (st) {
+        case code:
+          if (ch == '#') st = comment;
+          else if (ch == '"') st = basic;
+          else if (ch == '\'') { st = literal; out = "\""; }
+          break;
+        case comment:
+          if (ch == '\n') st = code;
+          break;
+        case basic:
+          if (ch == '\\') escaped = true;
+          else if (ch == '"' || ch == '\n') st = code;
+          break;
+        case ml_basic:
+          if (ch == '\\') escaped = true;
+          break;
+        case literal:
+        case ml_literal:
+          if (st == literal && ch == '\'') { st = code; out = "\""; }
+          else if (st == literal && ch == '\n') st = code;
+          else if (ch == '\\') out = "\\\\";
+          else if (ch == '"') out = "\\\"";
+          break;
+      }
+      emit(out);
+    }
+    if (ch == '\n') {
+      ++line;
+      col = 1;
+      d.cols.emplace_back();
+    } else {
+      ++col;
+    }
+    ++i;
+  }
+  return d;
+}
+
 class SpecReader {
  public:
-  SpecReader(const fs::path& path, const SourceReader& read) : path_(path), read_(read) {}
+  SpecReader(const fs::path& path, const SourceReader& read, const AsciiDoc& doc)
+      : path_(path), read_(read), doc_(doc) {}
 
   [[noreturn]] void error(const toml::source_region& at, const std::string& what) const {
     if (at.begin.line == 0) fail(Errc::spec, "{}: {}", path_.string(), what);
-    fail(Errc::spec, "{}:{}:{}: {}", path_.string(), at.begin.line, at.begin.column, what);
+    toml::source_position p = doc_.original(at.begin);
+    fail(Errc::spec, "{}:{}:{}: {}", path_.string(), p.line, p.column, what);
   }
   [[noreturn]] void error(const toml::node& at, const std::string& what) const {
     error(at.source(), what);
@@ -549,20 +676,23 @@ class SpecReader {
  private:
   fs::path path_;
   const SourceReader& read_;
+  const AsciiDoc& doc_;
   std::vector<const toml::table*> arg_tables_;
 };
+
 
 }  // namespace
 
 KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
+  AsciiDoc doc = asciify(toml_text, spec_path);
   toml::table root;
   try {
-    root = toml::parse(toml_text, spec_path.string());
+    root = toml::parse(doc.text, spec_path.string());
   } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
+    const auto b = doc.original(e.source().begin);
     fail(Errc::spec, "{}:{}:{}: {}", spec_path.string(), b.line, b.column, e.description());
   }
-  SpecReader r(spec_path, read_source);
+  SpecReader r(spec_path, read_source, doc);
   return r.read(root);
 }
 

@@ -1,0 +1,190 @@
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <fstream>
+#include <set>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/binary_key.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+
+  KernelSpec spec(const std::string& toml, const std::string& src_name, const std::string& src) {
+    test::write(dir.path() / src_name, src);
+    test::write(dir.path() / "k.toml", toml);
+    return load_spec(dir.path() / "k.toml");
+  }
+};
+
+bool mapped(const std::string& needle) {
+  auto maps = read_file("/proc/self/maps");
+  return maps && maps->find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_F(Fixture, CompilesLoadsAndRunsEveryProgramInstanceOnce) {
+  KernelSpec s = spec(R"SPEC(name = "ids"
+backend = "cpu"
+source = "ids.cpp"
+entry = "ids"
+grid = ["X", "Y", "Z"]
+args = [ { name = "out", type = "i64*", size = "X*Y*Z", intent = "out" },
+         { name = "X", type = "i64" }, { name = "Y", type = "i64" }, { name = "Z", type = "i32" } ]
+)SPEC",
+                      "ids.cpp", R"SRC(
+void ids(kiln::program_id p, int64_t* out, int64_t X, int64_t Y, int32_t Z) {
+  out[(p.z * Y + p.y) * X + p.x] += 1 + (p.nx == X && p.ny == Y && p.nz == Z ? 0 : 100);
+}
+)SRC");
+  Runtime rt(opts);
+  Config cfg = s.space.at(0);
+  auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, cfg)).get();
+  auto k = rt.load(*bin);
+  HostArgs args(s, cfg, parse_scalars(s, {{"X", "7"}, {"Y", "5"}, {"Z", "3"}}));
+  std::vector<int64_t> slots(s.args.size());
+  read_int_slots(s, args.params(), slots.data());
+  Grid g = GridPlan(s, cfg).eval(slots.data());
+  EXPECT_EQ(g, (Grid{7, 5, 3}));
+  k->launch(args.params(), g);
+  auto* out = reinterpret_cast<int64_t*>(args.buffer(0).data());
+  for (int i = 0; i < 7 * 5 * 3; ++i) ASSERT_EQ(out[i], 1) << "program " << i;
+  // A grid with a zero dimension launches nothing.
+  k->launch(args.params(), Grid{0, 5, 3});
+  for (int i = 0; i < 7 * 5 * 3; ++i) ASSERT_EQ(out[i], 1);
+}
+
+TEST_F(Fixture, AGridOfOneRunsOnTheCallingThread) {
+  KernelSpec s = spec(R"SPEC(name = "who"
+backend = "cpu"
+source = "who.cpp"
+entry = "who"
+grid = ["1"]
+args = [ { name = "out", type = "i64*", size = "1", intent = "out" } ]
+)SPEC",
+                      "who.cpp", "#include <pthread.h>\nvoid who(kiln::program_id, int64_t* out) { out[0] = (int64_t)pthread_self(); }\n");
+  Runtime rt(opts);
+  auto k = rt.load(*rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get());
+  int64_t out = 0;
+  int64_t* p = &out;
+  void* params[] = {&p};
+  k->launch(params, Grid{});
+  EXPECT_EQ(out, static_cast<int64_t>(pthread_self()));
+}
+
+TEST_F(Fixture, CompileErrorsNameTheUsersFileAndLine) {
+  KernelSpec s = spec(test::kFillSpec, "fill.cpp", "void fill(kiln::program_id, int64_t* out, int64_t n) {\n  out[0] = n;\n  this is not c++;\n}\n");
+  Runtime rt(opts);
+  try {
+    rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+    FAIL() << "compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::compile);
+    std::string m = e.what();
+    EXPECT_NE(m.find("fill.cpp:3:"), std::string::npos) << m;
+    EXPECT_NE(m.find("kernel 'fill' (config BLOCK=1 SCALE=1) failed to compile"), std::string::npos) << m;
+    EXPECT_EQ(m.find("kernel.cpp:"), std::string::npos) << "names the generated file: " << m;
+  }
+}
+
+TEST_F(Fixture, ASignatureThatDoesNotMatchTheSpecIsReportedAtTheEntry) {
+  KernelSpec s = spec(test::kFillSpec, "fill.cpp", "void fill(kiln::program_id, float* out) { out[0] = 1; }\n");
+  Runtime rt(opts);
+  try {
+    rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+    FAIL() << "compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<kiln entry for fill>"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Fixture, TheSameKeyGivesTheSameLoadedKernelAndTheLastUserUnloadsIt) {
+  KernelSpec s = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
+  Runtime rt(opts);
+  auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+  std::string tag = "memfd:kiln-" + bin->key.substr(0, 16);
+  auto a = rt.load(*bin);
+  auto b = rt.load(*bin);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_TRUE(mapped(tag));
+  a.reset();
+  EXPECT_TRUE(mapped(tag));
+  b.reset();
+  EXPECT_FALSE(mapped(tag)) << "still mapped after the last user let go";
+  auto c = rt.load(*bin);  // loads again
+  EXPECT_TRUE(mapped(tag));
+}
+
+TEST_F(Fixture, EveryFieldOfTheBinaryKeyChangesIt) {
+  KernelSpec s = spec(R"SPEC(name = "fill"
+backend = "cpu"
+source = "fill.cpp"
+entry = "fill"
+grid = ["cdiv(N, BLOCK)"]
+args = [ { name = "out", type = "i64*", size = "N", intent = "out" }, { name = "N", type = "i64" } ]
+include_dirs = ["inc"]
+[params]
+BLOCK = [1, 4, 16]
+SCALE = [1, 3]
+)SPEC",
+                      "fill.cpp", std::string("#include \"helper.h\"\n#include <vector>\n") + test::kFillSource);
+  test::write(dir.path() / "inc/helper.h", "// v1\n");
+  CpuBackend gcc(opts);
+  auto key = [&](const CompileRequest& r, Backend& b) { return make_binary_key(r, b).hex(); };
+  CompileRequest base = make_compile_request(s, s.space.at(0));
+  std::string k0 = key(base, gcc);
+  EXPECT_EQ(k0, key(base, gcc));
+  auto bk = make_binary_key(base, gcc);
+  ASSERT_EQ(bk.includes_found.size(), 1u);
+  EXPECT_EQ(bk.includes_external, (std::vector<std::string>{"vector"}));
+
+  EXPECT_NE(k0, key(make_compile_request(s, s.space.at(1)), gcc));  // defines
+  CompileRequest r = base;
+  r.source_text += "\n";
+  EXPECT_NE(k0, key(r, gcc));  // source
+  r = base;
+  r.entry = "fill2";
+  EXPECT_NE(k0, key(r, gcc));  // entry
+  r = base;
+  r.cflags.push_back("-DX=1");
+  EXPECT_NE(k0, key(r, gcc));  // flags
+  r = base;
+  r.args[1].dtype = DType::i32;
+  EXPECT_NE(k0, key(r, gcc));  // argument list
+  test::write(dir.path() / "inc/helper.h", "// v2\n");
+  EXPECT_NE(k0, key(base, gcc));  // an included file's content
+  test::write(dir.path() / "inc/helper.h", "// v1\n");
+  EXPECT_EQ(k0, key(base, gcc));
+
+  Options o2 = opts;
+  o2.cxx = "clang++";
+  CpuBackend clang(o2);
+  EXPECT_NE(k0, key(base, clang)) << "a new compiler must be a miss";
+  // The source's location is not part of the key: a moved project still hits.
+  r = base;
+  r.source_name = "/elsewhere/fill.cpp";
+  EXPECT_EQ(k0, key(r, gcc));
+}
+
+TEST_F(Fixture, AnUnusableCompilerIsAClearError) {
+  KernelSpec s = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
+  opts.cxx = "/nonexistent/c++";
+  Runtime rt(opts);
+  try {
+    rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_CXX=/nonexistent/c++"), std::string::npos) << e.what();
+  }
+}

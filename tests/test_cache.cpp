@@ -1,0 +1,165 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "kiln/code_cache.hpp"
+#include "kiln/runtime.hpp"
+#include "nlohmann/json.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+Binary sample(const std::string& key) {
+  Binary b;
+  b.key = key;
+  b.backend = "cpu";
+  b.kernel = "k";
+  b.config_text = "A=1";
+  b.entry = "k";
+  for (int i = 0; i < 1000; ++i) b.bytes.push_back(static_cast<uint8_t>(i * 7));
+  return b;
+}
+
+const std::string kKey = "0123456789abcdef0123456789abcdef";
+
+}  // namespace
+
+TEST(CodeCache, RoundTripsAndCreatesAPrivateFolder) {
+  TempDir d("kiln-test");
+  CodeCache c(d.path() / "cache");
+  struct stat st;
+  ASSERT_EQ(::stat((d.path() / "cache").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_FALSE(c.get(kKey));
+  c.put(sample(kKey));
+  auto b = c.get(kKey);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->bytes, sample(kKey).bytes);
+  EXPECT_EQ(b->config_text, "A=1");
+  EXPECT_EQ(c.stats().entries, 1u);
+  EXPECT_EQ(c.clear(), 1u);
+  EXPECT_FALSE(c.get(kKey));
+}
+
+TEST(CodeCache, CorruptTruncatedOrMisplacedEntriesAreMisses) {
+  TempDir d("kiln-test");
+  CodeCache c(d.path() / "cache");
+  c.put(sample(kKey));
+  fs::path p = c.path_of(kKey);
+  std::string good = *read_file(p);
+
+  std::string flipped = good;
+  flipped[flipped.size() - 10] ^= 1;
+  write_file_atomic(p, flipped);
+  EXPECT_FALSE(c.get(kKey));
+  EXPECT_FALSE(fs::exists(p)) << "a corrupt entry is removed so it gets rewritten";
+  EXPECT_EQ(c.corrupt_seen(), 1u);
+
+  write_file_atomic(p, good.substr(0, good.size() / 2));
+  EXPECT_FALSE(c.get(kKey));
+  write_file_atomic(p, "");
+  EXPECT_FALSE(c.get(kKey));
+
+  // An intact entry under another key's name.
+  std::string other = "ffffffffffffffffffffffffffffffff";
+  fs::create_directories(c.path_of(other).parent_path());
+  write_file_atomic(c.path_of(other), good);
+  EXPECT_FALSE(c.get(other));
+}
+
+TEST(CodeCache, RefusesAFolderOthersCanWrite) {
+  TempDir d("kiln-test");
+  fs::create_directories(d.path() / "open");
+  ::chmod((d.path() / "open").c_str(), 0777);
+  try {
+    CodeCache c(d.path() / "open");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cache);
+    EXPECT_NE(std::string(e.what()).find("can be written by other users (mode 0777)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CompilePool, IdenticalRequestsInFlightShareOneCompile) {
+  TempDir d("kiln-test");
+  test::write(d.path() / "fill.cpp", test::kFillSource);
+  test::write(d.path() / "k.toml", test::kFillSpec);
+  KernelSpec s = load_spec(d.path() / "k.toml");
+  Options o = test::options_in(d.path());
+  o.compile_threads = 4;
+  Runtime rt(o);
+  CompilePool& pool = rt.compile_pool("cpu");
+  CompileRequest req = make_compile_request(s, s.space.at(0));
+  std::vector<std::thread> ts;
+  std::vector<BinaryFuture> futures(100);
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = t; i < 100; i += 4) futures[i] = pool.submit(req);
+    });
+  for (auto& t : ts) t.join();
+  for (auto& f : futures) EXPECT_EQ(f.get()->key, futures[0].get()->key);
+  auto c = pool.counters();
+  EXPECT_EQ(c.submitted, 100u);
+  EXPECT_EQ(c.compiled, 1u);
+  EXPECT_EQ(c.deduped, 99u);
+}
+
+TEST(CompilePool, AWarmCacheAnswersInANewRuntime) {
+  TempDir d("kiln-test");
+  test::write(d.path() / "fill.cpp", test::kFillSource);
+  test::write(d.path() / "k.toml", test::kFillSpec);
+  KernelSpec s = load_spec(d.path() / "k.toml");
+  Options o = test::options_in(d.path());
+  for (int round = 0; round < 2; ++round) {
+    Runtime rt(o);
+    std::vector<BinaryFuture> fs;
+    for (const auto& c : s.space.all()) fs.push_back(rt.compile_pool("cpu").submit(make_compile_request(s, c)));
+    for (auto& f : fs) f.get();
+    auto c = rt.compile_pool("cpu").counters();
+    EXPECT_EQ(c.compiled, round == 0 ? 6u : 0u);
+    EXPECT_EQ(c.cache_hits, round == 0 ? 0u : 6u);
+  }
+  // KILN_NO_CACHE: nothing is read.
+  o.no_cache = true;
+  Runtime rt(o);
+  rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+  EXPECT_EQ(rt.compile_pool("cpu").counters().compiled, 1u);
+}
+
+// Several processes compile the same kernels into one cache at once: all
+// succeed, each key is compiled once in all, and no entry is torn.
+TEST(CompilePool, ConcurrentProcessesShareOneCacheWithoutTornEntries) {
+  TempDir d("kiln-test");
+  fs::path cache = d.path() / "cache";
+  std::string spec = test::kernels() + "/cpu/softmax.toml";
+  std::string cmd = "KILN_CACHE_DIR=" + cache.string() + " KILN_COMPILE_THREADS=2 " + test::kiln_exe() +
+                    " compile --json " + spec + " > " + d.path().string() + "/out.$i.json";
+  ProcessResult r = run_process({"bash", "-c", "for i in 0 1 2 3; do (" + cmd + ") & done; wait"}, 600);
+  ASSERT_TRUE(r.ok()) << r.describe() << r.output;
+  size_t compiled = 0, cached = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto text = read_file(d.path() / ("out." + std::to_string(i) + ".json"));
+    ASSERT_TRUE(text);
+    auto j = nlohmann::json::parse(*text);
+    EXPECT_EQ(j["totals"]["failed"], 0);
+    compiled += j["totals"]["compiled"].get<size_t>();
+    cached += j["totals"]["cached"].get<size_t>();
+  }
+  EXPECT_EQ(compiled, 8u) << "each of the 8 configs compiled once across the 4 processes";
+  EXPECT_EQ(cached, 24u);
+  CodeCache c(cache);
+  EXPECT_EQ(c.stats().entries, 8u);
+  KernelSpec s = load_spec(spec);
+  Options o = test::options_in(d.path());
+  Runtime rt(o);
+  for (const auto& cfg : s.space.all()) {
+    auto b = rt.compile_pool("cpu").submit(make_compile_request(s, cfg)).get();
+    EXPECT_TRUE(b->from_cache);
+    rt.load(*b);  // every entry loads
+  }
+  EXPECT_EQ(c.corrupt_seen(), 0u);
+}

@@ -1,0 +1,47 @@
+// Helpers shared by the tests: temporary folders with kernel files in them.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/fsutil.hpp"
+#include "kiln/options.hpp"
+
+namespace kiln::test {
+
+inline void write(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// Options for a test: a private cache folder inside `dir`, no progress bars.
+inline Options options_in(const std::filesystem::path& dir) {
+  Options o = Options::from_env();
+  o.cache_dir = dir / "cache";
+  o.quiet = true;
+  return o;
+}
+
+inline std::string kiln_exe() { return std::string(KILN_BINARY_DIR) + "/kiln"; }
+inline std::string kernels() { return std::string(KILN_SOURCE_DIR) + "/kernels"; }
+
+// A one-buffer kernel: out[i] = i * SCALE, over a 1-d grid of cdiv(N, BLOCK).
+inline const char* kFillSpec = R"SPEC(name = "fill"
+backend = "cpu"
+source = "fill.cpp"
+entry = "fill"
+grid = ["cdiv(N, BLOCK)"]
+args = [ { name = "out", type = "i64*", size = "N", intent = "out" }, { name = "N", type = "i64" } ]
+[params]
+BLOCK = [1, 4, 16]
+SCALE = [1, 3]
+)SPEC";
+
+inline const char* kFillSource = R"SRC(
+void fill(kiln::program_id pid, int64_t* out, int64_t n) {
+  for (int64_t i = pid.x * BLOCK; i < (pid.x + 1) * BLOCK && i < n; ++i) out[i] = i * SCALE;
+}
+)SRC";
+
+}  // namespace kiln::test
