@@ -113,7 +113,7 @@ TEST_F(Fixture, TheSameKeyGivesTheSameLoadedKernelAndTheLastUserUnloadsIt) {
   KernelSpec s = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
   Runtime rt(opts);
   auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
-  std::string tag = "memfd:kiln-" + bin->key.substr(0, 16);
+  std::string tag = "/" + bin->key.substr(0, 16) + "-";
   auto a = rt.load(*bin);
   auto b = rt.load(*bin);
   EXPECT_EQ(a.get(), b.get());
@@ -186,5 +186,21 @@ TEST_F(Fixture, AnUnusableCompilerIsAClearError) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("KILN_CXX=/nonexistent/c++"), std::string::npos) << e.what();
+  }
+}
+
+// Regression: loads reused one path name, and dlopen answers a name it has
+// loaded already with that object, so a second kernel ran the first's code.
+TEST_F(Fixture, KernelsLoadedTogetherEachRunTheirOwnCode) {
+  KernelSpec s = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
+  Runtime rt(opts);
+  std::vector<std::shared_ptr<LoadedKernel>> held;
+  for (const auto& c : s.space.all()) held.push_back(rt.load(*rt.compile_pool("cpu").submit(make_compile_request(s, c)).get()));
+  for (size_t i = 0; i < held.size(); ++i) {
+    Config c = s.space.at(i);
+    int64_t out[8] = {}, n = 8, *p = out;
+    void* params[] = {&p, &n};
+    held[i]->launch(params, Grid{8, 1, 1});
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(out[j], j * *c.get("SCALE")) << c.str();
   }
 }

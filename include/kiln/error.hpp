@@ -22,6 +22,7 @@ enum class Errc {
 };
 
 const char* errc_name(Errc c) noexcept;
+Errc errc_from_name(const std::string& name) noexcept;  // Errc::internal if unknown
 
 class Error : public std::runtime_error {
  public:

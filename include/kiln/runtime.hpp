@@ -14,6 +14,8 @@
 
 namespace kiln {
 
+class WorkerPool;
+
 class Runtime {
  public:
   explicit Runtime(Options opts = Options::from_env());
@@ -30,6 +32,9 @@ class Runtime {
   std::shared_ptr<LoadedKernel> load(const Binary& bin);
   // Which compile mode a backend gets: the option, or the backend's default.
   CompileMode compile_mode(const std::string& backend);
+  // The kiln-worker processes (KILN_WORKERS of them, default the compile
+  // threads), made on first use; workers themselves start on first request.
+  std::shared_ptr<WorkerPool> worker_pool();
 
  private:
   struct BackendState;
@@ -40,6 +45,7 @@ class Runtime {
   std::shared_ptr<CodeCache> code_cache_;
   bool code_cache_made_ = false;
   std::map<std::string, std::unique_ptr<BackendState>> backends_;
+  std::shared_ptr<WorkerPool> workers_;
 };
 
 }  // namespace kiln

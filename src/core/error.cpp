@@ -20,6 +20,13 @@ const char* errc_name(Errc c) noexcept {
   return "unknown";
 }
 
+Errc errc_from_name(const std::string& name) noexcept {
+  for (Errc c : {Errc::spec, Errc::expr, Errc::compile, Errc::worker, Errc::launch, Errc::tune, Errc::cache,
+                 Errc::io, Errc::usage, Errc::internal})
+    if (name == errc_name(c)) return c;
+  return Errc::internal;
+}
+
 std::string errno_text(int err) {
   char buf[256];
   // GNU strerror_r returns a pointer that may or may not be buf.

@@ -1,6 +1,8 @@
 #include "kiln/runtime.hpp"
 
+#include "compile/worker_compiler.hpp"
 #include "core/format.hpp"
+#include "worker/worker_pool.hpp"
 
 namespace kiln {
 
@@ -43,15 +45,25 @@ CompilePool& Runtime::compile_pool(const std::string& name) {
   BackendState& st = state(name);
   std::shared_ptr<CodeCache> cache = code_cache();
   CompileMode mode = compile_mode(name);
+  std::shared_ptr<WorkerPool> workers = mode == CompileMode::subprocess ? worker_pool() : nullptr;
   std::lock_guard<std::mutex> g(m_);
   if (!st.pool) {
-    if (mode == CompileMode::subprocess)
-      fail(Errc::usage, "KILN_COMPILE_MODE=subprocess is not available yet");
-    std::shared_ptr<Compiler> c = std::make_shared<DirectCompiler>(st.backend);
+    std::shared_ptr<Compiler> c;
+    if (workers) c = std::make_shared<WorkerCompiler>(workers, opts_);
+    else c = std::make_shared<DirectCompiler>(st.backend);
     if (cache) c = std::make_shared<CachingCompiler>(c, cache);
     st.pool = std::make_unique<CompilePool>(st.backend, c, opts_.resolved_compile_threads());
   }
   return *st.pool;
+}
+
+std::shared_ptr<WorkerPool> Runtime::worker_pool() {
+  std::lock_guard<std::mutex> g(m_);
+  if (!workers_) {
+    int n = opts_.workers > 0 ? opts_.workers : opts_.resolved_compile_threads();
+    workers_ = std::make_shared<WorkerPool>(WorkerPool::find_exe(opts_.worker_path), n);
+  }
+  return workers_;
 }
 
 std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/fsutil.hpp"
 #include "core/thread_pool.hpp"
 #include "kiln/backend.hpp"
 
@@ -23,7 +24,8 @@ class CpuBackend final : public Backend {
 
   // The C++ file kiln compiles for a request: prelude, parameter defines, the
   // user's source (with #line so messages name it), and the generated entry.
-  static std::string generate_source(const CompileRequest& req);
+  // `key` is embedded, and checked when the binary is loaded.
+  static std::string generate_source(const CompileRequest& req, const std::string& key);
 
  private:
   struct Toolchain {
@@ -39,6 +41,9 @@ class CpuBackend final : public Backend {
   Toolchain toolchain_;
   std::string toolchain_error_;
   std::shared_ptr<ThreadPool> pool_;
+  std::mutex load_mutex_;
+  std::unique_ptr<TempDir> load_dir_;  // where binaries wait to be mapped
+  uint64_t loads_ = 0;
 };
 
 }  // namespace kiln

@@ -1,0 +1,129 @@
+// kiln-worker: runs compile and benchmark requests for a WorkerPool, so that
+// a compiler or kernel that crashes or hangs takes down this process, not the
+// caller's. It speaks the protocol in worker/protocol.hpp on fd 3 and exits
+// when the other end goes away, even while a kernel is running.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "backends/serialize.hpp"
+#include "core/format.hpp"
+#include "tune/benchmarker.hpp"
+#include "worker/arena.hpp"
+#include "worker/protocol.hpp"
+
+using namespace kiln;
+using nlohmann::json;
+
+namespace {
+
+// Exits the process when the pool's end of the socket closes (its owner
+// exited or was killed), whatever the main thread is doing.
+void watch_parent(int sock) {
+  for (;;) {
+    pollfd pf{sock, POLLRDHUP, 0};
+    int r = ::poll(&pf, 1, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) ::_exit(0);
+  }
+}
+
+Options options_from(const json& j) {
+  Options o = Options::from_env();
+  if (j.contains("cxx")) o.cxx = j["cxx"].get<std::string>();
+  if (j.contains("compile_timeout_s")) o.compile_timeout_s = j["compile_timeout_s"].get<double>();
+  if (j.contains("launch_threads")) o.launch_threads = j["launch_threads"].get<int>();
+  return o;
+}
+
+struct Worker {
+  std::map<std::string, std::shared_ptr<Backend>> backends;  // by backend + options
+  std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;
+
+  Backend& backend(const std::string& name, const Options& o) {
+    std::string id = fmt::format("{}|{}|{}", name, o.cxx, o.launch_threads);
+    auto it = backends.find(id);
+    if (it != backends.end()) return *it->second;
+    return *backends.emplace(id, make_backend(name, o)).first->second;
+  }
+
+  json handle(const json& req, int fd) {
+    const std::string op = req.at("op").get<std::string>();
+    if (op == "ping") return {{"ok", true}, {"pid", ::getpid()}};
+    if (op == "shutdown") return {{"ok", true}};
+    Options o = options_from(req.value("options", json::object()));
+    if (op == "compile") {
+      CompileRequest r = compile_request_from_json(req.at("request"));
+      Binary b = backend(r.backend, o).compile(r, req.at("key").get<std::string>());
+      return {{"ok", true}, {"binary", wire::binary_to_json(b)}};
+    }
+    if (op == "bench") {
+      if (fd < 0) fail(Errc::worker, "a bench request came without its arena");
+      BenchPlan plan = bench_plan_from_json(req.at("plan"));
+      SharedArena arena = SharedArena::attach(fd, plan.arena_bytes);
+      Binary b = wire::binary_from_json(req.at("binary"));
+      std::shared_ptr<LoadedKernel>& k = loaded[b.key];
+      if (!k) k = backend(b.backend, o).load(b);
+      BenchResult res = run_bench(*k, plan, arena.data());
+      return {{"ok", true}, {"result", to_json(res)}};
+    }
+    fail(Errc::worker, "unknown request '{}'", op);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int sock = 3;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--socket-fd") == 0 && i + 1 < argc) {
+      sock = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--help") == 0) {
+      std::printf("kiln-worker: started by kiln to compile and benchmark kernels in a process of their own.\n"
+                  "It is not meant to be run by hand. Usage: kiln-worker --socket-fd N\n");
+      return 0;
+    }
+  }
+  if (::fcntl(sock, F_GETFD) < 0) {
+    std::fprintf(stderr, "kiln-worker: fd %d is not open; kiln-worker is started by kiln, not by hand\n", sock);
+    return 2;
+  }
+  std::thread(watch_parent, sock).detach();
+  Worker w;
+  for (;;) {
+    json req;
+    int fd = -1;
+    wire::Recv r;
+    try {
+      r = wire::recv(sock, req, &fd, -1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln-worker: %s\n", e.what());
+      return 1;
+    }
+    if (r != wire::Recv::ok) return 0;
+    json reply;
+    try {
+      reply = w.handle(req, fd);
+    } catch (const Error& e) {
+      reply = {{"ok", false}, {"error", {{"code", errc_name(e.code())}, {"message", e.what()}}}};
+    } catch (const std::exception& e) {
+      reply = {{"ok", false}, {"error", {{"code", "internal"}, {"message", e.what()}}}};
+    }
+    bool stop = req.value("op", "") == "shutdown";
+    if (!wire::send(sock, reply)) return 0;
+    if (stop) return 0;
+  }
+}
+
+// Built with AddressSanitizer, let a kernel's fault end the worker by its
+// signal, as it does without, so the pool reports what really happened.
+extern "C" const char* __asan_default_options() {
+  return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0";
+}

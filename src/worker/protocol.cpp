@@ -1,0 +1,206 @@
+#include "worker/protocol.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "backends/serialize.hpp"
+#include "core/format.hpp"
+
+namespace kiln::wire {
+
+using nlohmann::json;
+
+bool send(int sock, const json& msg, int fd) {
+  std::vector<uint8_t> body = json::to_cbor(msg);
+  if (body.size() > kMaxFrame) fail(Errc::worker, "a worker message of {} bytes is too large", body.size());
+  uint32_t n = static_cast<uint32_t>(body.size());
+  uint8_t head[4] = {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n >> 16),
+                     static_cast<uint8_t>(n >> 24)};
+  body.insert(body.begin(), head, head + 4);
+  size_t off = 0;
+  bool fd_sent = fd < 0;
+  while (off < body.size()) {
+    iovec iov{body.data() + off, body.size() - off};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    if (!fd_sent) {
+      std::memset(ctrl, 0, sizeof ctrl);
+      mh.msg_control = ctrl;
+      mh.msg_controllen = sizeof ctrl;
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    ssize_t w = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    fd_sent = true;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reads exactly n bytes; the first read may pick up a passed fd.
+Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point deadline, bool has_deadline) {
+  size_t got = 0;
+  while (got < n) {
+    if (has_deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Recv::timeout;
+      pollfd pf{sock, POLLIN, 0};
+      int r = ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) continue;
+    }
+    iovec iov{p + got, n - got};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    ssize_t r = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Recv::eof;  // a reset connection is a gone peer
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        if (fd_out && *fd_out < 0) *fd_out = fd;
+        else ::close(fd);
+      }
+    }
+    if (r == 0) return Recv::eof;
+    got += static_cast<size_t>(r);
+  }
+  return Recv::ok;
+}
+
+}  // namespace
+
+Recv recv(int sock, json& out, int* fd_out, int timeout_ms) {
+  if (fd_out) *fd_out = -1;
+  bool has_deadline = timeout_ms >= 0;
+  auto deadline = Clock::now() + std::chrono::milliseconds(has_deadline ? timeout_ms : 0);
+  uint8_t head[4];
+  Recv r = read_exact(sock, head, 4, fd_out, deadline, has_deadline);
+  if (r != Recv::ok) return r;
+  uint32_t n = head[0] | (head[1] << 8) | (head[2] << 16) | (static_cast<uint32_t>(head[3]) << 24);
+  if (n > kMaxFrame) fail(Errc::worker, "a worker frame claims {} bytes", n);
+  std::vector<uint8_t> body(n);
+  r = read_exact(sock, body.data(), n, fd_out, deadline, has_deadline);
+  if (r != Recv::ok) return r;
+  try {
+    out = json::from_cbor(body);
+  } catch (const std::exception& e) {
+    fail(Errc::worker, "a worker frame does not decode: {}", e.what());
+  }
+  return Recv::ok;
+}
+
+json binary_to_json(const Binary& b) {
+  json j = binary_meta_to_json(b);
+  j["bytes"] = json::binary(b.bytes);
+  return j;
+}
+
+Binary binary_from_json(const json& j) {
+  Binary b = binary_from_meta_json(j);
+  const auto& bytes = j.at("bytes").get_binary();
+  b.bytes.assign(bytes.begin(), bytes.end());
+  return b;
+}
+
+}  // namespace kiln::wire
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+DType dtype_of(const std::string& s) {
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64})
+    if (s == dtype_name(t)) return t;
+  fail(Errc::worker, "unknown dtype '{}' in a bench plan", s);
+}
+Intent intent_of(const std::string& s) {
+  for (Intent i : {Intent::in, Intent::out, Intent::inout})
+    if (s == intent_name(i)) return i;
+  fail(Errc::worker, "unknown intent '{}' in a bench plan", s);
+}
+}  // namespace
+
+json to_json(const BenchPlan& p) {
+  json args = json::array();
+  for (const auto& a : p.args)
+    args.push_back({{"buffer", a.buffer}, {"dtype", dtype_name(a.dtype)}, {"intent", intent_name(a.intent)},
+                    {"elements", a.elements}, {"pristine", a.pristine}, {"work", a.work}, {"result", a.result},
+                    {"scalar", a.scalar_bits}, {"name", a.name}});
+  const BenchSettings& s = p.settings;
+  return {{"args", args},
+          {"grid", {p.grid.x, p.grid.y, p.grid.z}},
+          {"arena_bytes", p.arena_bytes},
+          {"settings",
+           {{"budget_ms", s.budget_ms}, {"min_reps", s.min_reps}, {"max_reps", s.max_reps}, {"warmup", s.warmup},
+            {"flush", s.flush}}}};
+}
+
+BenchPlan bench_plan_from_json(const json& j) {
+  BenchPlan p;
+  for (const auto& a : j.at("args")) {
+    BenchArg b;
+    b.buffer = a.at("buffer").get<bool>();
+    b.dtype = dtype_of(a.at("dtype").get<std::string>());
+    b.intent = intent_of(a.at("intent").get<std::string>());
+    b.elements = a.at("elements").get<int64_t>();
+    b.pristine = a.at("pristine").get<uint64_t>();
+    b.work = a.at("work").get<uint64_t>();
+    b.result = a.at("result").get<uint64_t>();
+    b.scalar_bits = a.at("scalar").get<uint64_t>();
+    b.name = a.at("name").get<std::string>();
+    p.args.push_back(std::move(b));
+  }
+  const auto& g = j.at("grid");
+  p.grid = {g.at(0).get<int64_t>(), g.at(1).get<int64_t>(), g.at(2).get<int64_t>()};
+  p.arena_bytes = j.at("arena_bytes").get<uint64_t>();
+  const auto& s = j.at("settings");
+  p.settings.budget_ms = s.at("budget_ms").get<double>();
+  p.settings.min_reps = s.at("min_reps").get<int>();
+  p.settings.max_reps = s.at("max_reps").get<int>();
+  p.settings.warmup = s.at("warmup").get<int>();
+  p.settings.flush = s.at("flush").get<bool>();
+  return p;
+}
+
+json to_json(const BenchResult& r) {
+  return {{"ns", r.ns}, {"median_ns", r.median_ns}, {"min_ns", r.min_ns}, {"max_ns", r.max_ns},
+          {"checksum", r.checksum}};
+}
+
+BenchResult bench_result_from_json(const json& j) {
+  BenchResult r;
+  r.ns = j.at("ns").get<std::vector<double>>();
+  r.median_ns = j.at("median_ns").get<double>();
+  r.min_ns = j.at("min_ns").get<double>();
+  r.max_ns = j.at("max_ns").get<double>();
+  r.checksum = j.at("checksum").get<std::string>();
+  return r;
+}
+
+}  // namespace kiln

@@ -1,0 +1,293 @@
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/runtime.hpp"
+#include "tune/benchmarker.hpp"
+#include "util.hpp"
+#include "worker/worker_pool.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Proc {
+  pid_t pid;
+  pid_t ppid;
+  char state;
+};
+
+// Every process whose parent is this one, read from /proc.
+std::vector<Proc> children() {
+  std::vector<Proc> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto stat = read_file(e.path() / "stat");
+    if (!stat) continue;
+    auto close = stat->rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat->substr(close + 2));
+    Proc p{std::stoi(name), 0, '?'};
+    rest >> p.state >> p.ppid;
+    if (p.ppid == ::getpid()) out.push_back(p);
+  }
+  return out;
+}
+
+bool exists(pid_t p) { return ::kill(p, 0) == 0 || errno != ESRCH; }
+
+// No zombie among our children, and the live ones are exactly `expected`.
+void expect_children_are(const std::vector<pid_t>& expected) {
+  std::set<pid_t> want(expected.begin(), expected.end()), got;
+  for (const auto& c : children()) {
+    EXPECT_NE(c.state, 'Z') << "zombie " << c.pid;
+    got.insert(c.pid);
+  }
+  EXPECT_EQ(want, got);
+}
+
+const char* kBadSpec = R"SPEC(name = "bad"
+backend = "cpu"
+source = "bad.cpp"
+entry = "bad"
+grid = ["1"]
+args = [ { name = "out", type = "i64*", size = "n", intent = "out" },
+         { name = "inp", type = "i64*", size = "n", intent = "in" },
+         { name = "n", type = "i64" } ]
+[params]
+MODE = [0, 1, 2, 3, 4]
+)SPEC";
+
+// MODE 0 works; 1 dereferences null; 2 loops forever; 3 aborts; 4 writes to its input.
+const char* kBadSource = R"SRC(#include <cstdlib>
+void bad(kiln::program_id, int64_t* out, int64_t* inp, int64_t n) {
+#if MODE == 1
+  *static_cast<volatile int64_t*>(nullptr) = 1;
+#elif MODE == 2
+  for (volatile int i = 0;; i = i + 1) {}
+#elif MODE == 3
+  std::abort();
+#elif MODE == 4
+  inp[0] = 42;
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * 2;
+}
+)SRC";
+
+struct WorkerTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_timeout_s = 1;
+    opts.workers = 1;
+    opts.bench_budget_ms = 5;
+  }
+};
+
+}  // namespace
+
+TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn) {
+  test::write(dir.path() / "bad.cpp", kBadSource);
+  test::write(dir.path() / "k.toml", kBadSpec);
+  KernelSpec s = load_spec(dir.path() / "k.toml");
+  Runtime rt(opts);
+  auto pool = rt.worker_pool();
+  Benchmarker bench(pool, opts);
+  HostArgs args(s, s.space.at(0), parse_scalars(s, {{"n", "16"}}));
+  args.fill_random(3);
+  BenchArena arena(s, args.params());
+  auto run = [&](int mode) {
+    Config c = s.space.at(static_cast<size_t>(mode));
+    auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, c)).get();
+    return bench.run(*bin, nullptr, arena, Grid{}, "kernel 'bad' (config " + c.str() + ")");
+  };
+  auto good = [&] {
+    BenchResult r = run(0);
+    EXPECT_GE(r.ns.size(), 3u);
+    auto out = arena.result(0);
+    auto* o = reinterpret_cast<const int64_t*>(out.data());
+    auto* in = reinterpret_cast<const int64_t*>(args.buffer(1).data());
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(o[i], in[i] * 2);
+  };
+  auto expect_error = [&](int mode, Errc code, std::vector<std::string> words) {
+    try {
+      run(mode);
+      ADD_FAILURE() << "mode " << mode << " did not fail";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << w << " in: " << e.what();
+    }
+    good();  // the pool still serves
+  };
+  good();
+  expect_error(1, Errc::worker, {"benchmarking kernel 'bad' (config MODE=1)", "killed by SIGSEGV", "retried once",
+                                 "KILN_TUNE_IN_PROCESS=1"});
+  expect_error(2, Errc::worker, {"config MODE=2", "timed out after 1s", "retried once"});
+  expect_error(3, Errc::worker, {"config MODE=3", "killed by SIGABRT"});
+  expect_error(4, Errc::launch, {"wrote to 'inp'"});  // a wrong kernel, not a crash: no retry
+  auto c = pool->counters();
+  EXPECT_EQ(c.crashed, 4u);
+  EXPECT_EQ(c.timed_out, 2u);
+  expect_children_are(pool->pids());
+}
+
+TEST_F(WorkerTest, ACompilerThatKillsItselfIsACompileErrorAndThePoolGoesOn) {
+  fs::path script = dir.path() / "crashing-cxx";
+  test::write(script, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nkill -SEGV $$\n");
+  ::chmod(script.c_str(), 0755);
+  test::write(dir.path() / "fill.cpp", test::kFillSource);
+  test::write(dir.path() / "k.toml", test::kFillSpec);
+  KernelSpec s = load_spec(dir.path() / "k.toml");
+  for (CompileMode mode : {CompileMode::subprocess, CompileMode::threads}) {
+    Options o = opts;
+    o.cxx = script.string();
+    o.compile_mode = mode;
+    o.no_cache = true;
+    Runtime rt(o);
+    try {
+      rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
+      ADD_FAILURE() << "compiled";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::compile) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the compiler killed by SIGSEGV"), std::string::npos) << e.what();
+    }
+    if (mode == CompileMode::subprocess) {
+      auto reply = rt.worker_pool()->call({{{"op", "ping"}}, -1, 5, "ping", ""});
+      EXPECT_TRUE(reply["ok"].get<bool>());
+    }
+  }
+}
+
+TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
+  std::string params = "X = [";
+  for (int i = 0; i < 50; ++i) params += std::to_string(i) + (i < 49 ? ", " : "]");
+  test::write(dir.path() / "x.cpp", "void x(kiln::program_id, int64_t* out) { out[0] = X; }\n");
+  test::write(dir.path() / "k.toml", "name = \"x\"\nbackend = \"cpu\"\nsource = \"x.cpp\"\nentry = \"x\"\ngrid = [\"1\"]\n"
+                                      "args = [ { name = \"out\", type = \"i64*\", size = \"1\", intent = \"out\" } ]\n"
+                                      "[params]\n" + params + "\n");
+  KernelSpec s = load_spec(dir.path() / "k.toml");
+  opts.compile_mode = CompileMode::subprocess;
+  opts.no_cache = true;
+  opts.workers = 2;
+  opts.compile_threads = 2;
+  Runtime rt(opts);
+  auto pool = rt.worker_pool();
+  std::vector<BinaryFuture> fs;
+  for (const auto& c : s.space.all()) fs.push_back(rt.compile_pool("cpu").submit(make_compile_request(s, c)));
+
+  std::atomic<bool> done{false};
+  std::atomic<int> kills{0};
+  std::thread killer([&] {
+    std::mt19937 rng(7);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 200));
+      auto pids = pool->pids();
+      if (pids.empty()) continue;
+      if (::kill(pids[rng() % pids.size()], SIGKILL) == 0) ++kills;
+    }
+  });
+  int ok = 0, failed = 0;
+  for (size_t i = 0; i < fs.size(); ++i) {
+    try {
+      auto b = fs[i].get();
+      EXPECT_EQ(b->config_text, s.space.at(i).str());
+      auto k = rt.load(*b);  // a compile that "succeeded" must give a loadable binary
+      int64_t out = -1, *p = &out;
+      void* prm[] = {&p};
+      k->launch(prm, Grid{});
+      EXPECT_EQ(out, static_cast<int64_t>(i));
+      ++ok;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::worker) << e.what();
+      EXPECT_NE(std::string(e.what()).find("killed by SIGKILL"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("KILN_COMPILE_THREADS=1"), std::string::npos) << e.what();
+      ++failed;
+    }
+  }
+  done = true;
+  killer.join();
+  EXPECT_EQ(ok + failed, 50);
+  EXPECT_GE(kills.load(), 3) << "the test must kill workers to mean anything";
+  EXPECT_GT(ok, 25);
+  auto c = pool->counters();
+  EXPECT_GE(c.crashed, 1u);
+  auto reply = pool->call({{{"op", "ping"}}, -1, 5, "ping", ""});
+  EXPECT_TRUE(reply["ok"].get<bool>());
+  expect_children_are(pool->pids());
+}
+
+TEST_F(WorkerTest, WarmQuiesceWakeupAndNoProcessOutlivesThePool) {
+  std::vector<pid_t> pids;
+  {
+    WorkerPool pool(WorkerPool::find_exe({}), 3);
+    EXPECT_TRUE(pool.pids().empty());
+    pool.warm();
+    pids = pool.pids();
+    EXPECT_EQ(pids.size(), 3u);
+    expect_children_are(pids);
+    pool.quiesce();
+    EXPECT_TRUE(pool.pids().empty());
+    expect_children_are({});
+    pool.wakeup();
+    pids = pool.pids();
+    EXPECT_EQ(pids.size(), 3u);
+  }
+  for (pid_t p : pids) EXPECT_FALSE(exists(p)) << p;
+  expect_children_are({});
+}
+
+// When the pool's owner ends without its destructor (an uncaught exception,
+// SIGKILL), its workers notice their socket closing and exit.
+TEST_F(WorkerTest, WorkersExitWhenTheirOwnerEndsHoweverItEnds) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned workers become ours, so we can see them end
+  std::string owner = std::string(KILN_BINARY_DIR) + "/tests/kiln_test_owner";
+  for (std::string mode : {"exit", "throw", "hang"}) {
+    SCOPED_TRACE(mode);
+    fs::path pidfile = dir.path() / ("pids-" + mode);
+    SpawnedChild c = spawn_with_socket({owner, mode, pidfile.string()});
+    auto t0 = std::chrono::steady_clock::now();
+    while (!fs::exists(pidfile) && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(10ms);
+    std::vector<pid_t> workers;
+    std::ifstream in(pidfile);
+    for (pid_t p; in >> p;) workers.push_back(p);
+    ASSERT_EQ(workers.size(), 2u);
+    if (mode == "hang") ::kill(c.pid, SIGKILL);
+    int status = reap(c.pid);
+    if (mode == "exit") {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == (mode == "throw" ? SIGABRT : SIGKILL));
+    }
+    // Each worker is gone (the owner reaped it) or becomes our child and exits.
+    for (pid_t w : workers) {
+      bool ended = false;
+      for (auto t = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - t < 5s;) {
+        int st;
+        pid_t r = ::waitpid(w, &st, WNOHANG);
+        if (r == w || (r < 0 && !exists(w))) {
+          ended = true;
+          break;
+        }
+        std::this_thread::sleep_for(10ms);
+      }
+      EXPECT_TRUE(ended) << "worker " << w << " outlived its owner (" << mode << ")";
+    }
+  }
+  expect_children_are({});
+}
