@@ -34,6 +34,9 @@ test-sanitize: deps $(ASAN_BUILD)/build.ninja
 
 test: test-fast test-sanitize
 
+bench: build
+	./$(BUILD)/bench/kiln_bench_workers
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
 

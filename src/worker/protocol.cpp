@@ -57,14 +57,16 @@ using Clock = std::chrono::steady_clock;
 // Reads exactly n bytes; the first read may pick up a passed fd.
 Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point deadline, bool has_deadline) {
   size_t got = 0;
+  bool wait_first = false;  // with a deadline: try to read, and poll only when nothing is there yet
   while (got < n) {
-    if (has_deadline) {
+    if (has_deadline && wait_first) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return Recv::timeout;
       pollfd pf{sock, POLLIN, 0};
       int r = ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) continue;
+      wait_first = false;
     }
     iovec iov{p + got, n - got};
     msghdr mh{};
@@ -73,9 +75,13 @@ Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point d
     alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
     mh.msg_control = ctrl;
     mh.msg_controllen = sizeof ctrl;
-    ssize_t r = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t r = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (has_deadline ? MSG_DONTWAIT : 0));
     if (r < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait_first = true;
+        continue;
+      }
       return Recv::eof;  // a reset connection is a gone peer
     }
     for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
