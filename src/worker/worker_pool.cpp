@@ -158,6 +158,7 @@ nlohmann::json WorkerPool::call(const Request& r) {
   {
     std::unique_lock<std::mutex> lk(m_);
     ++counters_.calls;
+    reap_idle();
     for (;;) {
       for (auto& x : slots_)
         if (!x.busy && (!s || (s->pid < 0 && x.pid >= 0))) s = &x;  // prefer a started worker
@@ -200,8 +201,14 @@ nlohmann::json WorkerPool::call(const Request& r) {
   fail(Errc::internal, "unreachable");
 }
 
-std::vector<pid_t> WorkerPool::pids() const {
+void WorkerPool::reap_idle() {
+  for (auto& s : slots_)
+    if (!s.busy) alive(s);
+}
+
+std::vector<pid_t> WorkerPool::pids() {
   std::lock_guard<std::mutex> g(m_);
+  reap_idle();
   std::vector<pid_t> out;
   for (const auto& s : slots_)
     if (s.pid >= 0) out.push_back(s.pid);

@@ -45,7 +45,7 @@ class WorkerPool {
   // Error(Errc::worker) when the worker crashed or hung twice.
   nlohmann::json call(const Request& r);
 
-  std::vector<pid_t> pids() const;  // live workers, for tests and tools
+  std::vector<pid_t> pids();  // live workers (dead idle ones are reaped first), for tests and tools
   int size() const { return static_cast<int>(slots_.size()); }
   const std::filesystem::path& exe() const { return exe_; }
 
@@ -67,6 +67,7 @@ class WorkerPool {
   void spawn(Slot& s);
   void stop(Slot& s, bool polite);  // ends and reaps the worker
   bool alive(Slot& s);              // reaps it if it has died
+  void reap_idle();                 // alive() on every idle slot; holds m_
   // One attempt: "" on success (reply in `out`), else what went wrong.
   std::string attempt(Slot& s, const Request& r, nlohmann::json& out);
 
