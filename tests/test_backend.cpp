@@ -52,7 +52,7 @@ void ids(kiln::program_id p, int64_t* out, int64_t X, int64_t Y, int32_t Z) {
   Config cfg = s.space.at(0);
   auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, cfg)).get();
   auto k = rt.load(*bin);
-  HostArgs args(s, cfg, parse_scalars(s, {{"X", "7"}, {"Y", "5"}, {"Z", "3"}}));
+  HostArgs args(s, parse_scalars(s, {{"X", "7"}, {"Y", "5"}, {"Z", "3"}}));
   std::vector<int64_t> slots(s.args.size());
   read_int_slots(s, args.params(), slots.data());
   Grid g = GridPlan(s, cfg).eval(slots.data());

@@ -109,7 +109,7 @@ TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn
   Runtime rt(opts);
   auto pool = rt.worker_pool();
   Benchmarker bench(pool, opts);
-  HostArgs args(s, s.space.at(0), parse_scalars(s, {{"n", "16"}}));
+  HostArgs args(s, parse_scalars(s, {{"n", "16"}}));
   args.fill_random(3);
   BenchArena arena(s, args.params());
   auto run = [&](int mode) {

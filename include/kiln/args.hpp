@@ -38,8 +38,8 @@ void read_int_slots(const KernelSpec& spec, void* const* params, int64_t* slots)
 class HostArgs {
  public:
   // Allocates every pointer argument (its size expression evaluated with the
-  // scalars and `config`) and stores the scalars. Buffers start zeroed.
-  HostArgs(const KernelSpec& spec, const Config& config, const std::vector<ScalarValue>& scalars);
+  // scalars) and stores the scalars. Buffers start zeroed.
+  HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scalars);
   HostArgs(HostArgs&&) noexcept;
   HostArgs& operator=(HostArgs&&) noexcept;
   ~HostArgs();

@@ -7,6 +7,7 @@
 // compile among identical requests in flight.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -98,8 +99,26 @@ class CompilePool {
   std::vector<std::thread> threads_;
 };
 
-// Waits for every future. With `show`, draws a progress bar on stderr while
-// waiting (callers pass show = stderr is a terminal and not --quiet).
+// A progress bar on stderr: drawn only when `show` (callers pass: stderr is
+// a terminal and not --quiet), redrawn on each set() and at most every 100 ms
+// by tick(); cleared when destroyed.
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, size_t total, bool show);
+  ~ProgressBar();
+  void set(size_t done);
+  void tick();  // redraws the clock
+  void label(std::string l);
+
+ private:
+  void draw();
+  std::string label_;
+  size_t total_, done_ = 0;
+  bool show_;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+// Waits for every future, drawing a progress bar when `show`.
 void wait_all(const std::vector<BinaryFuture>& futures, const std::string& label, bool show);
 bool stderr_is_terminal();
 

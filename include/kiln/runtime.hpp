@@ -11,6 +11,8 @@
 #include "kiln/code_cache.hpp"
 #include "kiln/compile_pool.hpp"
 #include "kiln/options.hpp"
+#include "kiln/tuner.hpp"
+#include "kiln/tuning.hpp"
 
 namespace kiln {
 
@@ -35,6 +37,10 @@ class Runtime {
   // The kiln-worker processes (KILN_WORKERS of them, default the compile
   // threads), made on first use; workers themselves start on first request.
   std::shared_ptr<WorkerPool> worker_pool();
+  // The tuning cache, or nullptr with KILN_NO_CACHE.
+  std::shared_ptr<TuningCache> tuning_cache();
+  // Tunes a kernel for the tuning-key values of `params` (see Tuner).
+  TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o = {});
 
  private:
   struct BackendState;
@@ -46,6 +52,8 @@ class Runtime {
   bool code_cache_made_ = false;
   std::map<std::string, std::unique_ptr<BackendState>> backends_;
   std::shared_ptr<WorkerPool> workers_;
+  std::shared_ptr<TuningCache> tuning_cache_;
+  bool tuning_cache_made_ = false;
 };
 
 }  // namespace kiln

@@ -134,34 +134,50 @@ std::vector<CompileRecord> CompilePool::records() const {
 
 bool stderr_is_terminal() { return ::isatty(2) == 1; }
 
-void wait_all(const std::vector<BinaryFuture>& futures, const std::string& label, bool show) {
-  auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
-  size_t drawn = static_cast<size_t>(-1);
-  auto draw = [&] {
-    if (!show || done == drawn) return;
-    drawn = done;
-    constexpr int width = 30;
-    size_t n = futures.size();
-    int fill = n ? static_cast<int>(width * done / n) : width;
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string bar(fill, '#');
-    bar.resize(width, '.');
-    std::fprintf(stderr, "\r\033[K[%s] %zu/%zu %s %.1fs", bar.c_str(), done, n, label.c_str(), secs);
-    std::fflush(stderr);
-  };
+ProgressBar::ProgressBar(std::string label, size_t total, bool show)
+    : label_(std::move(label)), total_(total), show_(show), start_(std::chrono::steady_clock::now()), last_(start_) {
   draw();
-  for (const auto& f : futures) {
-    while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      drawn = static_cast<size_t>(-1);  // redraw the clock
-      draw();
-    }
-    ++done;
-    draw();
-  }
-  if (show) {
+}
+
+ProgressBar::~ProgressBar() {
+  if (show_) {
     std::fprintf(stderr, "\r\033[K");
     std::fflush(stderr);
+  }
+}
+
+void ProgressBar::set(size_t done) {
+  done_ = done;
+  draw();
+}
+
+void ProgressBar::label(std::string l) {
+  label_ = std::move(l);
+  draw();
+}
+
+void ProgressBar::tick() {
+  if (std::chrono::steady_clock::now() - last_ >= std::chrono::milliseconds(100)) draw();
+}
+
+void ProgressBar::draw() {
+  if (!show_) return;
+  last_ = std::chrono::steady_clock::now();
+  constexpr size_t width = 30;
+  size_t fill = total_ ? width * done_ / total_ : width;
+  std::string bar(fill, '#');
+  bar.resize(width, '.');
+  double secs = std::chrono::duration<double>(last_ - start_).count();
+  std::fprintf(stderr, "\r\033[K[%s] %zu/%zu %s %.1fs", bar.c_str(), done_, total_, label_.c_str(), secs);
+  std::fflush(stderr);
+}
+
+void wait_all(const std::vector<BinaryFuture>& futures, const std::string& label, bool show) {
+  ProgressBar bar(label, futures.size(), show);
+  size_t done = 0;
+  for (const auto& f : futures) {
+    while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) bar.tick();
+    bar.set(++done);
   }
 }
 

@@ -93,7 +93,7 @@ void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed) {
   }
 }
 
-HostArgs::HostArgs(const KernelSpec& spec, const Config& config, const std::vector<ScalarValue>& scalars)
+HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scalars)
     : spec_(&spec) {
   size_t n = spec.args.size();
   if (scalars.size() != n) fail(Errc::internal, "HostArgs: {} scalar slots for {} args", scalars.size(), n);
@@ -108,7 +108,7 @@ HostArgs::HostArgs(const KernelSpec& spec, const Config& config, const std::vect
     for (size_t i = 0; i < n; ++i) {
       const ArgSpec& a = spec.args[i];
       if (a.pointer) {
-        int64_t count = compile_expr(spec, a.size, &config).eval(slots.data());
+        int64_t count = compile_expr(spec, a.size, nullptr).eval(slots.data());
         if (count < 0)
           fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name,
                a.size.str(), count);

@@ -2,6 +2,7 @@
 
 #include "compile/worker_compiler.hpp"
 #include "core/format.hpp"
+#include "tune/benchmarker.hpp"
 #include "worker/worker_pool.hpp"
 
 namespace kiln {
@@ -9,6 +10,7 @@ namespace kiln {
 struct Runtime::BackendState {
   std::shared_ptr<Backend> backend;
   std::unique_ptr<CompilePool> pool;
+  std::unique_ptr<Benchmarker> bench;
   std::mutex loaded_m;
   std::map<std::string, std::weak_ptr<LoadedKernel>> loaded;
 };
@@ -64,6 +66,28 @@ std::shared_ptr<WorkerPool> Runtime::worker_pool() {
     workers_ = std::make_shared<WorkerPool>(WorkerPool::find_exe(opts_.worker_path), n);
   }
   return workers_;
+}
+
+std::shared_ptr<TuningCache> Runtime::tuning_cache() {
+  std::lock_guard<std::mutex> g(m_);
+  if (!tuning_cache_made_) {
+    if (!opts_.no_cache) tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+    tuning_cache_made_ = true;
+  }
+  return tuning_cache_;
+}
+
+TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
+  BackendState& st = state(spec.backend);
+  CompilePool& pool = compile_pool(spec.backend);
+  std::shared_ptr<TuningCache> cache = tuning_cache();
+  {
+    std::shared_ptr<WorkerPool> workers = opts_.tune_in_process ? nullptr : worker_pool();
+    std::lock_guard<std::mutex> g(m_);
+    if (!st.bench) st.bench = std::make_unique<Benchmarker>(workers, opts_);
+  }
+  Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
+  return t.tune(spec, params, o);
 }
 
 std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {

@@ -32,7 +32,7 @@ void run_demo(Globals& g) {
   Config cfg = spec.tuning.default_config.value_or(configs.front());
   auto bin = futures[*spec.space.index_of(cfg)].get();
   auto kernel = rt.load(*bin);
-  HostArgs args(spec, cfg, parse_scalars(spec, {{"M", std::to_string(M)}, {"N", std::to_string(N)}, {"K", std::to_string(K)}}));
+  HostArgs args(spec, parse_scalars(spec, {{"M", std::to_string(M)}, {"N", std::to_string(N)}, {"K", std::to_string(K)}}));
   args.fill_random(1);
   std::vector<int64_t> slots(spec.args.size());
   read_int_slots(spec, args.params(), slots.data());

@@ -17,6 +17,7 @@ struct Globals {
 void add_compile(CLI::App& app, Globals& g);
 void add_cache(CLI::App& app, Globals& g);
 void add_demo(CLI::App& app, Globals& g);
+void add_tune(CLI::App& app, Globals& g);  // tune and report
 
 // Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
 // executable, else the source tree kiln was built from.

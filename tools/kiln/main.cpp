@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   }, "Print the version and exit");
   add_compile(app, g);
   add_cache(app, g);
+  add_tune(app, g);
   add_demo(app, g);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,371 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "kiln/args.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+#include "worker/worker_pool.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// MODE 0: correct, with 40 times the work; 1: correct; 2: off by one; 3: null dereference.
+const char* kSelSpec = R"SPEC(name = "sel"
+backend = "cpu"
+source = "sel.cpp"
+entry = "sel"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" },
+         { name = "n", type = "i64" } ]
+[params]
+MODE = [0, 1, 2, 3]
+[tuning]
+key = ["n"]
+reference = { MODE = 0 }
+)SPEC";
+
+const char* kSelSource = R"SRC(
+void sel(kiln::program_id, const float* x, float* y, int64_t n) {
+#if MODE == 3
+  *static_cast<volatile int*>(nullptr) = 0;
+#endif
+  const int reps = MODE == 0 ? 40 : 1;
+  for (int r = 0; r < reps; ++r)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 2.0f + (MODE == 2 ? 1.0f : 0.0f) + r * 0.0f;
+  asm volatile("" ::: "memory");
+}
+)SRC";
+
+struct TuneTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 5;
+    opts.bench_timeout_s = 5;
+    opts.workers = 1;
+  }
+  KernelSpec spec(const std::string& toml, const std::string& src_name, const std::string& src) {
+    test::write(dir.path() / src_name, src);
+    test::write(dir.path() / "k.toml", toml);
+    return load_spec(dir.path() / "k.toml");
+  }
+  const ConfigResult& result_of(const TuningRecord& r, const std::string& cfg) {
+    for (const auto& c : r.configs)
+      if (c.config.str() == cfg) return c;
+    throw std::runtime_error("no result for " + cfg);
+  }
+};
+
+}  // namespace
+
+TEST_F(TuneTest, PicksTheFastestCorrectConfigAndRecordsEveryFailure) {
+  KernelSpec s = spec(kSelSpec, "sel.cpp", kSelSource);
+  Runtime rt(opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "20000"}}));
+  args.fill_random(1);
+  std::vector<std::byte> before(args.buffer(1).begin(), args.buffer(1).end());
+  TuneOutcome o = rt.tune(s, args.params());
+  EXPECT_FALSE(o.from_cache);
+  const TuningRecord& r = o.record;
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->str(), "MODE=1");
+  EXPECT_EQ(r.reference, "MODE=0");
+  EXPECT_EQ(r.method, "exhaustive");
+  EXPECT_EQ(result_of(r, "MODE=2").error_kind, "wrong");
+  EXPECT_NE(result_of(r, "MODE=2").error.find("max error 1 "), std::string::npos) << result_of(r, "MODE=2").error;
+  EXPECT_EQ(result_of(r, "MODE=3").error_kind, "crash");
+  EXPECT_NE(result_of(r, "MODE=3").error.find("SIGSEGV"), std::string::npos);
+  EXPECT_TRUE(result_of(r, "MODE=0").ns.has_value());
+  // Tuning never writes the caller's buffers.
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), args.buffer(1).begin()));
+
+  // Run again: the record answers, nothing is re-run (the crashing config is not retried).
+  size_t crashes = rt.worker_pool()->counters().crashed;
+  TuneOutcome again = rt.tune(s, args.params());
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.record.best->str(), "MODE=1");
+  EXPECT_EQ(result_of(again.record, "MODE=3").error_kind, "crash");
+  EXPECT_EQ(rt.worker_pool()->counters().crashed, crashes);
+  // A new process (runtime) reads the same record; --force tunes again.
+  Runtime rt2(opts);
+  EXPECT_TRUE(rt2.tune(s, args.params()).from_cache);
+  TuneOptions force;
+  force.force = true;
+  EXPECT_FALSE(rt2.tune(s, args.params(), force).from_cache);
+}
+
+TEST_F(TuneTest, InProcessTuningGivesTheSameAnswerForWellBehavedConfigs) {
+  std::string toml = kSelSpec;
+  toml.replace(toml.find("MODE = [0, 1, 2, 3]"), 19, "MODE = [0, 1, 2]");
+  KernelSpec s = spec(toml, "sel.cpp", kSelSource);
+  opts.tune_in_process = true;
+  Runtime rt(opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "20000"}}));
+  args.fill_random(2);
+  TuneOutcome o = rt.tune(s, args.params());
+  ASSERT_TRUE(o.record.best);
+  EXPECT_EQ(o.record.best->str(), "MODE=1");
+  EXPECT_EQ(result_of(o.record, "MODE=2").error_kind, "wrong");
+}
+
+TEST_F(TuneTest, PrunesConfigsThatCannotRunBeforeCompiling) {
+  KernelSpec s = spec(R"SPEC(name = "p"
+backend = "cpu"
+source = "p.cpp"
+entry = "p"
+grid = ["cdiv(n, B) - S"]
+args = [ { name = "y", type = "i64*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+constraints = ["B <= n"]
+[params]
+B = [4, 64]
+S = [0, 1]
+[tuning]
+key = ["n"]
+)SPEC",
+                      "p.cpp", R"SRC(
+void p(kiln::program_id pid, int64_t* y, int64_t n) {
+  for (int64_t i = pid.x * B; i < (pid.x + 1) * B && i < n; ++i) y[i] = i;
+  for (int64_t i = (pid.nx) * B; i < n; ++i) y[i] = i;
+}
+)SRC");
+  Runtime rt(opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "8"}}));
+  TuningRecord r = rt.tune(s, args.params()).record;
+  EXPECT_EQ(result_of(r, "B=64 S=0").error_kind, "pruned");
+  EXPECT_NE(result_of(r, "B=64 S=0").error.find("constraint 'B <= n' is false"), std::string::npos);
+  EXPECT_EQ(result_of(r, "B=64 S=1").error_kind, "pruned");
+  EXPECT_EQ(result_of(r, "B=4 S=0").error_kind, "");
+  EXPECT_EQ(result_of(r, "B=4 S=1").error_kind, "");  // grid 1: runs
+  HostArgs small(s, parse_scalars(s, {{"n", "4"}}));  // B=4 S=1: grid 0
+  TuningRecord r2 = rt.tune(s, small.params()).record;
+  EXPECT_NE(result_of(r2, "B=4 S=1").error.find("empty grid (0, 1, 1)"), std::string::npos);
+  // Nothing pruned was compiled.
+  EXPECT_EQ(rt.compile_pool("cpu").counters().compiled, 2u);
+  for (const auto& rec : rt.compile_pool("cpu").records()) EXPECT_EQ(rec.config.find("B=64"), std::string::npos);
+}
+
+TEST_F(TuneTest, InoutArgumentsAreRestoredBeforeEveryRun) {
+  // If restoring failed, configs timed a different number of times would disagree.
+  KernelSpec s = spec(R"SPEC(name = "acc"
+backend = "cpu"
+source = "acc.cpp"
+entry = "acc"
+grid = ["1"]
+args = [ { name = "x", type = "f64*", size = "n", intent = "inout" }, { name = "n", type = "i64" } ]
+[params]
+U = [1, 2, 3]
+[tuning]
+key = ["n"]
+)SPEC",
+                      "acc.cpp", "void acc(kiln::program_id, double* x, int64_t n) { for (int64_t i = 0; i < n; ++i) x[i] = x[i] * 2 + U * 0; }\n");
+  opts.bench_budget_ms = 1;
+  Runtime rt(opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "1000"}}));
+  args.fill_random(5);
+  std::vector<double> orig(1000);
+  std::memcpy(orig.data(), args.buffer(0).data(), 8000);
+  TuningRecord r = rt.tune(s, args.params()).record;
+  for (const auto& c : r.configs) EXPECT_EQ(c.error, "") << c.config.str();
+  // The handle's first call tunes (from the record now) and then runs once on the caller's data.
+  Kernel k(rt, s);
+  int64_t n = 1000;
+  k(reinterpret_cast<double*>(args.buffer(0).data()), n);
+  auto* x = reinterpret_cast<const double*>(args.buffer(0).data());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(x[i], orig[i] * 2);
+}
+
+TEST_F(TuneTest, CoordinateDescentWalksToTheBestWithoutTryingEverything) {
+  // Work doubles with each step of distance of (P, Q) from (5, 2): descent walks there.
+  std::string vals = "[0, 1, 2, 3, 4, 5, 6, 7]";
+  KernelSpec s = spec(R"SPEC(name = "bowl"
+backend = "cpu"
+source = "bowl.cpp"
+entry = "bowl"
+grid = ["1"]
+args = [ { name = "y", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+[params]
+P = )SPEC" + vals + "\nQ = " + vals + R"SPEC(
+[tuning]
+key = ["n"]
+search = "coordesc"
+default = { P = 0, Q = 0 }
+)SPEC",
+                      "bowl.cpp", R"SRC(
+void bowl(kiln::program_id, float* y, int64_t n) {
+  const int d = (P > 5 ? P - 5 : 5 - P) + (Q > 2 ? Q - 2 : 2 - Q);
+  for (int r = 0; r < (1 << d); ++r)
+    for (int64_t i = 0; i < n; ++i) { y[i] = static_cast<float>(i); asm volatile("" ::: "memory"); }
+}
+)SRC");
+  Runtime rt(opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "2000"}}));
+  TuningRecord r = rt.tune(s, args.params()).record;
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->str(), "P=5 Q=2");
+  EXPECT_EQ(r.method, "coordesc");
+  EXPECT_NE(r.start.find("P=0 Q=0 (the spec's default)"), std::string::npos) << r.start;
+  EXPECT_LT(r.configs.size(), 40u) << "descent tried most of the 64 configs";
+
+  // Without a default, descent starts from the best of the nearest cached key.
+  std::string toml = *read_file(dir.path() / "k.toml");
+  toml.replace(toml.find("default = { P = 0, Q = 0 }"), 26, "");
+  test::write(dir.path() / "k.toml", toml);
+  KernelSpec s2 = load_spec(dir.path() / "k.toml");
+  HostArgs other(s2, parse_scalars(s2, {{"n", "2500"}}));
+  TuningRecord r2 = rt.tune(s2, other.params()).record;
+  EXPECT_NE(r2.start.find("P=5 Q=2 (the best of the nearest cached key, n=2000)"), std::string::npos) << r2.start;
+  EXPECT_EQ(r2.best->str(), "P=5 Q=2");
+
+  // A cap on configs tried.
+  TuneOptions capped;
+  capped.force = true;
+  capped.max_configs = 3;
+  capped.search = SearchKind::exhaustive;
+  TuningRecord r3 = rt.tune(s2, other.params(), capped).record;
+  EXPECT_EQ(r3.configs.size(), 3u);
+}
+
+TEST_F(TuneTest, WhenEveryConfigFailsTheErrorListsEachFailureAndIsRemembered) {
+  std::string toml = kSelSpec;
+  toml.replace(toml.find("MODE = [0, 1, 2, 3]"), 19, "MODE = [3, 4]");
+  toml.replace(toml.find("reference = { MODE = 0 }"), 24, "");
+  KernelSpec s = spec(toml, "sel.cpp", std::string("#if MODE == 4\n#error no such mode\n#endif\n") + kSelSource);
+  Runtime rt(opts);
+  Kernel k(rt, s);
+  std::vector<float> x(100), y(100);
+  int64_t n = 100;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      k(x.data(), y.data(), n);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::tune);
+      std::string m = e.what();
+      EXPECT_NE(m.find("no config survived tuning"), std::string::npos) << m;
+      EXPECT_NE(m.find("MODE=3: benchmarking kernel 'sel' (config MODE=3): the worker was killed by SIGSEGV"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("MODE=4: kernel 'sel' (config MODE=4) failed to compile"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(rt.worker_pool()->counters().crashed, 2u) << "the second call must answer from the record";
+}
+
+TEST_F(TuneTest, TheKernelHandleTunesOnceAKeyAndChecksArgumentTypes) {
+  Runtime rt(opts);
+  KernelSpec s = load_spec(test::kernels() + "/cpu/matmul.toml");
+  Kernel k(rt, s);
+  auto run = [&](int64_t M, int64_t N, int64_t K) {
+    std::vector<float> A(M * K), B(K * N), C(M * N, -1);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(A)), 1);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(B)), 2);
+    k(A.data(), B.data(), C.data(), M, N, K);
+    for (int64_t i = 0; i < M; i += 7)
+      for (int64_t j = 0; j < N; j += 5) {
+        double ref = 0;
+        for (int64_t x = 0; x < K; ++x) ref += double(A[i * K + x]) * B[x * N + j];
+        ASSERT_NEAR(C[i * N + j], ref, 1e-3);
+      }
+  };
+  opts.bench_budget_ms = 1;
+  run(40, 24, 16);
+  EXPECT_EQ(k.shapes_seen(), 1u);
+  run(40, 24, 16);
+  EXPECT_EQ(k.shapes_seen(), 1u);
+  run(33, 65, 17);
+  EXPECT_EQ(k.shapes_seen(), 2u);
+  EXPECT_EQ(rt.tuning_cache()->count(), 2u);
+  // A new handle in a new runtime takes the choice from the cache.
+  Runtime rt2(opts);
+  Kernel k2(rt2, s);
+  std::vector<float> A(40 * 16), B(16 * 24), C(40 * 24);
+  int64_t M = 40, N = 24, K = 16;
+  void* params[] = {&A, &B, &C, &M, &N, &K};
+  float *a = A.data(), *b = B.data(), *c = C.data();
+  params[0] = &a, params[1] = &b, params[2] = &c;
+  EXPECT_EQ(k2.choice(params).source, "cache");
+  // Wrong types are refused before anything runs.
+  double* d = nullptr;
+  EXPECT_THROW(k(d, B.data(), C.data(), M, N, K), Error);
+  EXPECT_THROW(k(A.data(), B.data(), C.data(), 40, N, K), Error);  // an int where i64 is due
+  EXPECT_THROW(k(A.data(), B.data(), C.data(), M, N), Error);
+}
+
+TEST_F(TuneTest, RecordsThatDoNotValidateAreMisses) {
+  KernelSpec s = spec(kSelSpec, "sel.cpp", kSelSource);
+  TuningCache cache(dir.path() / "cache");
+  TuningRecord r;
+  r.kernel = "sel";
+  r.key = make_tuning_key(s, "cpu test", {{"n", 10}});
+  r.best = s.space.at(1);
+  r.best_ns = 5;
+  r.method = "exhaustive";
+  ConfigResult c;
+  c.config = s.space.at(1);
+  c.ns = 5;
+  r.configs.push_back(c);
+  cache.put(r);
+  ASSERT_TRUE(cache.get(r.key, s.space));
+  std::string text = record_to_json(r);
+  auto tampered = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return record_from_json(t, r.key, s.space);
+  };
+  EXPECT_TRUE(record_from_json(text, r.key, s.space));
+  EXPECT_FALSE(tampered("\"schema\": 1", "\"schema\": 2"));
+  EXPECT_FALSE(tampered(r.key.space_hash, "00"));
+  EXPECT_FALSE(tampered("\"kiln_version\": \"" KILN_VERSION "\"", "\"kiln_version\": \"9.0.0\""));
+  EXPECT_FALSE(tampered("\"MODE\": 1", "\"MODE\": 9"));  // not a point of the space
+  EXPECT_FALSE(record_from_json(text.substr(0, text.size() / 2), r.key, s.space));
+  // Another device's key is another record.
+  TuningKey other = r.key;
+  other.device = "cpu elsewhere";
+  EXPECT_FALSE(cache.get(other, s.space));
+  // A changed config space is a miss.
+  std::string toml = kSelSpec;
+  toml.replace(toml.find("MODE = [0, 1, 2, 3]"), 19, "MODE = [0, 1, 2, 3, 5]");
+  KernelSpec s2 = spec(toml, "sel.cpp", kSelSource);
+  EXPECT_FALSE(cache.get(make_tuning_key(s2, "cpu test", {{"n", 10}}), s2.space));
+}
+
+TEST_F(TuneTest, TheCliTunesReportsAndAnswersFromTheCache) {
+  std::string env = "KILN_CACHE_DIR=" + (dir.path() / "cache").string() + " KILN_BENCH_BUDGET_MS=2 ";
+  std::string spec = test::kernels() + "/cpu/softmax.toml";
+  auto run = [&](const std::string& args) {
+    return run_process({"bash", "-c", env + test::kiln_exe() + " " + args + " 2>&1"}, 300);
+  };
+  ProcessResult missing = run("report " + spec + " --set M=64 --set N=256");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("no tuning record for kernel 'softmax' at M=64 N=256"), std::string::npos) << missing.output;
+  ProcessResult first = run("tune --json " + spec + " --set M=64 --set N=256");
+  ASSERT_TRUE(first.ok()) << first.output;
+  auto j = nlohmann::json::parse(first.output);
+  EXPECT_EQ(j["kernel"], "softmax");
+  EXPECT_EQ(j["source"], "tuned");
+  EXPECT_EQ(j["key"]["M"], 64);
+  EXPECT_EQ(j["configs"].size(), 8u);
+  EXPECT_TRUE(j["best"].is_object());
+  EXPECT_GT(j["best_ns"].get<double>(), 0);
+  ProcessResult second = run("tune --json " + spec + " --set M=64 --set N=256");
+  auto j2 = nlohmann::json::parse(second.output);
+  EXPECT_EQ(j2["source"], "cache");
+  EXPECT_EQ(j2["best"], j["best"]);
+  ProcessResult rep = run("report " + spec + " --set M=64 --set N=256");
+  ASSERT_TRUE(rep.ok()) << rep.output;
+  EXPECT_NE(rep.output.find("chose "), std::string::npos) << rep.output;
+  // N = 20000 prunes the whole-row variant (WHOLE * N <= 16384).
+  ProcessResult big = run("tune " + spec + " --set M=2 --set N=20000");
+  ASSERT_TRUE(big.ok()) << big.output;
+  EXPECT_NE(big.output.find("pruned: constraint 'WHOLE * N <= 16384' is false"), std::string::npos) << big.output;
+  ProcessResult bad = run("tune " + spec + " --set M=2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("missing N"), std::string::npos) << bad.output;
+}
