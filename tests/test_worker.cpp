@@ -30,6 +30,7 @@ struct Proc {
   pid_t pid;
   pid_t ppid;
   char state;
+  std::string comm;
 };
 
 // Every process whose parent is this one, read from /proc.
@@ -43,7 +44,8 @@ std::vector<Proc> children() {
     auto close = stat->rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(stat->substr(close + 2));
-    Proc p{std::stoi(name), 0, '?'};
+    auto open = stat->find('(');
+    Proc p{std::stoi(name), 0, '?', stat->substr(open + 1, close - open - 1)};
     rest >> p.state >> p.ppid;
     if (p.ppid == ::getpid()) out.push_back(p);
   }
@@ -56,7 +58,7 @@ bool exists(pid_t p) { return ::kill(p, 0) == 0 || errno != ESRCH; }
 void expect_children_are(const std::vector<pid_t>& expected) {
   std::set<pid_t> want(expected.begin(), expected.end()), got;
   for (const auto& c : children()) {
-    EXPECT_NE(c.state, 'Z') << "zombie " << c.pid;
+    EXPECT_NE(c.state, 'Z') << "zombie " << c.pid << " (" << c.comm << ")";
     got.insert(c.pid);
   }
   EXPECT_EQ(want, got);
@@ -193,13 +195,19 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
 
   std::atomic<bool> done{false};
   std::atomic<int> kills{0};
+  std::vector<pid_t> killed;
   std::thread killer([&] {
     std::mt19937 rng(7);
-    while (!done) {
+    for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 200));
+      if (done) return;
       auto pids = pool->pids();
       if (pids.empty()) continue;
-      if (::kill(pids[rng() % pids.size()], SIGKILL) == 0) ++kills;
+      pid_t victim = pids[rng() % pids.size()];
+      if (::kill(victim, SIGKILL) == 0) {
+        ++kills;
+        killed.push_back(victim);
+      }
     }
   });
   int ok = 0, failed = 0;
@@ -222,6 +230,15 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
   }
   done = true;
   killer.join();
+  // A SIGKILL takes effect a moment after kill() returns: wait until each victim has died
+  // (it is then a zombie until the pool reaps it, or already gone).
+  for (pid_t v : killed) {
+    for (int i = 0; i < 500; ++i) {
+      auto stat = read_file("/proc/" + std::to_string(v) + "/stat");
+      if (!stat || stat->find(") Z ") != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
   EXPECT_EQ(ok + failed, 50);
   EXPECT_GE(kills.load(), 3) << "the test must kill workers to mean anything";
   EXPECT_GT(ok, 25);

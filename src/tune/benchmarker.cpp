@@ -34,6 +34,26 @@ void flush_caches() {
   sink = junk[junk.size() / 2];
 }
 
+// The checking run: poisoned outputs, one launch, outputs kept in the
+// result regions; returns their checksum.
+std::string check_run(LoadedKernel& k, const BenchPlan& plan, std::byte* arena, void* const* params) {
+  for (const auto& a : plan.args)
+    if (a.buffer && a.intent == Intent::out) poison(a, arena + a.work);
+  k.launch(params, plan.grid);
+  Hasher h;
+  for (const auto& a : plan.args) {
+    if (!a.buffer) continue;
+    if (a.intent == Intent::in) {
+      if (std::memcmp(arena + a.work, arena + a.pristine, bytes_of(a)) != 0)
+        fail(Errc::launch, "the kernel wrote to '{}', an argument declared intent = \"in\"", a.name);
+      continue;
+    }
+    std::memcpy(arena + a.result, arena + a.work, bytes_of(a));
+    h.add(a.name, std::string_view(reinterpret_cast<const char*>(arena + a.result), bytes_of(a)));
+  }
+  return h.digest().hex();
+}
+
 }  // namespace
 
 BenchResult run_bench(LoadedKernel& k, const BenchPlan& plan, std::byte* arena) {
@@ -57,27 +77,12 @@ BenchResult run_bench(LoadedKernel& k, const BenchPlan& plan, std::byte* arena) 
         std::memcpy(arena + a.work, arena + a.pristine, bytes_of(a));
   };
 
-  // 1-2: the checking run.
-  restore(true);
-  for (const auto& a : plan.args)
-    if (a.buffer && a.intent == Intent::out) poison(a, arena + a.work);
-  k.launch(params.data(), plan.grid);
-  Hasher h;
-  for (const auto& a : plan.args) {
-    if (!a.buffer) continue;
-    if (a.intent == Intent::in) {
-      if (std::memcmp(arena + a.work, arena + a.pristine, bytes_of(a)) != 0)
-        fail(Errc::launch, "the kernel wrote to '{}', an argument declared intent = \"in\"", a.name);
-      continue;
-    }
-    std::memcpy(arena + a.result, arena + a.work, bytes_of(a));
-    h.add(a.name, std::string_view(reinterpret_cast<const char*>(arena + a.result), bytes_of(a)));
-  }
   BenchResult r;
-  r.checksum = h.digest().hex();
-
-  // 3: warm-up, then timed runs.
   const BenchSettings& s = plan.settings;
+  restore(true);
+  if (s.check) r.checksum = check_run(k, plan, arena, params.data());
+
+  // Warm-up, then timed runs.
   for (int i = 0; i < s.warmup; ++i) {
     restore(false);
     k.launch(params.data(), plan.grid);
@@ -176,8 +181,8 @@ BenchSettings Benchmarker::settings() const {
 }
 
 BenchResult Benchmarker::run(const Binary& bin, LoadedKernel* loaded, const BenchArena& arena, const Grid& grid,
-                             const std::string& what) {
-  BenchPlan plan = arena.plan(grid, settings());
+                             const std::string& what, const BenchSettings& settings) {
+  BenchPlan plan = arena.plan(grid, settings);
   if (!workers_) {
     if (!loaded) fail(Errc::internal, "in-process benchmark of {} without a loaded kernel", what);
     return run_bench(*loaded, plan, arena.arena().data());

@@ -8,6 +8,7 @@
 //      and a kernel that wrote to an `in` buffer is an error;
 //   3. warm-up runs, then timed runs until the budget is spent (at least
 //      min_reps); inout buffers are restored before every run, untimed.
+// With settings.check off, step 2 is skipped (for re-timing a checked config).
 #pragma once
 
 #include <cstddef>
@@ -62,7 +63,11 @@ class Benchmarker {
   // Error: Errc::worker when the kernel crashed or hung (twice), Errc::launch
   // when it misbehaved (wrote to an input), and what loading throws.
   BenchResult run(const Binary& bin, LoadedKernel* loaded, const BenchArena& arena, const Grid& grid,
-                  const std::string& what);
+                  const std::string& what, const BenchSettings& settings);
+  BenchResult run(const Binary& bin, LoadedKernel* loaded, const BenchArena& arena, const Grid& grid,
+                  const std::string& what) {
+    return run(bin, loaded, arena, grid, what, settings());
+  }
   bool in_process() const { return !workers_; }
   BenchSettings settings() const;
 

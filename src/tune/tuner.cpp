@@ -118,6 +118,43 @@ class Session {
 
   BinaryFuture compile(const Config& c) { return p_.compiler->submit(make_compile_request(spec_, c)); }
 
+  // Re-times configs that ran and agreed, in interleaved rounds, so that
+  // the machine's drift over time falls on all of them alike; each one's
+  // time becomes the median of its samples from these rounds.
+  void refine(std::vector<ConfigResult*> contenders, int rounds) {
+    BenchSettings st = p_.bench->settings();
+    st.check = false;
+    st.budget_ms = st.budget_ms / 2;
+    std::vector<std::vector<double>> samples(contenders.size());
+    std::vector<std::shared_ptr<const Binary>> bins;
+    std::vector<std::shared_ptr<LoadedKernel>> loaded;
+    for (ConfigResult* c : contenders) {
+      bins.push_back(compile(c->config).get());
+      loaded.push_back(p_.bench->in_process() ? p_.load(*bins.back()) : nullptr);
+    }
+    ProgressBar bar(fmt::format("re-timing the {} fastest of {}", contenders.size(), spec_.name),
+                    contenders.size() * rounds, show_);
+    size_t done = 0;
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < contenders.size(); ++i) {
+        std::string what = fmt::format("kernel '{}' (config {})", spec_.name, contenders[i]->config.str());
+        BenchResult r = p_.bench->run(*bins[i], loaded[i].get(), arena_,
+                                      GridPlan(spec_, contenders[i]->config).eval(slots_.data()), what, st);
+        samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
+        bar.set(++done);
+      }
+    }
+    for (size_t i = 0; i < contenders.size(); ++i) {
+      std::vector<double>& v = samples[i];
+      std::sort(v.begin(), v.end());
+      size_t m = v.size();
+      contenders[i]->ns = m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
+      contenders[i]->min_ns = v.front();
+      contenders[i]->max_ns = v.back();
+      contenders[i]->reps = static_cast<int>(m);
+    }
+  }
+
   // Compiles (already submitted), benchmarks, checks against the reference.
   ConfigResult evaluate(const Config& c, const BinaryFuture& f) {
     ConfigResult r;
@@ -302,6 +339,25 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
         if (done[i].ns && (!best || *done[i].ns < *done[*best].ns)) best = i;
       if (!best || !(*done[*best].ns < *done[*cur].ns * 0.99)) break;  // a 1% gain to move
       cur = best;
+    }
+  }
+
+  // The contenders (within 15% of the fastest, at most 4) are re-timed side by side.
+  {
+    std::vector<ConfigResult*> ok;
+    for (auto& [i, r] : done)
+      if (r.ns && r.error.empty()) ok.push_back(&r);
+    std::sort(ok.begin(), ok.end(), [](auto* a, auto* b) { return *a->ns < *b->ns; });
+    std::vector<ConfigResult*> contenders;
+    for (ConfigResult* r : ok)
+      if (contenders.size() < 4 && *r->ns <= *ok[0]->ns * 1.15) contenders.push_back(r);
+    if (contenders.size() > 1) {
+      try {
+        s.refine(contenders, 4);
+      } catch (const Error& e) {
+        log::warn("kernel '{}': re-timing the fastest configs failed ({}); keeping the first timings", spec.name,
+                  e.what());
+      }
     }
   }
 

@@ -164,7 +164,7 @@ json to_json(const BenchPlan& p) {
           {"arena_bytes", p.arena_bytes},
           {"settings",
            {{"budget_ms", s.budget_ms}, {"min_reps", s.min_reps}, {"max_reps", s.max_reps}, {"warmup", s.warmup},
-            {"flush", s.flush}}}};
+            {"flush", s.flush}, {"check", s.check}}}};
 }
 
 BenchPlan bench_plan_from_json(const json& j) {
@@ -191,6 +191,7 @@ BenchPlan bench_plan_from_json(const json& j) {
   p.settings.max_reps = s.at("max_reps").get<int>();
   p.settings.warmup = s.at("warmup").get<int>();
   p.settings.flush = s.at("flush").get<bool>();
+  p.settings.check = s.at("check").get<bool>();
   return p;
 }
 

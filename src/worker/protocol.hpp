@@ -56,6 +56,7 @@ struct BenchSettings {
   int max_reps = 100000;
   int warmup = 1;
   bool flush = false;     // evict caches before each timed run
+  bool check = true;      // do the checking run (poison, compare, keep outputs) first
 };
 
 struct BenchPlan {

@@ -16,7 +16,7 @@ namespace kiln::cli {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // params keep the spec's order
 
 std::string ns_text(double ns) { return seconds_text(ns * 1e-9); }
 
