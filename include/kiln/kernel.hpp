@@ -50,8 +50,6 @@ constexpr uint8_t arg_code() {
 
 class Kernel {
  public:
-  static constexpr int kMaxArgs = 64;
-
   // `rt` must outlive the handle. Throws Error(Errc::usage) for a spec kiln
   // cannot dispatch (more than 64 arguments or 8 tuning-key names).
   Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune = {});

@@ -26,6 +26,8 @@ struct Options {
   double bench_timeout_s = 30;        // KILN_BENCH_TIMEOUT: a config benchmarked longer is killed
   bool bench_flush = false;           // KILN_BENCH_FLUSH=1: flush caches between timed runs
   std::optional<int> force_variant;   // KILN_FORCE_VARIANT: a multi-kernel always runs this variant
+  int retune_after = 0;               // KILN_RETUNE_AFTER: calls of one exact shape before a size-hint
+                                      // multi-kernel re-tunes it in the background; 0: never
   bool quiet = false;                 // no progress bars
 
   // Reads the environment; throws Error(Errc::usage) naming a malformed variable.

@@ -110,4 +110,38 @@ KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& s
 
 bool is_identifier(std::string_view s);
 
+// ---- multi-kernel specs (kind = "multi"; docs/spec.md) ----
+
+// A variant: a kernel spec and how the multi-kernel's arguments (and scratch
+// buffers) map onto its own, one name per variant argument (a name may repeat).
+struct VariantSpec {
+  KernelSpec kernel;
+  std::vector<std::string> args;
+};
+
+// A buffer kiln allocates for variants that need one (per calling thread).
+struct ScratchSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  Expr size;  // element count, over the multi-kernel's integer scalars
+};
+
+struct MultiKernelSpec {
+  std::string name;
+  std::string backend;
+  std::filesystem::path spec_path;
+  std::vector<ArgSpec> args;
+  std::vector<ScratchSpec> scratch;
+  std::vector<std::string> key;  // tuning key: integer scalars of args
+  std::vector<VariantSpec> variants;
+};
+
+// Throws Error(Errc::spec) naming the file, line, column and key; a variant's
+// own spec errors name that file.
+MultiKernelSpec load_multi_spec(const std::filesystem::path& file);
+MultiKernelSpec parse_multi_spec(std::string_view toml_text, const std::filesystem::path& spec_path,
+                                 const std::function<KernelSpec(const std::filesystem::path&)>& load_variant);
+// Whether a spec file says kind = "multi".
+bool is_multi_spec(const std::filesystem::path& file);
+
 }  // namespace kiln

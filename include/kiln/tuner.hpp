@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "kiln/backend.hpp"
 #include "kiln/compile_pool.hpp"
@@ -54,6 +55,11 @@ class Tuner {
   // The default tolerances for comparing outputs of dtype `t`.
   static double default_rtol(DType t);
   static double default_atol(DType t);
+  // Compares a buffer of `dtype` values with a reference one, with the
+  // tolerances of `ts` (or the defaults); says where the worst error is, or
+  // nullopt when they agree.
+  static std::optional<std::string> compare(DType dtype, std::span<const std::byte> got,
+                                            std::span<const std::byte> ref, const TuningSpec& ts);
 
  private:
   Parts p_;

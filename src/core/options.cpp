@@ -70,6 +70,7 @@ Options Options::from_env() {
   o.bench_timeout_s = env_double("KILN_BENCH_TIMEOUT", o.bench_timeout_s, 0.01);
   o.bench_flush = env_bool("KILN_BENCH_FLUSH");
   if (env("KILN_FORCE_VARIANT")) o.force_variant = env_int("KILN_FORCE_VARIANT", 0, 0, 1 << 20);
+  o.retune_after = env_int("KILN_RETUNE_AFTER", 0, 0, 1 << 30);
   return o;
 }
 

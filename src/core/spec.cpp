@@ -511,6 +511,130 @@ class SpecReader {
     return s;
   }
 
+  MultiKernelSpec read_multi(const toml::table& root,
+                             const std::function<KernelSpec(const fs::path&)>& load_variant) {
+    only_keys(root, {"name", "kind", "args", "scratch", "tuning", "variants", "description"}, " in a multi-kernel spec");
+    MultiKernelSpec m;
+    m.spec_path = path_;
+    // Arguments are read as a kernel's are (names, types, sizes, intents).
+    KernelSpec s;
+    const toml::node* name = root.get("name");
+    if (!name) error(toml::source_region{}, "missing required key 'name'");
+    m.name = str(*name, "name");
+    if (!is_identifier(m.name)) error(*name, fmt::format("name '{}' is not an identifier", m.name));
+    if (const toml::node* d = root.get("description")) str(*d, "description");
+    const toml::node* args = root.get("args");
+    if (!args) error(toml::source_region{}, "missing required key 'args'");
+    read_args(s, *args);
+    std::string known = known_symbols(s);
+    auto int_scalar = [&](std::string_view sym) {
+      int i = s.arg_index(sym);
+      return i >= 0 && !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+    };
+    for (size_t i = 0; i < s.args.size(); ++i) {
+      if (!s.args[i].pointer) continue;
+      const toml::node& sz = *arg_tables_[i]->get("size");
+      try {
+        s.args[i].size.check_symbols(int_scalar, known);
+      } catch (const ExprError& e) {
+        expr_error(sz, fmt::format("args[{}].size", i), e);
+      }
+    }
+    m.args = s.args;
+    if (const toml::node* sc = root.get("scratch")) {
+      const toml::array& arr = array(*sc, "scratch");
+      for (size_t i = 0; i < arr.size(); ++i) {
+        std::string where = fmt::format("scratch[{}]", i);
+        const toml::table& t = table(arr[i], where);
+        only_keys(t, {"name", "type", "size"}, " in " + where);
+        ScratchSpec x;
+        const toml::node* n = t.get("name");
+        const toml::node* ty = t.get("type");
+        const toml::node* sz = t.get("size");
+        if (!n || !ty || !sz) error(arr[i], fmt::format("{} needs name, type and size", where));
+        x.name = str(*n, where + ".name");
+        check_new_name(s, *n, x.name, "scratch");
+        for (const auto& other : m.scratch)
+          if (other.name == x.name) error(*n, fmt::format("duplicate name '{}'", x.name));
+        std::string type = str(*ty, where + ".type");
+        bool found = false;
+        for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64})
+          if (type == std::string(dtype_name(d)) + "*") x.dtype = d, found = true;
+        if (!found) error(*ty, fmt::format("{}: unknown type '{}' (scratch buffers are f32*, f64*, i32* or i64*)", where, type));
+        x.size = expr(*sz, where + ".size");
+        try {
+          x.size.check_symbols(int_scalar, known);
+        } catch (const ExprError& e) {
+          expr_error(*sz, where + ".size", e);
+        }
+        m.scratch.push_back(std::move(x));
+      }
+    }
+    if (const toml::node* t = root.get("tuning")) {
+      const toml::table& tt = table(*t, "tuning");
+      only_keys(tt, {"key"}, " in the [tuning] of a multi-kernel spec");
+      if (const toml::node* k = tt.get("key")) {
+        for (const auto& el : array(*k, "tuning.key")) {
+          const std::string& kn = str(el, "tuning.key");
+          if (!int_scalar(kn)) error(el, fmt::format("tuning.key: '{}' is not an integer scalar argument", kn));
+          if (std::find(m.key.begin(), m.key.end(), kn) != m.key.end())
+            error(el, fmt::format("tuning.key: '{}' appears twice", kn));
+          m.key.push_back(kn);
+        }
+      }
+    }
+    const toml::node* vs = root.get("variants");
+    if (!vs) error(toml::source_region{}, "missing required key 'variants'");
+    const toml::array& varr = array(*vs, "variants");
+    if (varr.empty()) error(*vs, "'variants' is empty");
+    for (size_t i = 0; i < varr.size(); ++i) {
+      std::string where = fmt::format("variants[{}]", i);
+      const toml::table& t = table(varr[i], where);
+      only_keys(t, {"spec", "args"}, " in " + where);
+      const toml::node* sp = t.get("spec");
+      const toml::node* va = t.get("args");
+      if (!sp || !va) error(varr[i], fmt::format("{} needs spec and args", where));
+      VariantSpec v;
+      v.kernel = load_variant(resolve(str(*sp, where + ".spec")));
+      if (m.backend.empty()) m.backend = v.kernel.backend;
+      if (v.kernel.backend != m.backend)
+        error(*sp, fmt::format("{}: backend {} differs from the first variant's ({})", where, v.kernel.backend, m.backend));
+      const toml::array& names = array(*va, where + ".args");
+      if (names.size() != v.kernel.args.size())
+        error(*va, fmt::format("{}: {} names for the {} arguments of kernel '{}'", where, names.size(),
+                               v.kernel.args.size(), v.kernel.name));
+      for (size_t j = 0; j < names.size(); ++j) {
+        const std::string& an = str(names[j], where + ".args");
+        const ArgSpec& want = v.kernel.args[j];
+        int ai = s.arg_index(an);
+        const ScratchSpec* sc = nullptr;
+        for (const auto& x : m.scratch)
+          if (x.name == an) sc = &x;
+        if (ai < 0 && !sc)
+          error(names[j], fmt::format("{}: '{}' is neither an argument nor a scratch buffer", where, an));
+        if (sc) {
+          if (!want.pointer || want.dtype != sc->dtype)
+            error(names[j], fmt::format("{}: scratch '{}' ({}*) passed as '{}' ({})", where, an, dtype_name(sc->dtype),
+                                        want.name, want.type_text()));
+          if (want.intent == Intent::in)
+            error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the variant only reads; scratch starts "
+                                        "undefined", where, an, want.name));
+        } else {
+          const ArgSpec& have = s.args[ai];
+          if (have.pointer != want.pointer || have.dtype != want.dtype)
+            error(names[j], fmt::format("{}: '{}' ({}) passed as '{}' ({})", where, an, have.type_text(), want.name,
+                                        want.type_text()));
+          if (have.pointer && have.intent == Intent::in && want.intent != Intent::in)
+            error(names[j], fmt::format("{}: the variant writes '{}' (as '{}'), which the multi-kernel declares "
+                                        "intent = \"in\"", where, an, want.name));
+        }
+        v.args.push_back(an);
+      }
+      m.variants.push_back(std::move(v));
+    }
+    return m;
+  }
+
   static std::string known_symbols(const KernelSpec& s) {
     std::string out;
     for (const auto& a : s.args)
@@ -708,11 +832,11 @@ class SpecReader {
 
 }  // namespace
 
-KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
-  AsciiDoc doc = asciify(toml_text, spec_path);
-  toml::table root;
+namespace {
+
+toml::table parse_toml(const AsciiDoc& doc, const fs::path& spec_path) {
   try {
-    root = toml::parse(doc.text, spec_path.string());
+    return toml::parse(doc.text, spec_path.string());
   } catch (const TomlCheckFailed& e) {
     fail(Errc::spec, "{}: not valid TOML (the parser's check '{}' failed; look for a malformed key or table header)",
          spec_path.string(), e.expr);
@@ -720,24 +844,61 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
     const auto b = doc.original(e.source().begin);
     fail(Errc::spec, "{}:{}:{}: {}", spec_path.string(), b.line, b.column, e.description());
   }
+}
+
+std::optional<std::string> read_text(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return std::nullopt;
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string read_spec_file(const fs::path& spec_file) {
+  std::optional<std::string> text = read_text(spec_file);
+  if (!text) fail(Errc::spec, "{}: cannot read the spec file ({})", spec_file.string(), errno_text(errno ? errno : ENOENT));
+  return *text;
+}
+
+}  // namespace
+
+KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
+  AsciiDoc doc = asciify(toml_text, spec_path);
+  toml::table root = parse_toml(doc, spec_path);
+  if (const toml::node* k = root.get("kind"); k && k->is_string() && k->as_string()->get() == "multi")
+    fail(Errc::spec, "{}: a multi-kernel spec (kind = \"multi\"); load it as a multi-kernel", spec_path.string());
   SpecReader r(spec_path, read_source, doc);
   return r.read(root);
 }
 
+MultiKernelSpec parse_multi_spec(std::string_view toml_text, const fs::path& spec_path,
+                                 const std::function<KernelSpec(const fs::path&)>& load_variant) {
+  AsciiDoc doc = asciify(toml_text, spec_path);
+  toml::table root = parse_toml(doc, spec_path);
+  const toml::node* k = root.get("kind");
+  if (!k || !k->is_string() || k->as_string()->get() != "multi")
+    fail(Errc::spec, "{}: not a multi-kernel spec (it needs kind = \"multi\")", spec_path.string());
+  SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
+  SpecReader r(spec_path, none, doc);
+  return r.read_multi(root, load_variant);
+}
+
+MultiKernelSpec load_multi_spec(const fs::path& file) {
+  return parse_multi_spec(read_spec_file(file), file, [](const fs::path& p) { return load_spec(p); });
+}
+
+bool is_multi_spec(const fs::path& file) {
+  std::string text = read_spec_file(file);
+  AsciiDoc doc = asciify(text, file);
+  toml::table root = parse_toml(doc, file);
+  const toml::node* k = root.get("kind");
+  return k && k->is_string() && k->as_string()->get() == "multi";
+}
+
 KernelSpec load_spec(const fs::path& spec_file) {
-  std::ifstream in(spec_file, std::ios::binary);
-  if (!in) fail(Errc::spec, "{}: cannot read the spec file ({})", spec_file.string(), errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_spec(ss.str(), spec_file, [](const fs::path& p) -> std::optional<std::string> {
-    std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) return std::nullopt;
-    std::ifstream f(p, std::ios::binary);
-    if (!f) return std::nullopt;
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  });
+  return parse_spec(read_spec_file(spec_file), spec_file, read_text);
 }
 
 }  // namespace kiln

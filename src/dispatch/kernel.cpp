@@ -2,6 +2,7 @@
 
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/runtime.hpp"
 
@@ -9,31 +10,17 @@ namespace kiln {
 
 struct Kernel::Impl {
   Impl(Runtime& r, KernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), memo(static_cast<int>(spec.tuning.key.size())) {}
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, spec.tuning.key),
+        memo(static_cast<int>(spec.tuning.key.size())) {}
   Runtime& rt;
   KernelSpec spec;
   TuneOptions tune;
-  std::vector<std::pair<int, bool>> int_args;  // (argument, is i32) of every integer scalar
-  std::vector<int> key_args;                   // argument of each tuning-key name
-  std::vector<uint8_t> codes;                  // expected argument type codes
+  CallShape shape;
   ShapeMemo<Choice> memo;
 };
 
-Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune) {
-  if (spec.args.size() > static_cast<size_t>(kMaxArgs))
-    fail(Errc::usage, "kernel '{}' has {} arguments; kiln dispatches at most {}", spec.name, spec.args.size(), kMaxArgs);
-  if (spec.tuning.key.size() > static_cast<size_t>(ShapeMemo<Choice>::kMaxKey))
-    fail(Errc::usage, "kernel '{}' has {} tuning-key names; kiln takes at most {}", spec.name, spec.tuning.key.size(),
-         ShapeMemo<Choice>::kMaxKey);
-  impl_ = std::make_unique<Impl>(rt, std::move(spec), tune);
-  const KernelSpec& s = impl_->spec;
-  for (size_t i = 0; i < s.args.size(); ++i) {
-    const ArgSpec& a = s.args[i];
-    if (!a.pointer && !dtype_is_float(a.dtype)) impl_->int_args.push_back({static_cast<int>(i), a.dtype == DType::i32});
-    impl_->codes.push_back(static_cast<uint8_t>(static_cast<int>(a.dtype) + (a.pointer ? 4 : 0)));
-  }
-  for (const auto& k : s.tuning.key) impl_->key_args.push_back(s.arg_index(k));
-}
+Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
+    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {}
 
 Kernel::~Kernel() = default;
 Kernel::Kernel(Kernel&&) noexcept = default;
@@ -44,11 +31,8 @@ size_t Kernel::shapes_seen() const { return impl_->memo.size(); }
 
 void Kernel::launch(void* const* params) {
   Impl& m = *impl_;
-  int64_t slots[kMaxArgs];
-  for (const auto& [i, is32] : m.int_args)
-    slots[i] = is32 ? *static_cast<const int32_t*>(params[i]) : *static_cast<const int64_t*>(params[i]);
-  int64_t key[ShapeMemo<Choice>::kMaxKey];
-  for (size_t k = 0; k < m.key_args.size(); ++k) key[k] = slots[m.key_args[k]];
+  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
+  m.shape.read(params, slots, key);
   Choice* c = m.memo.find(key);
   if (!c) c = decide(params, key);
   c->kernel->launch(params, c->grid.eval(slots));
@@ -56,11 +40,8 @@ void Kernel::launch(void* const* params) {
 
 const Choice& Kernel::choice(void* const* params) {
   Impl& m = *impl_;
-  int64_t slots[kMaxArgs];
-  for (const auto& [i, is32] : m.int_args)
-    slots[i] = is32 ? *static_cast<const int32_t*>(params[i]) : *static_cast<const int64_t*>(params[i]);
-  int64_t key[ShapeMemo<Choice>::kMaxKey];
-  for (size_t k = 0; k < m.key_args.size(); ++k) key[k] = slots[m.key_args[k]];
+  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
+  m.shape.read(params, slots, key);
   Choice* c = m.memo.find(key);
   return c ? *c : *decide(params, key);
 }
@@ -83,17 +64,6 @@ Choice* Kernel::decide(void* const* params, const int64_t* key) {
   return m.memo.insert(key, std::move(c));
 }
 
-void Kernel::check_types(const uint8_t* codes, size_t n) const {
-  const auto& want = impl_->codes;
-  if (n == want.size() && std::memcmp(codes, want.data(), n) == 0) return;
-  const KernelSpec& s = impl_->spec;
-  if (n != want.size())
-    fail(Errc::usage, "kernel '{}' takes {} arguments, got {}", s.name, want.size(), n);
-  static const char* names[] = {"f32", "f64", "i32", "i64", "f32*", "f64*", "i32*", "i64*"};
-  for (size_t i = 0; i < n; ++i)
-    if (codes[i] != want[i])
-      fail(Errc::usage, "kernel '{}': argument {} ('{}') is {} but the spec says {}", s.name, i, s.args[i].name,
-           codes[i] < 8 ? names[codes[i]] : "a type kiln cannot pass", names[want[i]]);
-}
+void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }
 
 }  // namespace kiln

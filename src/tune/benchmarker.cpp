@@ -124,6 +124,18 @@ uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 BenchArena::BenchArena(const KernelSpec& spec, void* const* params) {
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
+  // Buffers passed more than once (an in-place variant) share one region, as
+  // they share memory in the call; such a region is read and written (inout).
+  std::vector<int> alias_of(spec.args.size(), -1);
+  for (size_t i = 0; i < spec.args.size(); ++i) {
+    if (!spec.args[i].pointer) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (spec.args[j].pointer && alias_of[j] < 0 &&
+          *static_cast<void* const*>(params[j]) == *static_cast<void* const*>(params[i])) {
+        alias_of[i] = static_cast<int>(j);
+        break;
+      }
+  }
   uint64_t off = 0;
   for (size_t i = 0; i < spec.args.size(); ++i) {
     const ArgSpec& a = spec.args[i];
@@ -136,19 +148,37 @@ BenchArena::BenchArena(const KernelSpec& spec, void* const* params) {
       b.elements = compile_expr(spec, a.size, nullptr).eval(slots.data());
       if (b.elements < 0)
         fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {}", spec.name, a.name, a.size.str(), b.elements);
+      if (alias_of[i] >= 0) {
+        BenchArg& first = args_[alias_of[i]];
+        if (first.elements != b.elements || first.dtype != b.dtype)
+          fail(Errc::usage, "kernel '{}': '{}' and '{}' are the same buffer but differ in size or type", spec.name,
+               first.name, a.name);
+        args_.push_back(b);  // offsets are set below, once the first has its regions
+        continue;
+      }
+      bool shared = std::find(alias_of.begin(), alias_of.end(), static_cast<int>(i)) != alias_of.end();
+      if (shared) b.intent = Intent::inout;
       uint64_t bytes = align64(static_cast<uint64_t>(b.elements) * dtype_size(a.dtype));
-      if (a.intent != Intent::out) b.pristine = off, off += bytes;
+      if (b.intent != Intent::out) b.pristine = off, off += bytes;
       b.work = off, off += bytes;
-      if (a.intent != Intent::in) b.result = off, off += bytes;
+      if (b.intent != Intent::in) b.result = off, off += bytes;
     } else {
       std::memcpy(&b.scalar_bits, params[i], dtype_size(a.dtype));
     }
     args_.push_back(std::move(b));
   }
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (alias_of[i] < 0) continue;
+    const BenchArg& first = args_[alias_of[i]];
+    args_[i].intent = Intent::inout;
+    args_[i].pristine = first.pristine;
+    args_[i].work = first.work;
+    args_[i].result = first.result;
+  }
   arena_ = SharedArena(off);
   for (size_t i = 0; i < args_.size(); ++i) {
     const BenchArg& b = args_[i];
-    if (b.buffer && b.intent != Intent::out) {
+    if (b.buffer && alias_of[i] < 0 && b.intent != Intent::out) {
       const void* src = *static_cast<void* const*>(params[i]);
       std::memcpy(arena_.data() + b.pristine, src, static_cast<size_t>(b.elements) * dtype_size(b.dtype));
     }

@@ -64,13 +64,15 @@ std::optional<std::string> compare_typed(const T* got, const T* ref, size_t n, d
                      tol_abs, rtol);
 }
 
-std::optional<std::string> compare(const ArgSpec& a, std::span<const std::byte> got, std::span<const std::byte> ref,
-                                   const TuningSpec& ts) {
-  size_t n = got.size() / dtype_size(a.dtype);
-  double rtol = ts.rtol >= 0 ? ts.rtol : Tuner::default_rtol(a.dtype);
-  double atol = ts.atol >= 0 ? ts.atol : Tuner::default_atol(a.dtype);
+}  // namespace
+
+std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte> got, std::span<const std::byte> ref,
+                                          const TuningSpec& ts) {
+  size_t n = got.size() / dtype_size(dtype);
+  double rtol = ts.rtol >= 0 ? ts.rtol : default_rtol(dtype);
+  double atol = ts.atol >= 0 ? ts.atol : default_atol(dtype);
   bool scale = ts.atol < 0;
-  switch (a.dtype) {
+  switch (dtype) {
     case DType::f32:
       return compare_typed(reinterpret_cast<const float*>(got.data()), reinterpret_cast<const float*>(ref.data()), n,
                            rtol, atol, scale);
@@ -86,6 +88,8 @@ std::optional<std::string> compare(const ArgSpec& a, std::span<const std::byte> 
   }
   return std::nullopt;
 }
+
+namespace {
 
 double log2_distance(const std::vector<std::pair<std::string, int64_t>>& a,
                      const std::vector<std::pair<std::string, int64_t>>& b) {
@@ -201,7 +205,7 @@ class Session {
     for (size_t i = 0; i < spec_.args.size(); ++i) {
       auto out = arena_.result(i);
       if (out.empty()) continue;
-      if (auto bad = compare(spec_.args[i], out, ref_[i], spec_.tuning)) {
+      if (auto bad = Tuner::compare(spec_.args[i].dtype, out, ref_[i], spec_.tuning)) {
         r.error = fmt::format("wrong result in '{}' against the reference config {}: {}", spec_.args[i].name,
                               reference_, *bad);
         r.error_kind = "wrong";

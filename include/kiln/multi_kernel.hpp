@@ -1,0 +1,117 @@
+// Choosing among variants at run time.
+//
+// SizeHintMultiKernel: one config of a kernel is tuned per hint point of its
+// spec (tuning.hints) ahead of time; at run time each shape runs the config of
+// the nearest hint point, by L1 distance over log2 of the tuning-key values,
+// with no benchmarking on the call path. Optionally, an exact shape that is
+// called often is re-tuned in the background and switched to when ready.
+//
+// MultiKernel: several kernels (variants) that compute the same thing, perhaps
+// with different argument lists. The first call with a new shape key tunes
+// each variant, benchmarks them against each other on that call's arguments,
+// and remembers the winner (in memory and in the tuning cache).
+//
+// In both, a memoised shape costs a lock-free, allocation-free table lookup,
+// a grid evaluation and the launch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/kernel.hpp"
+
+namespace kiln {
+
+class Runtime;
+
+struct SizeHintOptions {
+  // Calls of one exact shape after which it is re-tuned in the background
+  // (0: never). Default: KILN_RETUNE_AFTER.
+  int retune_after = -1;
+  TuneOptions tune;
+};
+
+class SizeHintMultiKernel {
+ public:
+  SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts = {});
+  ~SizeHintMultiKernel();  // waits for background re-tuning
+  SizeHintMultiKernel(const SizeHintMultiKernel&) = delete;
+  SizeHintMultiKernel& operator=(const SizeHintMultiKernel&) = delete;
+
+  // Tunes one config per hint point: every config is compiled once (in
+  // parallel) and each hint point is benchmarked in turn on random inputs of
+  // its shape; records come from the cache when they exist. Scalars outside
+  // the tuning key take the values given here (floats default to 1). The
+  // first launch calls this if nobody has.
+  void prepare(const std::vector<std::pair<std::string, std::string>>& other_scalars = {});
+
+  void launch(void* const* params);
+  template <class... A>
+  void operator()(A... args) {
+    static constexpr uint8_t codes[] = {detail::arg_code<A>()..., 0};
+    check_types(codes, sizeof...(A));
+    void* params[] = {static_cast<void*>(&args)..., nullptr};
+    launch(params);
+  }
+
+  struct HintPoint {
+    std::vector<int64_t> values;  // in tuning-key order
+    Config config;                // tuned there
+    double ns = 0;                // its time there
+  };
+  const std::vector<HintPoint>& hint_points() const;
+  // The hint point a shape maps to (its index), by the rule above; ties go to
+  // the larger hint point (the larger sum of log2 values), then the later one.
+  size_t nearest(const std::vector<int64_t>& key) const;
+  // The config a call with these arguments runs now.
+  Config config_for(void* const* params);
+  // Shapes re-tuned exactly in the background so far; waits for pending ones.
+  size_t retuned();
+  void wait_background();
+  const KernelSpec& spec() const;
+
+ private:
+  void check_types(const uint8_t* codes, size_t n) const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class MultiKernel {
+ public:
+  // Honours KILN_FORCE_VARIANT (Options::force_variant).
+  MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune = {});
+  ~MultiKernel();
+  MultiKernel(const MultiKernel&) = delete;
+  MultiKernel& operator=(const MultiKernel&) = delete;
+
+  void launch(void* const* params);
+  template <class... A>
+  void operator()(A... args) {
+    static constexpr uint8_t codes[] = {detail::arg_code<A>()..., 0};
+    check_types(codes, sizeof...(A));
+    void* params[] = {static_cast<void*>(&args)..., nullptr};
+    launch(params);
+  }
+
+  // Which variant a call with these arguments runs (deciding if needed), and why.
+  struct Pick {
+    size_t variant = 0;
+    std::string source;  // "benchmarked", "cache", "forced", "only variant"
+    Config config;       // the variant's own config
+    // When benchmarked or from the cache: each variant's time or failure (VARIANT=i).
+    std::vector<ConfigResult> results;
+  };
+  Pick pick(void* const* params);
+  const MultiKernelSpec& spec() const;
+
+ private:
+  void check_types(const uint8_t* codes, size_t n) const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

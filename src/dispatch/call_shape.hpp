@@ -1,0 +1,42 @@
+// CallShape: what the call path reads from a params array: the integer
+// scalars (slot i = argument i, for grid expressions) and the tuning key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/spec.hpp"
+
+namespace kiln {
+
+class CallShape {
+ public:
+  static constexpr int kMaxArgs = 64;
+  static constexpr int kMaxKey = 8;
+
+  // Throws Error(Errc::usage) beyond kMaxArgs arguments or kMaxKey key names.
+  CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key);
+
+  // slots: kMaxArgs values; key: kMaxKey values. Allocates nothing.
+  void read(void* const* params, int64_t* slots, int64_t* key) const noexcept {
+    for (const auto& [i, is32] : int_args_)
+      slots[i] = is32 ? *static_cast<const int32_t*>(params[i]) : *static_cast<const int64_t*>(params[i]);
+    for (size_t k = 0; k < key_args_.size(); ++k) key[k] = slots[key_args_[k]];
+  }
+  size_t key_size() const { return key_args_.size(); }
+
+  // Throws Error(Errc::usage) naming the first argument whose C++ type does
+  // not match the spec (codes from detail::arg_code).
+  void check_types(const uint8_t* codes, size_t n) const;
+
+ private:
+  std::string kernel_;
+  std::vector<ArgSpec> args_;
+  std::vector<std::pair<int, bool>> int_args_;  // (argument, is i32)
+  std::vector<int> key_args_;
+  std::vector<uint8_t> codes_;
+};
+
+}  // namespace kiln

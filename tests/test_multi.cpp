@@ -1,0 +1,323 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/multi_kernel.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct MultiTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 2;
+    opts.workers = 1;
+  }
+};
+
+void softmax_ref(const std::vector<float>& x, std::vector<double>& y, int64_t M, int64_t N) {
+  for (int64_t r = 0; r < M; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < N; ++j) m = std::max(m, double(x[r * N + j]));
+    for (int64_t j = 0; j < N; ++j) s += std::exp(x[r * N + j] - m);
+    for (int64_t j = 0; j < N; ++j) y[r * N + j] = std::exp(x[r * N + j] - m) / s;
+  }
+}
+
+void expect_softmax(MultiKernel& k, int64_t M, int64_t N) {
+  std::vector<float> x(M * N), y(M * N, -1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), static_cast<uint64_t>(M * 7 + N));
+  k(x.data(), y.data(), M, N);
+  std::vector<double> ref(M * N);
+  softmax_ref(x, ref, M, N);
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(y[i], ref[i], 1e-5) << i;
+}
+
+// x (inout) is doubled: variant 0 copies src → dst (passed x twice), variant 1 works in place,
+// variant 2 (only in the "wrong" spec) triples.
+void write_scale_specs(const fs::path& d, bool with_wrong) {
+  test::write(d / "scale.cpp", R"SRC(
+void scale_copy(kiln::program_id, const float* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * 2.0f;
+}
+void scale_inplace(kiln::program_id, float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * FACTOR;
+}
+)SRC");
+  test::write(d / "copy.toml", R"SPEC(name = "scale_copy"
+backend = "cpu"
+source = "scale.cpp"
+entry = "scale_copy"
+grid = ["1"]
+args = [ { name = "src", type = "f32*", size = "n", intent = "in" },
+         { name = "dst", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+[params]
+FACTOR = [2]
+)SPEC");
+  for (int f : {2, 3})
+    test::write(d / ("inplace" + std::to_string(f) + ".toml"), R"SPEC(name = "scale_inplace"
+backend = "cpu"
+source = "scale.cpp"
+entry = "scale_inplace"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "inout" }, { name = "n", type = "i64" } ]
+[params]
+FACTOR = [)SPEC" + std::to_string(f) + "]\n");
+  std::string multi = R"SPEC(name = "scale"
+kind = "multi"
+args = [ { name = "x", type = "f32*", size = "n", intent = "inout" }, { name = "n", type = "i64" } ]
+[tuning]
+key = ["n"]
+[[variants]]
+spec = "copy.toml"
+args = ["x", "x", "n"]
+[[variants]]
+spec = "inplace2.toml"
+args = ["x", "n"]
+)SPEC";
+  if (with_wrong) multi += "[[variants]]\nspec = \"inplace3.toml\"\nargs = [\"x\", \"n\"]\n";
+  test::write(d / "scale.toml", multi);
+}
+
+}  // namespace
+
+TEST_F(MultiTest, SoftmaxVariantsAreBenchmarkedOnceAKeyAndRemembered) {
+  fs::path spec = test::kernels() + "/cpu/softmax_multi.toml";
+  ASSERT_TRUE(is_multi_spec(spec));
+  MultiKernelSpec ms = load_multi_spec(spec);
+  ASSERT_EQ(ms.variants.size(), 2u);
+  {
+    Runtime rt(opts);
+    MultiKernel k(rt, ms);
+    expect_softmax(k, 64, 256);
+    std::vector<float> x(64 * 256), y(64 * 256);
+    int64_t M = 64, N = 256;
+    float *px = x.data(), *py = y.data();
+    void* params[] = {&px, &py, &M, &N};
+    MultiKernel::Pick p = k.pick(params);
+    EXPECT_EQ(p.source, "benchmarked");
+    expect_softmax(k, 64, 256);  // memoised
+    expect_softmax(k, 3, 5000);
+    // Rows longer than 16384 rule the whole-row variant out (its constraint): the two-pass one runs.
+    expect_softmax(k, 2, 20000);
+    M = 2, N = 20000;
+    x.resize(M * N), y.resize(M * N);
+    px = x.data(), py = y.data();
+    EXPECT_EQ(k.pick(params).variant, 1u);
+  }
+  Runtime rt2(opts);
+  MultiKernel k2(rt2, ms);
+  std::vector<float> x(64 * 256), y(64 * 256);
+  int64_t M = 64, N = 256;
+  float *px = x.data(), *py = y.data();
+  void* params[] = {&px, &py, &M, &N};
+  EXPECT_EQ(k2.pick(params).source, "cache");
+}
+
+TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cpu/softmax_multi.toml");
+  for (int v : {0, 1}) {
+    opts.force_variant = v;
+    Runtime rt(opts);
+    MultiKernel k(rt, ms);
+    expect_softmax(k, 33, 1000);
+    std::vector<float> x(33 * 1000), y(33 * 1000);
+    int64_t M = 33, N = 1000;
+    float *px = x.data(), *py = y.data();
+    void* params[] = {&px, &py, &M, &N};
+    MultiKernel::Pick p = k.pick(params);
+    EXPECT_EQ(p.variant, static_cast<size_t>(v));
+    EXPECT_EQ(p.source, "forced");
+  }
+  opts.force_variant = 2;
+  Runtime rt(opts);
+  try {
+    MultiKernel k(rt, ms);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_FORCE_VARIANT=2 but multi-kernel 'softmax_multi' has 2 variants"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
+  write_scale_specs(dir.path(), true);
+  Runtime rt(opts);
+  MultiKernel k(rt, load_multi_spec(dir.path() / "scale.toml"));
+  std::vector<float> x(1000);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 4);
+  std::vector<float> orig = x;
+  int64_t n = 1000;
+  k(x.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], orig[i] * 2) << i;  // one launch on the caller's data
+  float* px = x.data();
+  void* params[] = {&px, &n};
+  EXPECT_NE(k.pick(params).variant, 2u);
+  // The pick says why variant 2 lost.
+  MultiKernel::Pick p = k.pick(params);
+  EXPECT_EQ(p.source, "benchmarked");
+  ASSERT_EQ(p.results.size(), 3u);
+  EXPECT_TRUE(p.results[0].ns && p.results[1].ns);
+  EXPECT_EQ(p.results[2].error_kind, "wrong");
+  EXPECT_NE(p.results[2].error.find("variant 2 disagrees with variant 0 in 'x'"), std::string::npos)
+      << p.results[2].error;
+  // A new runtime reads the same from the cache.
+  Runtime rt2(opts);
+  MultiKernel k2(rt2, load_multi_spec(dir.path() / "scale.toml"));
+  MultiKernel::Pick p2 = k2.pick(params);
+  EXPECT_EQ(p2.source, "cache");
+  EXPECT_EQ(p2.variant, p.variant);
+  EXPECT_EQ(p2.results[2].error_kind, "wrong");
+}
+
+TEST_F(MultiTest, ASingleVariantRunsWithoutBenchmarking) {
+  write_scale_specs(dir.path(), false);
+  std::string one = *read_file(dir.path() / "scale.toml");
+  one = one.substr(0, one.find("[[variants]]\nspec = \"inplace2.toml\""));
+  test::write(dir.path() / "one.toml", one);
+  Runtime rt(opts);
+  MultiKernel k(rt, load_multi_spec(dir.path() / "one.toml"));
+  std::vector<float> x(10, 1.5f);
+  int64_t n = 10;
+  k(x.data(), n);
+  EXPECT_EQ(x[3], 3.0f);
+  float* px = x.data();
+  void* params[] = {&px, &n};
+  EXPECT_EQ(k.pick(params).source, "only variant");
+}
+
+TEST_F(MultiTest, MultiSpecErrorsNameFileAndKey) {
+  write_scale_specs(dir.path(), false);
+  std::string good = *read_file(dir.path() / "scale.toml");
+  auto error_of = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    test::write(dir.path() / "bad.toml", t);
+    try {
+      load_multi_spec(dir.path() / "bad.toml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of("args = [\"x\", \"x\", \"n\"]", "args = [\"x\", \"n\"]").find("2 names for the 3 arguments"), std::string::npos);
+  EXPECT_NE(error_of("args = [\"x\", \"x\", \"n\"]", "args = [\"x\", \"y\", \"n\"]").find("'y' is neither an argument nor a scratch buffer"), std::string::npos);
+  EXPECT_NE(error_of("intent = \"inout\" }, { name = \"n\"", "intent = \"in\" }, { name = \"n\"").find("the variant writes 'x'"), std::string::npos);
+  EXPECT_NE(error_of("args = [\"x\", \"x\", \"n\"]", "args = [\"x\", \"x\", \"x\"]").find("'x' (f32*) passed as 'n' (i64)"), std::string::npos);
+  EXPECT_NE(error_of("key = [\"n\"]", "key = [\"x\"]").find("'x' is not an integer scalar argument"), std::string::npos);
+  EXPECT_NE(error_of("spec = \"copy.toml\"", "spec = \"nope.toml\"").find("nope.toml: cannot read the spec file"), std::string::npos);
+  EXPECT_NE(error_of("kind = \"multi\"\n", "").find("not a multi-kernel spec"), std::string::npos);
+  // A kernel spec loader refuses a multi-kernel spec, clearly.
+  try {
+    load_spec(dir.path() / "scale.toml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a multi-kernel spec"), std::string::npos);
+  }
+}
+
+// ---- size hints ----
+
+namespace {
+
+const char* kMM = R"SPEC(name = "mm"
+backend = "cpu"
+source = "mm.cpp"
+entry = "mm"
+grid = ["cdiv(M, BM)"]
+args = [ { name = "A", type = "f32*", size = "M*K", intent = "in" },
+         { name = "B", type = "f32*", size = "K*N", intent = "in" },
+         { name = "C", type = "f32*", size = "M*N", intent = "out" },
+         { name = "M", type = "i64" }, { name = "N", type = "i64" }, { name = "K", type = "i64" } ]
+[params]
+BM = [1, 8]
+[tuning]
+key = ["M", "N", "K"]
+hints = { M = [16, 64], N = [16, 64], K = [16, 64] }
+)SPEC";
+
+const char* kMMSource = R"SRC(
+void mm(kiln::program_id pid, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K) {
+  for (int64_t i = pid.x * BM; i < (pid.x + 1) * BM && i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[k * N + j];
+      C[i * N + j] = acc;
+    }
+}
+)SRC";
+
+}  // namespace
+
+TEST_F(MultiTest, SizeHintsPickTheNearestHintPointWithoutBenchmarkingOnTheCallPath) {
+  test::write(dir.path() / "mm.cpp", kMMSource);
+  test::write(dir.path() / "mm.toml", kMM);
+  KernelSpec s = load_spec(dir.path() / "mm.toml");
+  Runtime rt(opts);
+  SizeHintMultiKernel k(rt, s);
+  k.prepare();
+  ASSERT_EQ(k.hint_points().size(), 2u);
+  EXPECT_EQ(k.hint_points()[1].values, (std::vector<int64_t>{64, 64, 64}));
+  EXPECT_EQ(k.nearest({16, 16, 16}), 0u);
+  EXPECT_EQ(k.nearest({20, 20, 20}), 0u);
+  EXPECT_EQ(k.nearest({40, 40, 40}), 1u);
+  EXPECT_EQ(k.nearest({32, 32, 32}), 1u);   // a tie goes to the larger hint point
+  EXPECT_EQ(k.nearest({8, 8, 500}), 0u);    // L1 over log2: 3 * 1 for 16 vs 2 * 3 + 3 for 64
+  EXPECT_EQ(k.nearest({1, 1, 4096}), 0u);
+  EXPECT_EQ(k.nearest({64, 64, 1}), 1u);   // 0 + 0 + 6 vs 2 + 2 + 4
+  size_t records = rt.tuning_cache()->count();
+  for (int64_t n : {5, 20, 33, 64, 90}) {
+    std::vector<float> A(n * n), B(n * n), C(n * n);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(A)), 1);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(B)), 2);
+    k(A.data(), B.data(), C.data(), n, n, n);
+    for (int64_t i = 0; i < n; i += 3) {
+      double ref = 0;
+      for (int64_t x = 0; x < n; ++x) ref += double(A[i * n + x]) * B[x * n + (i % n)];
+      ASSERT_NEAR(C[i * n + (i % n)], ref, 1e-3);
+    }
+    float *a = A.data(), *b = B.data(), *c = C.data();
+    void* params[] = {&a, &b, &c, &n, &n, &n};
+    EXPECT_EQ(k.config_for(params), k.hint_points()[k.nearest({n, n, n})].config);
+  }
+  EXPECT_EQ(rt.tuning_cache()->count(), records) << "a call tuned something";
+  EXPECT_EQ(k.retuned(), 0u);
+}
+
+TEST_F(MultiTest, GridHintPointsAndBackgroundRetuningOfAHotShape) {
+  test::write(dir.path() / "mm.cpp", kMMSource);
+  std::string toml = kMM;
+  toml += "hint_points = \"grid\"\n";
+  test::write(dir.path() / "mm.toml", toml);
+  KernelSpec s = load_spec(dir.path() / "mm.toml");
+  Runtime rt(opts);
+  SizeHintOptions o;
+  o.retune_after = 3;
+  SizeHintMultiKernel k(rt, s, o);
+  EXPECT_EQ(k.hint_points().size(), 8u);
+  EXPECT_EQ(k.nearest({16, 64, 16}), 2u);
+  int64_t n = 24;
+  std::vector<float> A(n * n, 1), B(n * n, 1), C(n * n);
+  for (int call = 0; call < 5; ++call) {
+    k(A.data(), B.data(), C.data(), n, n, n);
+    ASSERT_EQ(C[n + 1], static_cast<float>(n));
+  }
+  EXPECT_EQ(k.retuned(), 1u);  // waits for the background tuning
+  // The shape now runs its own exactly tuned config.
+  HostArgs exact(s, parse_scalars(s, {{"M", "24"}, {"N", "24"}, {"K", "24"}}));
+  TuneOutcome t = rt.tune(s, exact.params());
+  EXPECT_TRUE(t.from_cache);
+  float *a = A.data(), *b = B.data(), *c = C.data();
+  void* params[] = {&a, &b, &c, &n, &n, &n};
+  EXPECT_EQ(k.config_for(params), *t.record.best);
+  k(A.data(), B.data(), C.data(), n, n, n);
+  EXPECT_EQ(C[n + 1], static_cast<float>(n));
+}
