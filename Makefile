@@ -35,6 +35,7 @@ test-sanitize: deps $(ASAN_BUILD)/build.ninja
 test: test-fast test-sanitize
 
 bench: build
+	./$(BUILD)/bench/kiln_bench_dispatch
 	./$(BUILD)/bench/kiln_bench_workers
 
 clean:

@@ -1,0 +1,1 @@
+void empty(kiln::program_id, const float*, int64_t) {}
