@@ -45,6 +45,7 @@ clean:
 # New inputs land in build-fuzz/corpus-*; `make fuzz-merge` folds them into fuzz/corpus.
 FUZZ_SECONDS ?= 60
 build-fuzz/build.ninja: | deps
+	@./scripts/install-deps.sh --fuzz
 	CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
 	  -DKILN_TESTS=OFF -DKILN_BENCH=OFF \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"

@@ -2,9 +2,10 @@
 # Installs the Debian packages kiln builds and tests with, when they are missing.
 # Run as root (it does nothing, and says so, when everything is present).
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+pkgs=(build-essential cmake ninja-build pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev redis-server libzstd-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev)
+if [ "${1:-}" = "--fuzz" ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

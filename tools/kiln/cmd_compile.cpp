@@ -19,11 +19,9 @@ nlohmann::json params_json(const Config& c) {
   return j;
 }
 
-void run_compile(Globals& g, const std::string& spec_path, bool json, bool explain) {
-  Options opts = Options::from_env();
-  opts.quiet = opts.quiet || g.quiet;
-  Runtime rt(opts);
-  KernelSpec spec = load_spec(spec_path);
+// Compiles one kernel spec; prints its table (or returns its JSON object).
+nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, bool json, bool explain) {
+  const Options& opts = rt.options();
   CompilePool& pool = rt.compile_pool(spec.backend);
   std::vector<Config> configs = spec.space.all();
 
@@ -89,20 +87,40 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
                             {"cached", cached},
                             {"failed", failed},
                             {"compiler_seconds", compiler_seconds}}}};
-    std::printf("%s\n", out.dump(2).c_str());
-    return;
+    return out;
   }
   std::printf("%s", table.str().c_str());
   std::printf("%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads)\n",
               configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
               seconds_text(compiler_seconds).c_str(), pool.threads());
   for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
+  return nullptr;
+}
+
+void run_compile(Globals& g, const std::string& spec_path, bool json, bool explain) {
+  Options opts = Options::from_env();
+  opts.quiet = opts.quiet || g.quiet;
+  Runtime rt(opts);
+  if (!is_multi_spec(spec_path)) {
+    nlohmann::json out = compile_spec(g, rt, load_spec(spec_path), json, explain);
+    if (json) std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  // A multi-kernel: every variant's config space.
+  MultiKernelSpec m = load_multi_spec(spec_path);
+  nlohmann::json variants = nlohmann::json::array();
+  for (size_t i = 0; i < m.variants.size(); ++i) {
+    if (!json) std::printf("%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.spec_path.c_str());
+    variants.push_back(compile_spec(g, rt, m.variants[i].kernel, json, explain));
+  }
+  if (json) std::printf("%s\n", nlohmann::json({{"multi_kernel", m.name}, {"variants", variants}}).dump(2).c_str());
 }
 
 }  // namespace
 
 void add_compile(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("compile", "Compile every config of a kernel spec (in parallel, through the cache)");
+  auto* cmd = app.add_subcommand("compile", "Compile every config of a kernel spec, or of each variant of a "
+                                            "multi-kernel spec (in parallel, through the cache)");
   auto spec = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    int rc = app.exit(e);  // prints help, or the error
+    return rc == 0 ? 0 : 2;
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return e.code() == kiln::Errc::usage ? 2 : 1;

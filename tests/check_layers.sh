@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Dependencies point one way: tools → dispatch → tune → compile → worker →
+# backends → core. Fails naming each #include that points upward.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rank() {  # the layer of a source file or an included header
+  case "$1" in
+    src/core/*|core/*) echo 0 ;;
+    kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp) echo 0 ;;
+    include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
+    include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
+    src/backends/*|backends/*|kiln/backend.hpp|include/kiln/backend.hpp) echo 1 ;;
+    src/worker/main.cpp) echo 9 ;;  # the kiln-worker executable is a tool
+    src/worker/*|worker/*) echo 2 ;;
+    src/compile/*|compile/*|kiln/binary_key.hpp|kiln/code_cache.hpp|kiln/compile_pool.hpp) echo 3 ;;
+    include/kiln/binary_key.hpp|include/kiln/code_cache.hpp|include/kiln/compile_pool.hpp) echo 3 ;;
+    src/tune/*|tune/*|kiln/tuner.hpp|kiln/tuning.hpp|include/kiln/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;
+    src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp) echo 5 ;;
+    include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp) echo 5 ;;
+    *) echo -1 ;;
+  esac
+}
+bad=0
+while IFS= read -r f; do
+  from=$(rank "$f")
+  [ "$from" -lt 0 ] && { echo "check_layers: no layer for $f (add it to tests/check_layers.sh)"; bad=1; continue; }
+  while IFS= read -r inc; do
+    to=$(rank "$inc")
+    [ "$to" -lt 0 ] && continue  # third-party and system headers
+    if [ "$to" -gt "$from" ]; then echo "check_layers: $f includes $inc, a higher layer"; bad=1; fi
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
+done < <(find src include -name '*.cpp' -o -name '*.hpp' | sort)
+[ $bad -eq 0 ] && echo "check_layers: every include points down"
+exit $bad
