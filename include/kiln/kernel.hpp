@@ -46,9 +46,24 @@ constexpr uint8_t arg_code() {
     return 255;
   }
 }
+// kernel(args...) for a handle that has launch(void* const*) and
+// check_types(codes, n): type-checks the pack against the spec, then launches.
+template <class Handle>
+struct TypedCall {
+  template <class... A>
+  void operator()(A... args) {
+    static constexpr uint8_t codes[] = {arg_code<A>()..., 0};
+    Handle& h = static_cast<Handle&>(*this);
+    h.check_types(codes, sizeof...(A));
+    void* params[] = {static_cast<void*>(&args)..., nullptr};
+    h.launch(params);
+  }
+};
 }  // namespace detail
 
-class Kernel {
+// Calls are type-checked: kernel(A, B, C, M, N, K) with float*, int64_t, ...
+// matching the spec, or launch(params) with a void* array.
+class Kernel : public detail::TypedCall<Kernel> {
  public:
   // `rt` must outlive the handle. Throws Error(Errc::usage) for a spec kiln
   // cannot dispatch (more than 64 arguments or 8 tuning-key names).
@@ -60,22 +75,15 @@ class Kernel {
   // params[i] points to the value of argument i, in spec order.
   void launch(void* const* params);
 
-  // Type-checked: kernel(A, B, C, M, N, K) with float*, int64_t, ... matching the spec.
-  template <class... A>
-  void operator()(A... args) {
-    static constexpr uint8_t codes[] = {detail::arg_code<A>()..., 0};
-    check_types(codes, sizeof...(A));
-    void* params[] = {static_cast<void*>(&args)..., nullptr};
-    launch(params);
-  }
-
   // The choice for these arguments' tuning-key values, tuning if needed.
   const Choice& choice(void* const* params);
   const KernelSpec& spec() const;
   size_t shapes_seen() const;
+  // Throws Error(Errc::usage) unless `codes` (detail::arg_code) match the spec.
+  void check_types(const uint8_t* codes, size_t n) const;
 
  private:
-  void check_types(const uint8_t* codes, size_t n) const;
+  Choice* find(void* const* params, int64_t* slots);  // memoised, or decided now
   Choice* decide(void* const* params, const int64_t* key);
   struct Impl;
   std::unique_ptr<Impl> impl_;

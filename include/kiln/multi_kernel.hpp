@@ -35,7 +35,7 @@ struct SizeHintOptions {
   TuneOptions tune;
 };
 
-class SizeHintMultiKernel {
+class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
  public:
   SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts = {});
   ~SizeHintMultiKernel();  // waits for background re-tuning
@@ -50,13 +50,7 @@ class SizeHintMultiKernel {
   void prepare(const std::vector<std::pair<std::string, std::string>>& other_scalars = {});
 
   void launch(void* const* params);
-  template <class... A>
-  void operator()(A... args) {
-    static constexpr uint8_t codes[] = {detail::arg_code<A>()..., 0};
-    check_types(codes, sizeof...(A));
-    void* params[] = {static_cast<void*>(&args)..., nullptr};
-    launch(params);
-  }
+  void check_types(const uint8_t* codes, size_t n) const;
 
   struct HintPoint {
     std::vector<int64_t> values;  // in tuning-key order
@@ -75,12 +69,11 @@ class SizeHintMultiKernel {
   const KernelSpec& spec() const;
 
  private:
-  void check_types(const uint8_t* codes, size_t n) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-class MultiKernel {
+class MultiKernel : public detail::TypedCall<MultiKernel> {
  public:
   // Honours KILN_FORCE_VARIANT (Options::force_variant).
   MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune = {});
@@ -89,13 +82,7 @@ class MultiKernel {
   MultiKernel& operator=(const MultiKernel&) = delete;
 
   void launch(void* const* params);
-  template <class... A>
-  void operator()(A... args) {
-    static constexpr uint8_t codes[] = {detail::arg_code<A>()..., 0};
-    check_types(codes, sizeof...(A));
-    void* params[] = {static_cast<void*>(&args)..., nullptr};
-    launch(params);
-  }
+  void check_types(const uint8_t* codes, size_t n) const;
 
   // Which variant a call with these arguments runs (deciding if needed), and why.
   struct Pick {
@@ -109,7 +96,6 @@ class MultiKernel {
   const MultiKernelSpec& spec() const;
 
  private:
-  void check_types(const uint8_t* codes, size_t n) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

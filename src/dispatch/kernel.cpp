@@ -29,21 +29,22 @@ Kernel& Kernel::operator=(Kernel&&) noexcept = default;
 const KernelSpec& Kernel::spec() const { return impl_->spec; }
 size_t Kernel::shapes_seen() const { return impl_->memo.size(); }
 
+Choice* Kernel::find(void* const* params, int64_t* slots) {
+  int64_t key[CallShape::kMaxKey];
+  impl_->shape.read(params, slots, key);
+  Choice* c = impl_->memo.find(key);
+  return c ? c : decide(params, key);
+}
+
 void Kernel::launch(void* const* params) {
-  Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Choice* c = m.memo.find(key);
-  if (!c) c = decide(params, key);
+  int64_t slots[CallShape::kMaxArgs];
+  Choice* c = find(params, slots);
   c->kernel->launch(params, c->grid.eval(slots));
 }
 
 const Choice& Kernel::choice(void* const* params) {
-  Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Choice* c = m.memo.find(key);
-  return c ? *c : *decide(params, key);
+  int64_t slots[CallShape::kMaxArgs];
+  return *find(params, slots);
 }
 
 Choice* Kernel::decide(void* const* params, const int64_t* key) {

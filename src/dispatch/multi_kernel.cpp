@@ -131,6 +131,14 @@ struct MultiKernel::Impl {
     for (size_t j = 0; j < map.size(); ++j) out[j] = map[j] >= 0 ? params[map[j]] : &scratch_ptrs[-map[j] - 1];
   }
 
+  // The choice for the call's shape (decided on first sight); fills slots.
+  Chosen* find(void* const* params, int64_t* slots) {
+    int64_t key[CallShape::kMaxKey];
+    shape.read(params, slots, key);
+    Chosen* c = memo.find(key);
+    return c ? c : decide(params, key);
+  }
+
   Chosen* decide(void* const* params, const int64_t* key) {
     std::lock_guard<std::mutex> g(memo.mutex());
     if (Chosen* c = memo.find(key)) return c;
@@ -298,10 +306,8 @@ MultiKernel::~MultiKernel() = default;
 
 void MultiKernel::launch(void* const* params) {
   Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Impl::Chosen* c = m.memo.find(key);
-  if (!c) c = m.decide(params, key);
+  int64_t slots[CallShape::kMaxArgs];
+  Impl::Chosen* c = m.find(params, slots);
   void* scratch[8];
   const auto& map = m.maps[c->variant];
   void* vp[CallShape::kMaxArgs];
@@ -311,8 +317,8 @@ void MultiKernel::launch(void* const* params) {
     } else {
       size_t k = static_cast<size_t>(-map[j] - 1);
       int64_t n = m.scratch_sizes[k].eval(slots);
-      scratch[k % 8] = t_scratch.get(&m, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype));
-      vp[j] = &scratch[k % 8];
+      scratch[k] = t_scratch.get(&m, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype));
+      vp[j] = &scratch[k];
     }
   }
   int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
@@ -321,11 +327,8 @@ void MultiKernel::launch(void* const* params) {
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {
-  Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Impl::Chosen* c = m.memo.find(key);
-  if (!c) c = m.decide(params, key);
+  int64_t slots[CallShape::kMaxArgs];
+  Impl::Chosen* c = impl_->find(params, slots);
   return {c->variant, c->source, c->config, c->results};
 }
 

@@ -171,6 +171,14 @@ struct SizeHintMultiKernel::Impl {
     });
   }
 
+  // The entry of the call's shape (added on first sight); fills slots.
+  Entry* entry(void* const* params, int64_t* slots) {
+    int64_t key[CallShape::kMaxKey];
+    shape.read(params, slots, key);
+    Entry* e = memo.find(key);
+    return e ? e : add_shape(key);
+  }
+
   void join_background() {
     std::vector<std::thread> ts;
     {
@@ -192,10 +200,8 @@ void SizeHintMultiKernel::prepare(const std::vector<std::pair<std::string, std::
 
 void SizeHintMultiKernel::launch(void* const* params) {
   Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Impl::Entry* e = m.memo.find(key);
-  if (!e) e = m.add_shape(key);
+  int64_t slots[CallShape::kMaxArgs];
+  Impl::Entry* e = m.entry(params, slots);
   if (m.retune_after > 0 && !e->exact.load(std::memory_order_relaxed) &&
       e->calls.fetch_add(1, std::memory_order_relaxed) + 1 == static_cast<uint32_t>(m.retune_after))
     m.retune(e);
@@ -215,12 +221,8 @@ size_t SizeHintMultiKernel::nearest(const std::vector<int64_t>& key) const {
 }
 
 Config SizeHintMultiKernel::config_for(void* const* params) {
-  Impl& m = *impl_;
-  int64_t slots[CallShape::kMaxArgs], key[CallShape::kMaxKey];
-  m.shape.read(params, slots, key);
-  Impl::Entry* e = m.memo.find(key);
-  if (!e) e = m.add_shape(key);
-  return e->active.load(std::memory_order_acquire)->config;
+  int64_t slots[CallShape::kMaxArgs];
+  return impl_->entry(params, slots)->active.load(std::memory_order_acquire)->config;
 }
 
 size_t SizeHintMultiKernel::retuned() {
