@@ -21,9 +21,7 @@ struct Fixture : ::testing::Test {
   Options opts = test::options_in(dir.path());
 
   KernelSpec spec(const std::string& toml, const std::string& src_name, const std::string& src) {
-    test::write(dir.path() / src_name, src);
-    test::write(dir.path() / "k.toml", toml);
-    return load_spec(dir.path() / "k.toml");
+    return test::spec_in(dir.path(), toml, src_name, src);
   }
 };
 

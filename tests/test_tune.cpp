@@ -52,9 +52,7 @@ struct TuneTest : ::testing::Test {
     opts.workers = 1;
   }
   KernelSpec spec(const std::string& toml, const std::string& src_name, const std::string& src) {
-    test::write(dir.path() / src_name, src);
-    test::write(dir.path() / "k.toml", toml);
-    return load_spec(dir.path() / "k.toml");
+    return test::spec_in(dir.path(), toml, src_name, src);
   }
   const ConfigResult& result_of(const TuningRecord& r, const std::string& cfg) {
     for (const auto& c : r.configs)

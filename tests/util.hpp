@@ -7,6 +7,7 @@
 
 #include "core/fsutil.hpp"
 #include "kiln/options.hpp"
+#include "kiln/spec.hpp"
 
 namespace kiln::test {
 
@@ -21,6 +22,14 @@ inline Options options_in(const std::filesystem::path& dir) {
   o.cache_dir = dir / "cache";
   o.quiet = true;
   return o;
+}
+
+// Writes a spec (as k.toml) and its source into `dir`, and loads the spec.
+inline KernelSpec spec_in(const std::filesystem::path& dir, const std::string& toml, const std::string& src_name,
+                          const std::string& src) {
+  write(dir / src_name, src);
+  write(dir / "k.toml", toml);
+  return load_spec(dir / "k.toml");
 }
 
 inline std::string kiln_exe() { return std::string(KILN_BINARY_DIR) + "/kiln"; }

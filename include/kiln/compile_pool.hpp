@@ -82,7 +82,6 @@ class CompilePool {
   };
   Counters counters() const;
   std::vector<CompileRecord> records() const;
-  Backend& backend() { return *backend_; }
   int threads() const { return static_cast<int>(threads_.size()); }
 
  private:
@@ -108,7 +107,6 @@ class ProgressBar {
   ~ProgressBar();
   void set(size_t done);
   void tick();  // redraws the clock
-  void label(std::string l);
 
  private:
   void draw();

@@ -151,11 +151,6 @@ void ProgressBar::set(size_t done) {
   draw();
 }
 
-void ProgressBar::label(std::string l) {
-  label_ = std::move(l);
-  draw();
-}
-
 void ProgressBar::tick() {
   if (std::chrono::steady_clock::now() - last_ >= std::chrono::milliseconds(100)) draw();
 }
