@@ -296,6 +296,17 @@ TEST_F(TuneTest, TheKernelHandleTunesOnceAKeyAndChecksArgumentTypes) {
   EXPECT_THROW(k(A.data(), B.data(), C.data(), M, N), Error);
 }
 
+TEST_F(TuneTest, EditingAnIncludedHeaderInvalidatesTuningRecords) {
+  test::write(dir.path() / "helper.h", "#define WORK 1\n");
+  KernelSpec s = spec(kSelSpec, "sel.cpp", std::string("#include \"helper.h\"\n") + kSelSource);
+  TuningKey before = make_tuning_key(s, "cpu test", {{"n", 10}});
+  test::write(dir.path() / "helper.h", "#define WORK 2\n");
+  TuningKey after = make_tuning_key(s, "cpu test", {{"n", 10}});
+  EXPECT_NE(before.base_hex(), after.base_hex());
+  test::write(dir.path() / "helper.h", "#define WORK 1\n");
+  EXPECT_EQ(before.base_hex(), make_tuning_key(s, "cpu test", {{"n", 10}}).base_hex());
+}
+
 TEST_F(TuneTest, RecordsThatDoNotValidateAreMisses) {
   KernelSpec s = spec(kSelSpec, "sel.cpp", kSelSource);
   TuningCache cache(dir.path() / "cache");

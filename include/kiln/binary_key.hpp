@@ -31,4 +31,18 @@ struct BinaryKey {
 // Builds the key of a request. The backend supplies its toolchain identity.
 BinaryKey make_binary_key(const CompileRequest& req, Backend& backend);
 
+// A source file with everything it includes that kiln can find: quoted
+// includes resolve against the including file's folder, then `include_dirs`;
+// angled ones against `include_dirs`; what is not found belongs to the
+// toolchain and is hashed by name.
+struct SourceTree {
+  Hash128 hash;
+  std::vector<std::string> found, external;
+};
+SourceTree hash_source_tree(const std::string& source_text, const std::vector<std::string>& include_dirs);
+
+// What a kernel's code is, for tuning records: backend, entry, argument list,
+// and its source tree (so editing an included header invalidates records).
+Hash128 kernel_source_hash(const KernelSpec& spec);
+
 }  // namespace kiln

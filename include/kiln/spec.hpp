@@ -94,9 +94,6 @@ struct KernelSpec {
   TuningSpec tuning;
 
   int arg_index(std::string_view name) const;  // -1 when absent
-  // Config values per expression symbols: scalar args first (slots), params
-  // after, for use with CompiledExpr.
-  Hash128 source_hash() const;  // source text, entry, argument list, backend
 };
 
 // Reads source files named by a spec: the file's contents, or nullopt if it

@@ -21,11 +21,12 @@ namespace kiln {
 
 struct TuningKey {
   // Bump when TuningRecord's stored fields or their meaning change.
-  static constexpr int kFormatVersion = 1;
+  // 2: source_hash covers the files the source includes.
+  static constexpr int kFormatVersion = 2;
 
   std::string backend;
   std::string device;       // Backend::device_identity()
-  std::string source_hash;  // KernelSpec::source_hash()
+  std::string source_hash;  // kernel_source_hash(): source, includes, entry, argument list
   std::string space_hash;   // ConfigSpace::hash()
   std::vector<std::pair<std::string, int64_t>> values;  // tuning-key values, in key order
 

@@ -93,19 +93,32 @@ std::string BinaryKey::hex() const {
   return h.digest().hex();
 }
 
+SourceTree hash_source_tree(const std::string& source_text, const std::vector<std::string>& include_dirs) {
+  Hasher h;
+  h.add("source", source_text);
+  IncludeScan scan{include_dirs, h, {}, {}, {}};
+  fs::path dir = include_dirs.empty() ? fs::path() : fs::path(include_dirs.front());
+  scan.scan(source_text, dir, 0);
+  return {h.digest(), std::move(scan.found), std::move(scan.external)};
+}
+
+Hash128 kernel_source_hash(const KernelSpec& spec) {
+  CompileRequest r = make_compile_request(spec, Config{});
+  Hasher h;
+  h.add("backend", spec.backend).add("entry", spec.entry).add("tree", hash_source_tree(r.source_text, r.include_dirs).hash.hex());
+  for (const auto& a : spec.args) h.add("arg", a.name + ":" + a.type_text());
+  return h.digest();
+}
+
 BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   BinaryKey k;
   k.backend = req.backend;
   k.toolchain = backend.toolchain_identity();
   k.entry = req.entry;
-  Hasher h;
-  h.add("source", req.source_text);
-  IncludeScan scan{req.include_dirs, h, {}, {}, {}};
-  fs::path dir = req.include_dirs.empty() ? fs::path() : fs::path(req.include_dirs.front());
-  scan.scan(req.source_text, dir, 0);
-  k.source = h.digest();
-  k.includes_found = std::move(scan.found);
-  k.includes_external = std::move(scan.external);
+  SourceTree tree = hash_source_tree(req.source_text, req.include_dirs);
+  k.source = tree.hash;
+  k.includes_found = std::move(tree.found);
+  k.includes_external = std::move(tree.external);
   for (const auto& [n, v] : req.defines) k.defines += fmt::format("{}={};", n, v);
   for (const auto& a : req.args) k.args += fmt::format("{}:{}{};", a.name, dtype_name(a.dtype), a.pointer ? "*" : "");
   for (const auto& f : req.cflags) k.cflags += f + " ";

@@ -169,12 +169,6 @@ int KernelSpec::arg_index(std::string_view n) const {
   return -1;
 }
 
-Hash128 KernelSpec::source_hash() const {
-  Hasher h;
-  h.add("backend", backend).add("entry", entry).add("source", source_text);
-  for (const auto& a : args) h.add("arg", a.name + ":" + a.type_text());
-  return h.digest();
-}
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;

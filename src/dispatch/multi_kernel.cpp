@@ -7,6 +7,7 @@
 #include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/args.hpp"
+#include "kiln/binary_key.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"
@@ -107,7 +108,7 @@ struct MultiKernel::Impl {
     for (size_t i = 0; i < spec.variants.size(); ++i) {
       p.values.push_back(static_cast<int64_t>(i));
       const auto& v = spec.variants[i];
-      as_kernel.source_text += v.kernel.name + ":" + v.kernel.source_hash().hex() + ":" + v.kernel.space.hash().hex();
+      as_kernel.source_text += v.kernel.name + ":" + kernel_source_hash(v.kernel).hex() + ":" + v.kernel.space.hash().hex();
       for (const auto& a : v.args) as_kernel.source_text += "," + a;
       as_kernel.source_text += "\n";
     }

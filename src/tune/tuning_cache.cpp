@@ -6,6 +6,7 @@
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
+#include "kiln/binary_key.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
@@ -62,7 +63,8 @@ TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device,
   TuningKey k;
   k.backend = spec.backend;
   k.device = device;
-  k.source_hash = spec.source_hash().hex();
+  // A multi-kernel's stand-in spec has no source file: its text names its variants' hashes.
+  k.source_hash = spec.source_path.empty() ? hash_bytes(spec.source_text).hex() : kernel_source_hash(spec).hex();
   k.space_hash = spec.space.hash().hex();
   k.values = std::move(values);
   return k;
