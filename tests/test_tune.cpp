@@ -7,6 +7,7 @@
 #include "kiln/args.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"
+#include "tune/benchmarker.hpp"
 #include "util.hpp"
 #include "worker/worker_pool.hpp"
 
@@ -377,4 +378,14 @@ TEST_F(TuneTest, TheCliTunesReportsAndAnswersFromTheCache) {
   ProcessResult bad = run("tune " + spec + " --set M=2");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("missing N"), std::string::npos) << bad.output;
+}
+
+TEST(Summarize, MedianMinMaxOfTimedRuns) {
+  BenchResult odd = summarize({5, 1, 3});
+  EXPECT_EQ(odd.median_ns, 3);
+  BenchResult even = summarize({4, 1, 3, 2});
+  EXPECT_EQ(even.median_ns, 2.5);  // the mean of the middle two
+  EXPECT_EQ(even.min_ns, 1);
+  EXPECT_EQ(even.max_ns, 4);
+  EXPECT_EQ(even.ns, (std::vector<double>{4, 1, 3, 2}));  // runs kept in order
 }

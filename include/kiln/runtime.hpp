@@ -48,12 +48,10 @@ class Runtime {
 
   Options opts_;
   std::mutex m_;
-  std::shared_ptr<CodeCache> code_cache_;
-  bool code_cache_made_ = false;
+  std::shared_ptr<CodeCache> code_cache_;  // stays null with KILN_NO_CACHE
   std::map<std::string, std::unique_ptr<BackendState>> backends_;
   std::shared_ptr<WorkerPool> workers_;
   std::shared_ptr<TuningCache> tuning_cache_;
-  bool tuning_cache_made_ = false;
 };
 
 }  // namespace kiln

@@ -258,13 +258,12 @@ struct MultiKernel::Impl {
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      auto& v = samples[i];
-      if (v.empty() || !rec.configs[i].error.empty()) continue;
-      std::sort(v.begin(), v.end());
-      rec.configs[i].ns = v[v.size() / 2];
-      rec.configs[i].min_ns = v.front();
-      rec.configs[i].max_ns = v.back();
-      rec.configs[i].reps = static_cast<int>(v.size());
+      if (samples[i].empty() || !rec.configs[i].error.empty()) continue;
+      BenchResult r = summarize(std::move(samples[i]));
+      rec.configs[i].ns = r.median_ns;
+      rec.configs[i].min_ns = r.min_ns;
+      rec.configs[i].max_ns = r.max_ns;
+      rec.configs[i].reps = static_cast<int>(r.ns.size());
     }
     if (ref) rec.reference = as_kernel.space.at(*ref).str();
     auto ranked = rec.ranked();

@@ -31,10 +31,7 @@ Backend& Runtime::backend(const std::string& name) { return *state(name).backend
 
 std::shared_ptr<CodeCache> Runtime::code_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!code_cache_made_) {
-    if (!opts_.no_cache) code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
-    code_cache_made_ = true;
-  }
+  if (!code_cache_ && !opts_.no_cache) code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
   return code_cache_;
 }
 
@@ -70,10 +67,7 @@ std::shared_ptr<WorkerPool> Runtime::worker_pool() {
 
 std::shared_ptr<TuningCache> Runtime::tuning_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!tuning_cache_made_) {
-    if (!opts_.no_cache) tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
-    tuning_cache_made_ = true;
-  }
+  if (!tuning_cache_ && !opts_.no_cache) tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
   return tuning_cache_;
 }
 

@@ -98,6 +98,14 @@ BenchResult run_bench(LoadedKernel& k, const BenchPlan& plan, std::byte* arena) 
     auto t1 = Clock::now();
     r.ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
   }
+  BenchResult out = summarize(std::move(r.ns));
+  out.checksum = std::move(r.checksum);
+  return out;
+}
+
+BenchResult summarize(std::vector<double> ns) {
+  BenchResult r;
+  r.ns = std::move(ns);
   std::vector<double> sorted = r.ns;
   std::sort(sorted.begin(), sorted.end());
   if (!sorted.empty()) {

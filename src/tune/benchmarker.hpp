@@ -18,6 +18,10 @@
 
 namespace kiln {
 
+// A result from timed runs: keeps them, with their median (the mean of the
+// middle two for an even count), minimum and maximum. No checksum.
+BenchResult summarize(std::vector<double> ns);
+
 // Throws Error(Errc::launch) for a kernel that wrote to an input.
 BenchResult run_bench(LoadedKernel& k, const BenchPlan& plan, std::byte* arena);
 

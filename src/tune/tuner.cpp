@@ -149,13 +149,11 @@ class Session {
       }
     }
     for (size_t i = 0; i < contenders.size(); ++i) {
-      std::vector<double>& v = samples[i];
-      std::sort(v.begin(), v.end());
-      size_t m = v.size();
-      contenders[i]->ns = m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
-      contenders[i]->min_ns = v.front();
-      contenders[i]->max_ns = v.back();
-      contenders[i]->reps = static_cast<int>(m);
+      BenchResult r = summarize(std::move(samples[i]));
+      contenders[i]->ns = r.median_ns;
+      contenders[i]->min_ns = r.min_ns;
+      contenders[i]->max_ns = r.max_ns;
+      contenders[i]->reps = static_cast<int>(r.ns.size());
     }
   }
 

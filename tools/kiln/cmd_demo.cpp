@@ -78,10 +78,7 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
       samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
     }
   std::vector<double> ms;
-  for (auto& v : samples) {
-    std::sort(v.begin(), v.end());
-    ms.push_back(v[v.size() / 2] / 1e6);
-  }
+  for (auto& v : samples) ms.push_back(summarize(std::move(v)).median_ns / 1e6);
   return ms;
 }
 
