@@ -107,7 +107,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kiln-worker: %s\n", e.what());
       return 1;
     }
-    if (r != wire::Recv::ok) return 0;
+    // The pool closed its end: leave at once (_exit: a worker has nothing to
+    // flush, and exit-time work such as a sanitizer's leak check would keep
+    // the pool waiting and could be SIGKILLed halfway).
+    if (r != wire::Recv::ok) ::_exit(0);
     json reply;
     try {
       reply = w.handle(req, fd);
@@ -117,8 +120,7 @@ int main(int argc, char** argv) {
       reply = {{"ok", false}, {"error", {{"code", "internal"}, {"message", e.what()}}}};
     }
     bool stop = req.value("op", "") == "shutdown";
-    if (!wire::send(sock, reply)) return 0;
-    if (stop) return 0;
+    if (!wire::send(sock, reply) || stop) ::_exit(0);
   }
 }
 
