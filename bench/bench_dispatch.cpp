@@ -82,8 +82,28 @@ void BM_RawEntry(benchmark::State& st) {
 }
 void BM_LoadedKernel(benchmark::State& st) {
   Fixture& f = fx();
+  LaunchDims d;
   for (auto _ : st) {
-    f.loaded->launch(f.params, Grid{});
+    f.loaded->launch(f.params, d, nullptr);
+    benchmark::ClobberMemory();
+  }
+}
+// Empty program instances over kiln's thread pool: what starting a grid costs.
+void BM_Grid2(benchmark::State& st) {
+  Fixture& f = fx();
+  LaunchDims d;
+  d.grid.x = 2;
+  for (auto _ : st) {
+    f.loaded->launch(f.params, d, nullptr);
+    benchmark::ClobberMemory();
+  }
+}
+void BM_Grid64(benchmark::State& st) {
+  Fixture& f = fx();
+  LaunchDims d;
+  d.grid.x = 64;
+  for (auto _ : st) {
+    f.loaded->launch(f.params, d, nullptr);
     benchmark::ClobberMemory();
   }
 }
@@ -122,6 +142,8 @@ BENCHMARK(BM_Kernel);
 BENCHMARK(BM_KernelTypedCall);
 BENCHMARK(BM_SizeHint);
 BENCHMARK(BM_MultiKernel);
+BENCHMARK(BM_Grid2);
+BENCHMARK(BM_Grid64);
 
 // Prints, after the usual table, what each kiln path adds over the raw entry.
 class Summary : public benchmark::ConsoleReporter {
@@ -138,6 +160,8 @@ class Summary : public benchmark::ConsoleReporter {
     for (const char* k : {"BM_RawEntry", "BM_LoadedKernel", "BM_Kernel", "BM_KernelTypedCall", "BM_SizeHint",
                           "BM_MultiKernel"})
       std::printf("%-22s %10.1f %14.1f %9.2fx\n", k + 3, ns_[k], ns_[k] - raw, ns_[k] / raw);
+    std::printf("\n%-22s %10s\n", "empty grid", "ns/launch");
+    for (const char* k : {"BM_Grid2", "BM_Grid64"}) std::printf("%-22s %10.1f\n", k + 3, ns_[k]);
   }
 
  private:

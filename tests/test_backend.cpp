@@ -53,13 +53,13 @@ void ids(kiln::program_id p, int64_t* out, int64_t X, int64_t Y, int32_t Z) {
   HostArgs args(s, parse_scalars(s, {{"X", "7"}, {"Y", "5"}, {"Z", "3"}}));
   std::vector<int64_t> slots(s.args.size());
   read_int_slots(s, args.params(), slots.data());
-  Grid g = GridPlan(s, cfg).eval(slots.data());
-  EXPECT_EQ(g, (Grid{7, 5, 3}));
-  k->launch(args.params(), g);
+  LaunchDims g = LaunchPlan(s, cfg).eval(slots.data());
+  EXPECT_EQ(g.grid, (Grid{7, 5, 3}));
+  k->launch(args.params(), g, nullptr);
   auto* out = reinterpret_cast<int64_t*>(args.buffer(0).data());
   for (int i = 0; i < 7 * 5 * 3; ++i) ASSERT_EQ(out[i], 1) << "program " << i;
   // A grid with a zero dimension launches nothing.
-  k->launch(args.params(), Grid{0, 5, 3});
+  k->launch(args.params(), LaunchDims{Grid{0, 5, 3}, {}, 0}, nullptr);
   for (int i = 0; i < 7 * 5 * 3; ++i) ASSERT_EQ(out[i], 1);
 }
 
@@ -77,7 +77,7 @@ args = [ { name = "out", type = "i64*", size = "1", intent = "out" } ]
   int64_t out = 0;
   int64_t* p = &out;
   void* params[] = {&p};
-  k->launch(params, Grid{});
+  k->launch(params, LaunchDims{}, nullptr);
   EXPECT_EQ(out, static_cast<int64_t>(pthread_self()));
 }
 
@@ -111,7 +111,7 @@ TEST_F(Fixture, TheSameKeyGivesTheSameLoadedKernelAndTheLastUserUnloadsIt) {
   KernelSpec s = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
   Runtime rt(opts);
   auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get();
-  std::string tag = "/" + bin->key.substr(0, 16) + "-";
+  std::string tag = "kiln-" + bin->key.substr(0, 16);
   auto a = rt.load(*bin);
   auto b = rt.load(*bin);
   EXPECT_EQ(a.get(), b.get());
@@ -198,7 +198,137 @@ TEST_F(Fixture, KernelsLoadedTogetherEachRunTheirOwnCode) {
     Config c = s.space.at(i);
     int64_t out[8] = {}, n = 8, *p = out;
     void* params[] = {&p, &n};
-    held[i]->launch(params, Grid{8, 1, 1});
+    held[i]->launch(params, LaunchDims{Grid{8, 1, 1}, {}, 0}, nullptr);
     for (int j = 0; j < 8; ++j) ASSERT_EQ(out[j], j * *c.get("SCALE")) << c.str();
   }
+}
+
+// Headers found through cflags = ["-I..."] are part of the key: editing one
+// must not reuse a stale binary.
+TEST_F(Fixture, HeadersFoundThroughCflagIncludeFoldersAreHashed) {
+  fs::path inc = dir.path() / "elsewhere";
+  test::write(inc / "scale.h", "#define EXTRA 0\n");
+  std::string toml = std::string(test::kFillSpec);
+  toml.insert(toml.find("[params]"), "cflags = [\"-I" + inc.string() + "\"]\n");
+  KernelSpec s = spec(toml, "fill.cpp", std::string("#include \"scale.h\"\n") + test::kFillSource);
+  CpuBackend gcc(opts);
+  CompileRequest r = make_compile_request(s, s.space.at(0));
+  BinaryKey before = make_binary_key(r, gcc);
+  ASSERT_EQ(before.includes_found.size(), 1u) << before.to_string();
+  test::write(inc / "scale.h", "#define EXTRA 1\n");
+  EXPECT_NE(before.hex(), make_binary_key(r, gcc).hex());
+  // The tuning record's key follows the header too.
+  test::write(inc / "scale.h", "#define EXTRA 0\n");
+  TuningKey t0 = make_tuning_key(s, "dev", "tc", {{"N", 8}});
+  test::write(inc / "scale.h", "#define EXTRA 2\n");
+  EXPECT_NE(t0.base_hex(), make_tuning_key(s, "dev", "tc", {{"N", 8}}).base_hex());
+}
+
+// A folder whose name holds a quote or a newline must not break the #line
+// directive kiln writes, with or without the cache.
+TEST_F(Fixture, AFolderNameWithAQuoteOrANewlineCompiles) {
+  for (const char* name : {"with \"quote", "with\nnewline", "back\\slash"}) {
+    fs::path d = dir.path() / name;
+    KernelSpec s = test::spec_in(d, test::kFillSpec, "fill.cpp", test::kFillSource);
+    for (bool cache : {true, false}) {
+      Options o = opts;
+      o.no_cache = !cache;
+      Runtime rt(o);
+      auto k = rt.load(*rt.compile_pool("cpu").submit(make_compile_request(s, s.space.at(0))).get());
+      int64_t out[4] = {}, n = 4, *p = out;
+      void* params[] = {&p, &n};
+      k->launch(params, LaunchDims{Grid{4, 1, 1}, {}, 0}, nullptr);
+      EXPECT_EQ(out[3], 3) << name;
+    }
+  }
+}
+
+// HostArgs keeps what it needs of the spec: one built from a temporary spec
+// must not read freed memory (AddressSanitizer checks this).
+TEST_F(Fixture, HostArgsOutliveTheSpecTheyWereMadeFrom) {
+  HostArgs a = [&] {
+    KernelSpec tmp = spec(test::kFillSpec, "fill.cpp", test::kFillSource);
+    return HostArgs(tmp, parse_scalars(tmp, {{"N", "100"}}));
+  }();
+  a.fill_random(3);  // `out` is intent out: not filled
+  EXPECT_EQ(a.buffer(0).size(), 100 * sizeof(int64_t));
+  EXPECT_EQ(a.elements(0), 100);
+}
+
+TEST_F(Fixture, BufferSizesThatOverflowAreErrorsNotEmptyBuffers) {
+  KernelSpec s = spec(R"SPEC(name = "big"
+backend = "cpu"
+source = "big.cpp"
+entry = "big"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+)SPEC",
+                      "big.cpp", "void big(kiln::program_id, float*, int64_t) {}\n");
+  try {
+    HostArgs a(s, parse_scalars(s, {{"n", std::to_string(int64_t{1} << 62)}}));
+    FAIL() << "allocated " << a.buffer(0).size() << " bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::usage);
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Fixture, AGridThatOverflowsIsAnErrorNotAnEmptyLaunch) {
+  KernelSpec s = spec(R"SPEC(name = "g"
+backend = "cpu"
+source = "g.cpp"
+entry = "g"
+grid = ["n", "n"]
+args = [ { name = "x", type = "f32*", size = "1", intent = "out" }, { name = "n", type = "i64" } ]
+)SPEC",
+                      "g.cpp", "void g(kiln::program_id, float* x, int64_t) { x[0] = 1; }\n");
+  CpuBackend cpu(opts);
+  LaunchPlan plan(s, s.space.at(0), cpu.limits());
+  int64_t slots[2] = {0, int64_t{1} << 32};
+  try {
+    plan.eval(slots);
+    FAIL() << "a 2^32 x 2^32 grid was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::launch);
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
+}
+
+// Grids from two calling threads run at once: each program instance of one
+// launch waits (bounded) to see the other launch running. Were grids run one
+// at a time, neither would ever see the other.
+TEST_F(Fixture, GridsFromTwoThreadsRunAtTheSameTime) {
+  KernelSpec s = spec(R"SPEC(name = "meet"
+backend = "cpu"
+source = "meet.cpp"
+entry = "meet"
+grid = ["2"]
+args = [ { name = "flags", type = "i64*", size = "2", intent = "inout" },
+         { name = "me", type = "i64" }, { name = "seen", type = "i64*", size = "2", intent = "out" } ]
+)SPEC",
+                      "meet.cpp", R"SRC(#include <atomic>
+#include <chrono>
+void meet(kiln::program_id pid, int64_t* flags, int64_t me, int64_t* seen) {
+  std::atomic_ref<int64_t>(flags[me]).store(1);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!std::atomic_ref<int64_t>(flags[1 - me]).load() && std::chrono::steady_clock::now() < until) {}
+  seen[pid.x] = std::atomic_ref<int64_t>(flags[1 - me]).load();
+}
+)SRC");
+  opts.launch_threads = 2;
+  CpuBackend cpu(opts);
+  auto k = cpu.load(cpu.compile(make_compile_request(s, s.space.at(0)), make_binary_key(make_compile_request(s, s.space.at(0)), cpu).hex()));
+  alignas(8) int64_t flags[2] = {0, 0};
+  int64_t seen[2][2] = {{0, 0}, {0, 0}};
+  auto call = [&](int64_t me) {
+    int64_t* f = flags;
+    int64_t* sp = seen[me];
+    void* params[] = {&f, &me, &sp};
+    k->launch(params, LaunchDims{Grid{2, 1, 1}, {}, 0}, nullptr);
+  };
+  std::thread a(call, 0), b(call, 1);
+  a.join();
+  b.join();
+  for (int me = 0; me < 2; ++me)
+    for (int p = 0; p < 2; ++p) EXPECT_EQ(seen[me][p], 1) << "launch " << me << " never saw the other running";
 }

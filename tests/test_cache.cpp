@@ -3,6 +3,7 @@
 
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
+#include "kiln/binary_key.hpp"
 #include "kiln/code_cache.hpp"
 #include "kiln/runtime.hpp"
 #include "nlohmann/json.hpp"
@@ -20,11 +21,16 @@ Binary sample(const std::string& key) {
   b.kernel = "k";
   b.config_text = "A=1";
   b.entry = "k";
+  b.meta.symbol = "kiln_entry";
   for (int i = 0; i < 1000; ++i) b.bytes.push_back(static_cast<uint8_t>(i * 7));
   return b;
 }
 
 const std::string kKey = "0123456789abcdef0123456789abcdef";
+
+fs::path entry_path(const fs::path& root, const std::string& key) {
+  return root / "code" / key.substr(0, 2) / (key + ".kbin");
+}
 
 }  // namespace
 
@@ -49,7 +55,7 @@ TEST(CodeCache, CorruptTruncatedOrMisplacedEntriesAreMisses) {
   TempDir d("kiln-test");
   CodeCache c(d.path() / "cache");
   c.put(sample(kKey));
-  fs::path p = c.path_of(kKey);
+  fs::path p = entry_path(d.path() / "cache", kKey);
   std::string good = *read_file(p);
 
   std::string flipped = good;
@@ -66,8 +72,8 @@ TEST(CodeCache, CorruptTruncatedOrMisplacedEntriesAreMisses) {
 
   // An intact entry under another key's name.
   std::string other = "ffffffffffffffffffffffffffffffff";
-  fs::create_directories(c.path_of(other).parent_path());
-  write_file_atomic(c.path_of(other), good);
+  fs::create_directories(entry_path(d.path() / "cache", other).parent_path());
+  write_file_atomic(entry_path(d.path() / "cache", other), good);
   EXPECT_FALSE(c.get(other));
 }
 
@@ -82,6 +88,98 @@ TEST(CodeCache, RefusesAFolderOthersCanWrite) {
     EXPECT_EQ(e.code(), Errc::cache);
     EXPECT_NE(std::string(e.what()).find("can be written by other users (mode 0777)"), std::string::npos) << e.what();
   }
+}
+
+// A parent folder another user could write (without the sticky bit) lets
+// them rename the cache away and plant their own: refused, naming it.
+TEST(CodeCache, RefusesAFolderInsideOneOthersCanWriteUnlessItIsSticky) {
+  TempDir d("kiln-test");
+  fs::path team = d.path() / "team";
+  fs::create_directories(team);
+  ::chmod(team.c_str(), 0777);
+  try {
+    CodeCache c(team / "mine" / "cache");
+    FAIL() << "accepted a cache inside a folder anyone can write";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cache);
+    std::string m = e.what();
+    EXPECT_NE(m.find(team.string()), std::string::npos) << m;
+    EXPECT_NE(m.find("without the sticky bit"), std::string::npos) << m;
+  }
+  ::chmod(team.c_str(), 01777);  // as /tmp: others cannot rename what is not theirs
+  CodeCache ok(team / "mine" / "cache");
+  ok.put(sample(kKey));
+  EXPECT_TRUE(ok.get(kKey));
+}
+
+// Once open, the cache is used through its folder's descriptor: replacing
+// the folder (or a parent) with another does not redirect reads or writes.
+TEST(CodeCache, ReplacingTheFolderWhileOpenRedirectsNothing) {
+  TempDir d("kiln-test");
+  fs::path root = d.path() / "cache";
+  CodeCache c(root);
+  c.put(sample(kKey));
+  fs::rename(root, d.path() / "moved");
+  // An attacker's folder in its place, with a forged entry under the same key.
+  CodeCache forged(root);
+  Binary evil = sample(kKey);
+  evil.bytes.assign(10, 0xEE);
+  forged.put(evil);
+  auto b = c.get(kKey);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->bytes, sample(kKey).bytes) << "read the replacement folder's entry";
+  std::string other = "ffffffffffffffffffffffffffffffff";
+  c.put(sample(other));
+  EXPECT_TRUE(fs::exists(entry_path(d.path() / "moved", other)));
+  EXPECT_FALSE(fs::exists(entry_path(root, other)));
+}
+
+// A FIFO, a link to /dev/zero, or an oversized file in an entry's place is a
+// miss at once: no hang, no memory eaten.
+TEST(CodeCache, EntriesThatAreNotRegularFilesAreMisses) {
+  TempDir d("kiln-test");
+  fs::path root = d.path() / "cache";
+  CodeCache c(root);
+  c.put(sample(kKey));
+  fs::path p = entry_path(root, kKey);
+  fs::remove(p);
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  EXPECT_FALSE(c.get(kKey));
+  fs::remove(p);
+  fs::create_symlink("/dev/zero", p);
+  EXPECT_FALSE(c.get(kKey));
+  fs::remove(p);
+  fs::create_symlink("/proc/self/environ", p);
+  EXPECT_FALSE(c.get(kKey));
+}
+
+// The cache folder is not created by reading its stats.
+TEST(CodeCache, OpeningForReadingCreatesNothing) {
+  TempDir d("kiln-test");
+  auto c = CodeCache::open_existing(d.path() / "nothing-here");
+  EXPECT_EQ(c->stats().entries, 0u);
+  EXPECT_FALSE(c->get(kKey));
+  EXPECT_FALSE(fs::exists(d.path() / "nothing-here"));
+}
+
+// A cache that cannot be written (read-only, full: here, a file where the
+// entry's folder must go, which fails the same way for root too) costs the
+// cache, never the compile.
+TEST(CompilePool, ACacheThatCannotBeWrittenStillCompiles) {
+  TempDir d("kiln-test");
+  test::write(d.path() / "fill.cpp", test::kFillSource);
+  test::write(d.path() / "k.toml", test::kFillSpec);
+  KernelSpec s = load_spec(d.path() / "k.toml");
+  Options o = test::options_in(d.path());
+  Runtime rt(o);
+  CompileRequest req = make_compile_request(s, s.space.at(0));
+  std::string key = make_binary_key(req, rt.backend("cpu")).hex();
+  rt.code_cache();  // creates the folders
+  test::write(o.cache_dir / "code" / key.substr(0, 2), "not a folder");
+  auto b = rt.compile_pool("cpu").submit(req, key).get();
+  EXPECT_FALSE(b->from_cache);
+  EXPECT_FALSE(b->bytes.empty());
+  rt.load(*b);
 }
 
 TEST(CompilePool, IdenticalRequestsInFlightShareOneCompile) {
@@ -162,4 +260,26 @@ TEST(CompilePool, ConcurrentProcessesShareOneCacheWithoutTornEntries) {
     rt.load(*b);  // every entry loads
   }
   EXPECT_EQ(c.corrupt_seen(), 0u);
+}
+
+// A failed compile is not remembered for the process's life: submitting it
+// again compiles again (once the failure is done).
+TEST(CompilePool, AFailedCompileIsRetriedWhenSubmittedAgain) {
+  TempDir d("kiln-test");
+  test::write(d.path() / "fill.cpp", std::string("#include \"flag.h\"\n") + test::kFillSource);
+  test::write(d.path() / "flag.h", "#error not yet\n");
+  test::write(d.path() / "k.toml", test::kFillSpec);
+  KernelSpec s = load_spec(d.path() / "k.toml");
+  Options o = test::options_in(d.path());
+  o.no_cache = true;
+  Runtime rt(o);
+  CompileRequest req = make_compile_request(s, s.space.at(0));
+  std::string key = make_binary_key(req, rt.backend("cpu")).hex();
+  EXPECT_THROW(rt.compile_pool("cpu").submit(req, key).get(), Error);
+  // The same key (as if the failure were transient): compiled again, not answered from memory.
+  test::write(d.path() / "flag.h", "\n");
+  auto b = rt.compile_pool("cpu").submit(req, key).get();
+  EXPECT_FALSE(b->bytes.empty());
+  EXPECT_EQ(rt.compile_pool("cpu").counters().failed, 1u);
+  EXPECT_EQ(rt.compile_pool("cpu").counters().compiled, 1u);
 }

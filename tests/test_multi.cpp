@@ -6,7 +6,10 @@
 #include "kiln/args.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
+#include "dispatch/shape_memo.hpp"
 #include "util.hpp"
+
+#include <thread>
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -166,7 +169,7 @@ TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   EXPECT_EQ(p.source, "benchmarked");
   ASSERT_EQ(p.results.size(), 3u);
   EXPECT_TRUE(p.results[0].ns && p.results[1].ns);
-  EXPECT_EQ(p.results[2].error_kind, "wrong");
+  EXPECT_EQ(p.results[2].kind, FailKind::wrong);
   EXPECT_NE(p.results[2].error.find("variant 2 disagrees with variant 0 in 'x'"), std::string::npos)
       << p.results[2].error;
   // A new runtime reads the same from the cache.
@@ -175,7 +178,7 @@ TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   MultiKernel::Pick p2 = k2.pick(params);
   EXPECT_EQ(p2.source, "cache");
   EXPECT_EQ(p2.variant, p.variant);
-  EXPECT_EQ(p2.results[2].error_kind, "wrong");
+  EXPECT_EQ(p2.results[2].kind, FailKind::wrong);
 }
 
 TEST_F(MultiTest, ASingleVariantRunsWithoutBenchmarking) {
@@ -320,4 +323,97 @@ TEST_F(MultiTest, GridHintPointsAndBackgroundRetuningOfAHotShape) {
   EXPECT_EQ(k.config_for(params), *t.record.best);
   k(A.data(), B.data(), C.data(), n, n, n);
   EXPECT_EQ(C[n + 1], static_cast<float>(n));
+}
+
+// The memo holds a fixed number of shapes: over many distinct shapes it
+// evicts, stays within its capacity, and every lookup that answers answers
+// right, also while another thread inserts.
+TEST(ShapeMemo, StaysWithinItsCapacityAndAnswersRightUnderInserts) {
+  ShapeMemo<const int64_t*> memo(2, 256);
+  static int64_t values[100000];
+  for (int64_t i = 0; i < 100000; ++i) values[i] = i;
+  std::atomic<bool> stop{false};
+  std::atomic<long> wrong{0}, hits{0};
+  std::thread reader([&] {
+    int64_t k[2];
+    while (!stop) {
+      for (int64_t i = 0; i < 100000; i += 7) {
+        k[0] = i;
+        k[1] = -i;
+        const int64_t* v;
+        if (memo.find(k, &v)) {
+          ++hits;
+          if (*v != i) ++wrong;
+        }
+      }
+    }
+  });
+  for (int64_t i = 0; i < 100000; ++i) {
+    int64_t k[2] = {i, -i};
+    std::lock_guard<std::mutex> g(memo.mutex());
+    memo.insert(k, &values[i]);
+  }
+  stop = true;
+  reader.join();
+  std::lock_guard<std::mutex> g(memo.mutex());
+  EXPECT_LE(memo.size(), memo.capacity());
+  EXPECT_GE(memo.evictions(), 100000u - memo.capacity());
+  EXPECT_EQ(wrong.load(), 0);
+  int64_t last[2] = {99999, -99999};
+  const int64_t* v;
+  ASSERT_TRUE(memo.find(last, &v));
+  EXPECT_EQ(*v, 99999);
+}
+
+// A size-hint multi-kernel over many shapes remembers a bounded number and
+// re-decides an evicted one, the same way.
+TEST_F(MultiTest, ManyShapesThroughOneHandleStayBounded) {
+  test::write(dir.path() / "mm.cpp", kMMSource);
+  test::write(dir.path() / "mm.toml", kMM);
+  KernelSpec s = load_spec(dir.path() / "mm.toml");
+  opts.memo_capacity = 64;
+  Runtime rt(opts);
+  SizeHintMultiKernel k(rt, s);
+  std::vector<float> A(4 * 4, 1), B(4 * 4, 1), C(4 * 4);
+  for (int64_t n = 1; n <= 3000; ++n) {
+    int64_t M = 1 + n % 4, N = 1 + n % 3, K = n;  // distinct shapes; K only sizes B and A
+    A.resize(M * K, 1), B.resize(K * N, 1), C.resize(M * N);
+    k(A.data(), B.data(), C.data(), M, N, K);
+    ASSERT_EQ(C[0], static_cast<float>(K));
+  }
+  EXPECT_EQ(rt.tuning_cache()->count(), 2u) << "only the hint points were tuned";
+}
+
+// Red-team 1 for the size-hint handle: the nearest hint's config cannot run
+// a shape (its constraint is false there): another is picked, never launched wrong.
+TEST_F(MultiTest, ASizeHintPickIsCheckedAgainstTheCall) {
+  test::write(dir.path() / "blk.cpp", R"SRC(
+void blk(kiln::program_id pid, const float* x, float* y, int64_t) {
+  for (int64_t i = pid.x * BS; i < (pid.x + 1) * BS; ++i) y[i] = x[i] + 1;
+}
+)SRC");
+  test::write(dir.path() / "blk.toml", R"SPEC(name = "blk"
+backend = "cpu"
+source = "blk.cpp"
+entry = "blk"
+grid = ["cdiv(N, BS)"]
+args = [ { name = "x", type = "f32*", size = "N", intent = "in" },
+         { name = "y", type = "f32*", size = "N", intent = "out" },
+         { name = "N", type = "i64" } ]
+constraints = ["N % BS == 0"]
+[params]
+BS = [4, 4096]
+[tuning]
+key = ["N"]
+hints = { N = [65536] }
+)SPEC");
+  KernelSpec s = load_spec(dir.path() / "blk.toml");
+  Runtime rt(opts);
+  SizeHintMultiKernel k(rt, s);
+  for (int64_t n : {65536, 100, 12}) {
+    std::vector<float> x(n), y(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+    k(x.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i] + 1) << "N=" << n;
+  }
 }

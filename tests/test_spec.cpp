@@ -99,7 +99,7 @@ TEST(Spec, ErrorsNameFileLineColumnAndKey) {
   EXPECT_CONTAINS(error_of(replace(kGood, "\"cdiv(N, BN)\"", "\"cdiv(N, BN\"")), "k/matmul.toml:5:38: grid[1]: expected ',' or ')'");
   EXPECT_CONTAINS(error_of(replace(kGood, "\"cdiv(N, BN)\"", "\"cdiv(N, Q)\"")), "grid[1]: unknown symbol 'Q'");
   EXPECT_CONTAINS(error_of(replace(kGood, "\"cdiv(N, BN)\"", "\"cdiv(N, Q)\"")), "k/matmul.toml:5:36:");
-  EXPECT_CONTAINS(error_of(replace(kGood, "type = \"f32*\", size = \"M*K\"", "type = \"f16*\", size = \"M*K\"")), "unknown type 'f16*'");
+  EXPECT_CONTAINS(error_of(replace(kGood, "type = \"f32*\", size = \"M*K\"", "type = \"f8*\", size = \"M*K\"")), "unknown type 'f8*'");
   EXPECT_CONTAINS(error_of(replace(kGood, "{ name = \"K\", type = \"i64\" }", "{ name = \"M\", type = \"i64\" }")), "duplicate name 'M'");
   EXPECT_CONTAINS(error_of(replace(kGood, "BK = [8]", "K = [8]")), "duplicate name 'K'");
   EXPECT_CONTAINS(error_of(replace(kGood, "{ name = \"M\", type = \"i64\" }", "{ name = \"M\", type = \"i64\", size = \"4\" }")), "a size expression on a scalar");

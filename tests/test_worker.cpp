@@ -73,11 +73,15 @@ args = [ { name = "out", type = "i64*", size = "n", intent = "out" },
          { name = "inp", type = "i64*", size = "n", intent = "in" },
          { name = "n", type = "i64" } ]
 [params]
-MODE = [0, 1, 2, 3, 4]
+MODE = [0, 1, 2, 3, 4, 5, 6]
 )SPEC";
 
-// MODE 0 works; 1 dereferences null; 2 loops forever; 3 aborts; 4 writes to its input.
+// MODE 0 works; 1 dereferences null; 2 loops forever; 3 aborts; 4 writes to
+// its input; 5 forks a child that sleeps (holding the worker's socket), notes
+// its pid in PIDFILE, then dereferences null; 6 works, slowly (0.3 s a run).
 const char* kBadSource = R"SRC(#include <cstdlib>
+#include <cstdio>
+#include <unistd.h>
 void bad(kiln::program_id, int64_t* out, int64_t* inp, int64_t n) {
 #if MODE == 1
   *static_cast<volatile int64_t*>(nullptr) = 1;
@@ -87,6 +91,13 @@ void bad(kiln::program_id, int64_t* out, int64_t* inp, int64_t n) {
   std::abort();
 #elif MODE == 4
   inp[0] = 42;
+#elif MODE == 5
+  pid_t child = fork();
+  if (child == 0) { sleep(120); _exit(0); }
+  if (FILE* f = fopen(PIDFILE, "w")) { fprintf(f, "%d\n", (int)child); fclose(f); }
+  *static_cast<volatile int64_t*>(nullptr) = 1;
+#elif MODE == 6
+  usleep(300000);
 #endif
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * 2;
 }
@@ -108,16 +119,18 @@ TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn
   test::write(dir.path() / "bad.cpp", kBadSource);
   test::write(dir.path() / "k.toml", kBadSpec);
   KernelSpec s = load_spec(dir.path() / "k.toml");
+  s.cflags.push_back("-DPIDFILE=\"" + (dir.path() / "pid").string() + "\"");
   Runtime rt(opts);
   auto pool = rt.worker_pool();
-  Benchmarker bench(pool, opts);
+  Benchmarker bench(pool, nullptr, opts);
   HostArgs args(s, parse_scalars(s, {{"n", "16"}}));
   args.fill_random(3);
-  BenchArena arena(s, args.params());
+  BenchInputs arena(s, args.params(), rt.backend("cpu").device(), false);
   auto run = [&](int mode) {
     Config c = s.space.at(static_cast<size_t>(mode));
     auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, c)).get();
-    return bench.run(*bin, nullptr, arena, Grid{}, "kernel 'bad' (config " + c.str() + ")");
+    return bench.run(*bin, nullptr, arena, LaunchDims{}, "kernel 'bad' (config " + c.str() + ")", bench.settings(),
+                     opts.bench_timeout_s);
   };
   auto good = [&] {
     BenchResult r = run(0);
@@ -138,15 +151,80 @@ TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn
     good();  // the pool still serves
   };
   good();
-  expect_error(1, Errc::worker, {"benchmarking kernel 'bad' (config MODE=1)", "killed by SIGSEGV", "retried once",
+  // A kernel's own crash or time-out is deterministic: not retried.
+  expect_error(1, Errc::worker, {"benchmarking kernel 'bad' (config MODE=1)", "killed by SIGSEGV", "not retried",
                                  "KILN_TUNE_IN_PROCESS=1"});
-  expect_error(2, Errc::worker, {"config MODE=2", "timed out after 1s", "retried once"});
+  expect_error(2, Errc::worker, {"config MODE=2", "timed out after 1s", "not retried"});
   expect_error(3, Errc::worker, {"config MODE=3", "killed by SIGABRT"});
   expect_error(4, Errc::launch, {"wrote to 'inp'"});  // a wrong kernel, not a crash: no retry
   auto c = pool->counters();
-  EXPECT_EQ(c.crashed, 4u);
-  EXPECT_EQ(c.timed_out, 2u);
+  EXPECT_EQ(c.crashed, 2u);
+  EXPECT_EQ(c.timed_out, 1u);
+  EXPECT_EQ(c.retried, 0u);
   expect_children_are(pool->pids());
+
+  // A kernel that forks, then crashes: the child keeps the worker's socket
+  // open, yet the crash is seen at once (not at the time-out), and the child
+  // dies with the worker's process group.
+  opts.bench_timeout_s = 30;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    run(5);
+    ADD_FAILURE() << "mode 5 did not fail";
+  } catch (const WorkerError& e) {
+    EXPECT_EQ(e.fault().kind, WorkerFault::Kind::crash) << e.what();
+    EXPECT_TRUE(e.fault().of_request);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "the crash was seen only at the time-out";
+  auto pidtext = read_file(dir.path() / "pid");
+  ASSERT_TRUE(pidtext);
+  pid_t forked = std::stoi(*pidtext);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    ::waitpid(forked, nullptr, WNOHANG);  // ours to reap if we are a subreaper
+    std::string st;
+    if (auto stat = read_file("/proc/" + std::to_string(forked) + "/stat")) {
+      auto close = stat->rfind(')');
+      gone = close != std::string::npos && (*stat)[close + 2] == 'Z';
+    } else {
+      gone = true;
+    }
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "the kernel's forked child " << forked << " outlived its worker";
+  good();
+  expect_children_are(pool->pids());
+}
+
+// A worker killed from outside is the machine's fault, not the kernel's: the
+// benchmark is retried once on a fresh worker and succeeds.
+TEST_F(WorkerTest, AWorkerKilledFromOutsideIsRetriedOnce) {
+  test::write(dir.path() / "bad.cpp", kBadSource);
+  test::write(dir.path() / "k.toml", kBadSpec);
+  KernelSpec s = load_spec(dir.path() / "k.toml");
+  s.cflags.push_back("-DPIDFILE=\"/dev/null\"");
+  opts.bench_timeout_s = 30;
+  opts.bench_budget_ms = 0;
+  Runtime rt(opts);
+  auto pool = rt.worker_pool();
+  pool->warm();
+  Benchmarker bench(pool, nullptr, opts);
+  HostArgs args(s, parse_scalars(s, {{"n", "16"}}));
+  args.fill_random(3);
+  BenchInputs in(s, args.params(), rt.backend("cpu").device(), false);
+  Config slow = s.space.at(6);
+  auto bin = rt.compile_pool("cpu").submit(make_compile_request(s, slow)).get();
+  pid_t victim = pool->pids().at(0);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(400ms);
+    ::kill(victim, SIGKILL);
+  });
+  BenchResult r = bench.run(*bin, nullptr, in, LaunchDims{}, "kernel 'bad' (config MODE=6)", bench.settings(), 30);
+  killer.join();
+  EXPECT_GE(r.ns.size(), 3u);
+  auto c = pool->counters();
+  EXPECT_EQ(c.lost, 1u);
+  EXPECT_EQ(c.retried, 1u);
 }
 
 TEST_F(WorkerTest, ACompilerThatKillsItselfIsACompileErrorAndThePoolGoesOn) {
@@ -170,7 +248,11 @@ TEST_F(WorkerTest, ACompilerThatKillsItselfIsACompileErrorAndThePoolGoesOn) {
       EXPECT_NE(std::string(e.what()).find("the compiler killed by SIGSEGV"), std::string::npos) << e.what();
     }
     if (mode == CompileMode::subprocess) {
-      auto reply = rt.worker_pool()->call({{{"op", "ping"}}, -1, 5, "ping", ""});
+      WorkerPool::Request ping;
+      ping.msg = {{"op", "ping"}};
+      ping.timeout_s = 5;
+      ping.what = "ping";
+      auto reply = rt.worker_pool()->call(ping);
       EXPECT_TRUE(reply["ok"].get<bool>());
     }
   }
@@ -218,7 +300,7 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
       auto k = rt.load(*b);  // a compile that "succeeded" must give a loadable binary
       int64_t out = -1, *p = &out;
       void* prm[] = {&p};
-      k->launch(prm, Grid{});
+      k->launch(prm, LaunchDims{}, nullptr);
       EXPECT_EQ(out, static_cast<int64_t>(i));
       ++ok;
     } catch (const Error& e) {
@@ -243,8 +325,12 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
   EXPECT_GE(kills.load(), 3) << "the test must kill workers to mean anything";
   EXPECT_GT(ok, 25);
   auto c = pool->counters();
-  EXPECT_GE(c.crashed, 1u);
-  auto reply = pool->call({{{"op", "ping"}}, -1, 5, "ping", ""});
+  EXPECT_GE(c.lost, 1u);  // killed from outside: the machine's fault, retried
+  WorkerPool::Request ping;
+  ping.msg = {{"op", "ping"}};
+  ping.timeout_s = 5;
+  ping.what = "ping";
+  auto reply = pool->call(ping);
   EXPECT_TRUE(reply["ok"].get<bool>());
   expect_children_are(pool->pids());
 }

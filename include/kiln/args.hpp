@@ -35,14 +35,30 @@ CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* c
 // = argument i) for CompiledExpr::eval.
 void read_int_slots(const KernelSpec& spec, void* const* params, int64_t* slots);
 
+// The bytes a buffer of `elements` values of `t` takes; throws
+// Error(Errc::usage) naming `what` when that overflows or is negative.
+size_t buffer_bytes(DType t, int64_t elements, const std::string& what);
+
+// f16 and bf16 values and their 16-bit encodings (round to nearest even).
+uint16_t f32_to_f16_bits(float f);
+float f16_bits_to_f32(uint16_t h);
+uint16_t f32_to_bf16_bits(float f);
+float bf16_bits_to_f32(uint16_t h);
+
+// Host memory for every argument of a spec: for the cpu backend's calls,
+// tests and the CLI. Keeps what it needs of the spec by value.
 class HostArgs {
  public:
   // Allocates every pointer argument (its size expression evaluated with the
-  // scalars) and stores the scalars. Buffers start zeroed.
+  // scalars) and stores the scalars. Buffers start zeroed. Throws
+  // Error(Errc::usage) for a negative or overflowing size.
   HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scalars);
   HostArgs(HostArgs&&) noexcept;
   HostArgs& operator=(HostArgs&&) noexcept;
   ~HostArgs();
+
+  HostArgs(const HostArgs&) = delete;
+  HostArgs& operator=(const HostArgs&) = delete;
 
   void* const* params() const { return params_.data(); }
   size_t count() const { return params_.size(); }
@@ -55,7 +71,12 @@ class HostArgs {
   void copy_buffers_from(const HostArgs& other);
 
  private:
-  const KernelSpec* spec_;
+  struct Arg {
+    DType dtype;
+    Intent intent;
+    bool pointer;
+  };
+  std::vector<Arg> args_;
   std::vector<void*> buffers_;       // per arg: the buffer, or nullptr
   std::vector<int64_t> elements_;    // per arg: element count, or 0
   std::vector<uint64_t> scalar_;     // per arg: scalar storage

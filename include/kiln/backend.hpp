@@ -1,7 +1,12 @@
 // The stages of one kernel variant, each a value: CompileRequest (source +
-// parameter defines + options) → Binary (bytes + metadata) → LoadedKernel
-// (launchable). A Backend turns one stage into the next; backends know their
-// compiler and loader, nothing above them.
+// parameter defines + options) → Binary (bytes + launch metadata) →
+// LoadedKernel (launchable on a Device). A Backend turns one stage into the
+// next and provides the Device: what touches memory and time. Backends know
+// their compiler, loader and device, nothing above them; the tuner, the
+// dispatcher and the workers never ask which backend they hold.
+//
+// Extension tier: an application uses Runtime and the handles
+// (kiln/kernel.hpp); this header is for those who add or drive a backend.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,11 @@
 #include "kiln/spec.hpp"
 
 namespace kiln {
+
+// A backend's queue of work: a CUstream on cuda (nullptr: the calling
+// thread's per-thread default stream); ignored on cpu, where a launch
+// returns when the grid is done.
+using Stream = void*;
 
 struct ArgSig {
   std::string name;
@@ -37,12 +47,26 @@ struct CompileRequest {
 // Builds the request for one config of a spec.
 CompileRequest make_compile_request(const KernelSpec& spec, const Config& config);
 
+// What a backend learns about a compiled kernel, stored with its binary so
+// that a cached binary loads and launches without compiling again.
+struct KernelMeta {
+  std::string symbol;      // the entry's symbol in the binary (cuda: its lowered name)
+  std::string target;      // "sm_90" on cuda; the cpu's target flags hash on cpu
+  int registers = 0;       // per thread (cuda)
+  int static_shared = 0;   // bytes per block (cuda)
+  int local_bytes = 0;     // stack frame per thread (cuda); spilled registers live here
+  int spill_bytes = 0;     // spill stores + loads the compiler reported (cuda)
+  int max_threads = 0;     // the most threads per block the binary allows (0: not limited)
+  bool operator==(const KernelMeta&) const = default;
+};
+
 struct Binary {
   std::string key;  // the binary key (hex), see BinaryKey
   std::string backend;
   std::string kernel;
   std::string config_text;
   std::string entry;
+  KernelMeta meta;
   std::vector<uint8_t> bytes;
   double compile_seconds = 0;
   std::string log;  // the compiler's warnings, if any
@@ -55,43 +79,128 @@ struct Grid {
   bool operator==(const Grid&) const = default;
 };
 
-// The launch geometry of one config: the spec's grid expressions compiled
-// with the config's parameter values, evaluated per call from the scalars.
-class GridPlan {
+// Where and how a kernel runs for one call.
+struct LaunchDims {
+  Grid grid;             // program instances (cuda: blocks)
+  Grid block;            // threads per block (cuda); {1,1,1} on cpu
+  int64_t shared = 0;    // dynamic shared memory bytes per block (cuda)
+  bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
+};
+
+// The largest launch a device takes; LaunchPlan checks calls against it.
+struct LaunchLimits {
+  int64_t grid[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
+  int64_t grid_total = INT64_MAX;
+  int64_t block[3] = {1, 1, 1};
+  int64_t block_threads = 1;
+  int64_t shared = 0;  // dynamic + static shared memory per block, opted in
+};
+
+// The launch shape of one config: the spec's grid, block and shared-memory
+// expressions compiled with the config's params folded in, evaluated per
+// call from the integer scalars. Evaluation allocates nothing.
+class LaunchPlan {
  public:
-  GridPlan() = default;
-  GridPlan(const KernelSpec& spec, const Config& config);
-  // slots[i] holds integer scalar argument i (see read_int_slots).
-  Grid eval(const int64_t* slots) const {
-    Grid g;
-    int64_t* d[3] = {&g.x, &g.y, &g.z};
-    for (size_t i = 0; i < dims_.size(); ++i) *d[i] = dims_[i].eval(slots);
-    return g;
-  }
+  LaunchPlan() = default;
+  LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits = {});
+  // slots[i] holds integer scalar argument i (see read_int_slots). Throws
+  // Error(Errc::launch) when a dimension overflows or exceeds the limits;
+  // an empty grid (a dimension <= 0) is returned, not thrown.
+  LaunchDims eval(const int64_t* slots) const;
+  // Why these dims cannot launch, or "" (an empty grid is "" too).
+  std::string check(const LaunchDims& d) const;
 
  private:
-  std::vector<CompiledExpr> dims_;
+  std::vector<CompiledExpr> grid_, block_;
+  CompiledExpr shared_;
+  bool has_shared_ = false;
+  LaunchLimits limits_;
+  std::string kernel_, config_;
 };
 
 class LoadedKernel {
  public:
   virtual ~LoadedKernel() = default;
-  // params[i] points to the value of argument i (as cuLaunchKernel's kernelParams).
-  // A grid with a dimension <= 0 launches nothing.
-  virtual void launch(void* const* params, const Grid& grid) = 0;
+  // params[i] points to the value of argument i (as cuLaunchKernel's
+  // kernelParams; a buffer argument is a pointer into the device's memory).
+  // Asynchronous on devices that queue work (cuda): errors the launch itself
+  // reports throw Error(Errc::launch) naming the kernel, config and dims;
+  // faults inside the kernel surface at the next synchronisation. An empty
+  // grid launches nothing.
+  virtual void launch(void* const* params, const LaunchDims& dims, Stream stream) = 0;
   const std::string& key() const { return key_; }
+  const KernelMeta& meta() const { return meta_; }
 
  protected:
-  explicit LoadedKernel(std::string key) : key_(std::move(key)) {}
+  LoadedKernel(std::string key, KernelMeta meta) : key_(std::move(key)), meta_(std::move(meta)) {}
 
  private:
   std::string key_;
+  KernelMeta meta_;
+};
+
+// Facts about a device, for limits, keys and `kiln backends`.
+struct DeviceInfo {
+  std::string name;         // "NVIDIA H100 80GB HBM3", or the CPU model
+  std::string arch;         // "sm_90"; "x86_64" on cpu
+  int ordinal = 0;
+  int multiprocessors = 0;  // SMs, or cores that run a grid
+  int64_t l2_bytes = 0;     // last-level cache
+  int64_t memory_bytes = 0;
+  std::string driver;       // driver and compiler versions, for reports
+  LaunchLimits limits;
+  int64_t registers_per_block = 0;  // cuda
+};
+
+// Times work queued on a stream (a host clock on cpu, CUDA events on cuda).
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void start(Stream s) = 0;
+  virtual void stop(Stream s) = 0;
+  // Waits for the stop and returns the time between start and stop.
+  virtual double elapsed_ns() = 0;
+};
+
+// What touches a device's memory and time. Buffers are device addresses
+// (host memory on cpu). Copies and fills are queued on the stream; to_host
+// returns when the bytes are there. Throws Error(Errc::launch) for a device
+// fault, Error(Errc::io) when memory runs out.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() = 0;
+  virtual bool host_addressable() const = 0;  // whether buffers are host memory
+  virtual void* alloc(size_t bytes) = 0;       // zeroed, aligned to 256 bytes
+  virtual void free(void* p) noexcept = 0;
+  virtual void to_device(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  // Writes `count` copies of a 1-, 2- or 4-byte `pattern`.
+  virtual void fill(void* dst, uint32_t pattern, int pattern_bytes, size_t count, Stream s) = 0;
+  virtual void sync(Stream s) = 0;
+  virtual std::unique_ptr<Timer> timer() = 0;
+  // Evicts caches between timed runs (writes a buffer larger than the last
+  // level); returns the bytes it holds for that.
+  virtual size_t flush_caches(Stream s) = 0;
+  // Sharing a caller's buffer with a worker process without copying it:
+  // an opaque handle (with the buffer's offset inside what it names), or ""
+  // with `why` set when the memory cannot be shared.
+  virtual std::string export_buffer(const void* p, std::string* why) = 0;
+  virtual void* import_buffer(const std::string& handle) = 0;
+  virtual void close_import(void* p) noexcept = 0;
+  // Makes the device current for the calling thread (cuda: its context).
+  virtual void bind() = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // "" when the backend can compile and run here, else why not (no libcuda,
+  // no GPU, driver too old...). Compiling may still work without a device
+  // (cuda with KILN_CUDA_ARCH); running never does.
+  virtual std::string unavailable_reason() = 0;
   // Everything outside a request that changes the bytes it compiles to:
   // compiler identity and version, target, flags. Part of every binary key.
   virtual std::string toolchain_identity() = 0;
@@ -99,14 +208,24 @@ class Backend {
   virtual std::string device_identity() = 0;
   // Compiles; throws Error(Errc::compile) carrying the compiler's log.
   virtual Binary compile(const CompileRequest& req, const std::string& key) = 0;
-  // Loads; throws Error(Errc::launch) when the bytes cannot be loaded.
+  // The device this backend runs on (cpu: the host; cuda: KILN_CUDA_DEVICE).
+  // Throws Error(Errc::launch) with unavailable_reason() when there is none.
+  virtual Device& device() = 0;
+  // Loads a binary on the device; throws Error(Errc::launch) when the bytes
+  // cannot be loaded or their metadata does not match what the device reports.
   virtual std::shared_ptr<LoadedKernel> load(const Binary& bin) = 0;
   // Whether compiling runs in a child process of its own already (a system
   // compiler) or inside this process (NVRTC): this picks the default compile mode.
   virtual bool compiles_out_of_process() const = 0;
+  // Launch limits of the device, for pruning before compiling. Without a
+  // device (cuda compiling for KILN_CUDA_ARCH) the architecture's limits.
+  virtual LaunchLimits limits() = 0;
+  // Why a compiled config cannot launch with these dims on this device
+  // (threads, registers or shared memory beyond what it has), or "".
+  virtual std::string check_resources(const KernelMeta& meta, const LaunchDims& dims);
 };
 
-// "cpu" (and later "cuda"); throws Error(Errc::usage) for an unknown name.
+// "cpu" or "cuda"; throws Error(Errc::usage) for an unknown name.
 std::shared_ptr<Backend> make_backend(const std::string& name, const Options& opts);
 
 }  // namespace kiln

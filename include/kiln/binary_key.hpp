@@ -12,7 +12,8 @@ namespace kiln {
 
 struct BinaryKey {
   // Bump when Binary's stored form, or what a key covers, changes.
-  static constexpr int kFormatVersion = 1;
+  // 2: binaries carry launch metadata; -I folders in cflags are searched.
+  static constexpr int kFormatVersion = 2;
 
   std::string backend;
   std::string toolchain;          // compiler identity and version, target, fixed flags
@@ -31,10 +32,23 @@ struct BinaryKey {
 // Builds the key of a request. The backend supplies its toolchain identity.
 BinaryKey make_binary_key(const CompileRequest& req, Backend& backend);
 
+// The binary keys of one spec's configs: the toolchain and the source tree
+// are read once, so a key per config costs a hash of its defines.
+class BinaryKeyer {
+ public:
+  BinaryKeyer(const KernelSpec& spec, Backend& backend);
+  std::string hex(const Config& c) const;
+  BinaryKey key(const Config& c) const;
+
+ private:
+  BinaryKey base_;
+};
+
 // A source file with everything it includes that kiln can find: quoted
-// includes resolve against the including file's folder, then `include_dirs`;
-// angled ones against `include_dirs`; what is not found belongs to the
-// toolchain and is hashed by name.
+// includes resolve against the including file's folder, then `include_dirs`
+// (which should hold the -I folders of the compile flags too); angled ones
+// against `include_dirs`; what is not found belongs to the toolchain and is
+// hashed by name.
 struct SourceTree {
   Hash128 hash;
   std::vector<std::string> found, external;

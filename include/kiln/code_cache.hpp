@@ -1,11 +1,16 @@
 // CodeCache: compiled binaries on disk, addressed by binary key.
-// Layout: <root>/code/<key[0:2]>/<key>.kbin. Each entry is written to a
-// temporary file and renamed into place, and carries a checksum; an entry
-// that does not validate is a miss (and is removed so it gets rewritten).
+// Layout: <root>/code/<key[0:2]>/<key>.kbin. The folder is opened once and
+// checked (see SafeDir in docs/workers.md: the user's own, no parent others
+// can write); each entry is written to a temporary file and renamed into
+// place, and carries a checksum; an entry that does not validate is a miss
+// (and is removed so it gets rewritten).
+//
+// Thread-safe: get, put, lock and stats may be called from any thread.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -13,19 +18,27 @@
 
 namespace kiln {
 
-class FileLock;
-
 class CodeCache {
  public:
-  // Creates <root> and <root>/code with mode 0700; throws Error(Errc::cache)
-  // for a folder that others can write.
+  // Opens (creating, 0700) <root> and <root>/code; throws Error(Errc::cache)
+  // for a folder kiln must not use.
   explicit CodeCache(std::filesystem::path root);
+  // The cache at `root` for reading only: nothing is created; a missing
+  // folder reads as empty.
+  static std::unique_ptr<CodeCache> open_existing(const std::filesystem::path& root);
+  ~CodeCache();
 
   std::optional<Binary> get(const std::string& key);
+  // Throws Error(Errc::io) when the entry cannot be written (a full or
+  // read-only disk); callers treat that as a warning.
   void put(const Binary& b);
 
-  // Holds an exclusive, cross-process lock on one key while it is compiled.
-  std::unique_ptr<FileLock> lock(const std::string& key);
+  // Runs `fn` holding an exclusive, cross-process lock on one key.
+  template <class F>
+  auto with_lock(const std::string& key, F&& fn) {
+    auto held = lock_key(key);
+    return fn();
+  }
 
   struct Stats {
     size_t entries = 0;
@@ -36,14 +49,19 @@ class CodeCache {
   size_t corrupt_seen() const { return corrupt_.load(); }
 
   const std::filesystem::path& root() const { return root_; }
-  std::filesystem::path path_of(const std::string& key) const;
 
   // The on-disk encoding, exposed for tests.
   static std::string encode(const Binary& b);
   static std::optional<Binary> decode(std::string_view data, const std::string& expect_key);
+  static constexpr size_t kMaxEntryBytes = size_t{1} << 30;
 
  private:
-  std::filesystem::path root_, code_, locks_;
+  CodeCache() = default;
+  struct Held;
+  std::shared_ptr<Held> lock_key(const std::string& key);
+  struct Dirs;
+  std::unique_ptr<Dirs> dirs_;
+  std::filesystem::path root_;
   std::atomic<size_t> corrupt_{0};
 };
 

@@ -65,8 +65,14 @@ struct CompileRecord {
   std::string error;
 };
 
+// Thread-safe: submit, counters and records may be called from any thread.
 class CompilePool {
  public:
+  // Finished compiles kept for identical submits (no disk cache needed); a
+  // failed one is dropped once done, so submitting it again compiles again.
+  static constexpr size_t kKeepDone = 1024;
+  static constexpr size_t kKeepRecords = 4096;
+
   CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads);
   ~CompilePool();  // finishes queued work, then stops
   CompilePool(const CompilePool&) = delete;
@@ -91,8 +97,10 @@ class CompilePool {
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  std::map<std::string, BinaryFuture> futures_;  // by key: in flight or done
-  std::vector<CompileRecord> records_;
+  void finished(const std::string& key, bool ok);  // holds m_
+  std::map<std::string, BinaryFuture> futures_;  // by key: in flight, or done and kept
+  std::deque<std::string> done_order_;           // done keys, oldest first
+  std::deque<CompileRecord> records_;
   Counters counters_;
   bool stop_ = false;
   std::vector<std::thread> threads_;

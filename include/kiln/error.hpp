@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <cstdint>
 #include <string>
 
 namespace kiln {
@@ -31,6 +32,35 @@ class Error : public std::runtime_error {
 
  private:
   Errc code_;
+};
+
+// How a worker process failed a request.
+struct WorkerFault {
+  enum class Kind : uint8_t {
+    crash,    // it died by a signal it raised itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS)
+              // or, on a GPU, its kernel faulted (the reply names the CUDA error)
+    timeout,  // it missed its deadline and was killed
+    lost,     // it was killed from outside (SIGKILL, SIGTERM...), exited, or its socket broke
+  };
+  Kind kind = Kind::lost;
+  int signal = 0;         // crash or lost by a signal
+  double deadline_s = 0;  // timeout: the deadline it missed
+  // Whether the fault belongs to what the request ran (a kernel's crash or
+  // time-out while benchmarking): deterministic, so not retried and recorded
+  // against the config. Otherwise it is the machine's (retried once, never
+  // recorded).
+  bool of_request = false;
+};
+const char* worker_fault_name(WorkerFault::Kind k) noexcept;  // "crash", "timeout", "lost"
+
+// Errc::worker with what happened to the worker.
+class WorkerError : public Error {
+ public:
+  WorkerError(WorkerFault f, const std::string& message) : Error(Errc::worker, message), fault_(f) {}
+  const WorkerFault& fault() const noexcept { return fault_; }
+
+ private:
+  WorkerFault fault_;
 };
 
 }  // namespace kiln

@@ -1,8 +1,11 @@
-// Kernel: a handle that compiles and tunes lazily. The first call for a new
-// tuning key tunes on that call's own arguments (copied; the caller's buffers
-// are never written while tuning) and remembers the choice in memory and in
-// the tuning cache; every later call with that key computes the grid and
-// launches, taking no lock and allocating nothing.
+// Kernel: a handle that compiles and tunes lazily. When made, it starts
+// compiling its config space in the background (Options::background_compile);
+// the first call for a new tuning key waits for what is left, tunes on that
+// call's own arguments (read, never written) and remembers the choice in
+// memory and in the tuning cache; every later call with that key computes
+// the launch shape and launches, taking no lock and allocating nothing.
+//
+// Thread-safe: calls may come from any number of threads at once.
 #pragma once
 
 #include <cstdint>
@@ -17,74 +20,124 @@ namespace kiln {
 
 class Runtime;
 
+// 16-bit floats as kiln's typed calls take them (storage only): IEEE
+// binary16 and bfloat16. `_Float16`, and CUDA's `__half` and
+// `__nv_bfloat16` (when their headers come first), are taken too.
+struct f16 {
+  uint16_t bits;
+};
+struct bf16 {
+  uint16_t bits;
+};
+
 // What a call with some tuning-key values runs.
 struct Choice {
   Config config;
   std::shared_ptr<LoadedKernel> kernel;
-  GridPlan grid;
+  LaunchPlan plan;
   std::string source;  // "tuned", "cache"
-  double ns = 0;       // its benchmarked time
 };
 
 namespace detail {
-// Argument type codes: the dtype, plus 4 for a pointer; 255 for a type kiln cannot pass.
+constexpr uint8_t kPointerCode = 16;  // added to a dtype's code for a pointer to it
+constexpr uint8_t kAnyPointer = 64;   // void* or a CUdeviceptr: matches any pointer argument
+constexpr uint8_t kUnknown = 255;
+template <class T>
+constexpr uint8_t scalar_code() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return static_cast<uint8_t>(DType::f32);
+  else if constexpr (std::is_same_v<U, double>) return static_cast<uint8_t>(DType::f64);
+  else if constexpr (std::is_same_v<U, f16>) return static_cast<uint8_t>(DType::f16);
+  else if constexpr (std::is_same_v<U, bf16>) return static_cast<uint8_t>(DType::bf16);
+#if defined(__FLT16_MAX__)
+  else if constexpr (std::is_same_v<U, _Float16>) return static_cast<uint8_t>(DType::f16);
+#endif
+#if defined(__CUDA_FP16_H__)
+  else if constexpr (std::is_same_v<U, __half>) return static_cast<uint8_t>(DType::f16);
+#endif
+#if defined(__CUDA_BF16_H__)
+  else if constexpr (std::is_same_v<U, __nv_bfloat16>) return static_cast<uint8_t>(DType::bf16);
+#endif
+  else if constexpr (std::is_integral_v<U> && std::is_signed_v<U> && sizeof(U) == 4) return static_cast<uint8_t>(DType::i32);
+  else if constexpr (std::is_integral_v<U> && std::is_signed_v<U> && sizeof(U) == 8) return static_cast<uint8_t>(DType::i64);
+  else return kUnknown;
+}
+// Argument type codes: a dtype, a pointer to one (+kPointerCode), any
+// pointer (void*, or an unsigned 64-bit CUdeviceptr), or unknown.
 template <class T>
 constexpr uint8_t arg_code() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_pointer_v<U>) {
-    constexpr uint8_t base = arg_code<std::remove_pointer_t<U>>();
-    return base < 4 ? base + 4 : 255;
-  } else if constexpr (std::is_same_v<U, float>) {
-    return 0;
-  } else if constexpr (std::is_same_v<U, double>) {
-    return 1;
-  } else if constexpr (std::is_integral_v<U> && std::is_signed_v<U> && sizeof(U) == 4) {
-    return 2;
-  } else if constexpr (std::is_integral_v<U> && std::is_signed_v<U> && sizeof(U) == 8) {
-    return 3;
+  if constexpr (std::is_same_v<U, void*> || std::is_same_v<U, const void*> ||
+                (std::is_integral_v<U> && std::is_unsigned_v<U> && sizeof(U) == 8)) {
+    return kAnyPointer;
+  } else if constexpr (std::is_pointer_v<U>) {
+    constexpr uint8_t base = scalar_code<std::remove_pointer_t<U>>();
+    return base < kPointerCode ? base + kPointerCode : kUnknown;
   } else {
-    return 255;
+    return scalar_code<U>();
   }
 }
-// kernel(args...) for a handle that has launch(void* const*) and
+// kernel(args...) for a handle that has launch(void* const*, Stream) and
 // check_types(codes, n): type-checks the pack against the spec, then launches.
 template <class Handle>
 struct TypedCall {
   template <class... A>
   void operator()(A... args) {
+    call(nullptr, args...);
+  }
+  // kernel.on(stream)(args...): the same, queued on the caller's stream.
+  struct OnStream {
+    Handle& h;
+    Stream s;
+    template <class... A>
+    void operator()(A... args) {
+      h.call(s, args...);
+    }
+  };
+  OnStream on(Stream s) { return {static_cast<Handle&>(*this), s}; }
+  template <class... A>
+  void call(Stream s, A... args) {
     static constexpr uint8_t codes[] = {arg_code<A>()..., 0};
     Handle& h = static_cast<Handle&>(*this);
     h.check_types(codes, sizeof...(A));
     void* params[] = {static_cast<void*>(&args)..., nullptr};
-    h.launch(params);
+    h.launch(params, s);
   }
 };
 }  // namespace detail
+
+// Whether an argument of C++ type code `got` may be passed where the spec
+// says `want`, and a code's name ("f32*").
+bool arg_code_matches(uint8_t got, uint8_t want);
+std::string arg_code_name(uint8_t code);
 
 // Calls are type-checked: kernel(A, B, C, M, N, K) with float*, int64_t, ...
 // matching the spec, or launch(params) with a void* array.
 class Kernel : public detail::TypedCall<Kernel> {
  public:
   // `rt` must outlive the handle. Throws Error(Errc::usage) for a spec kiln
-  // cannot dispatch (more than 64 arguments or 8 tuning-key names).
+  // cannot dispatch (more than 64 arguments, or 16 scalars in its shape key).
   Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune = {});
   ~Kernel();
   Kernel(Kernel&&) noexcept;
   Kernel& operator=(Kernel&&) noexcept;
 
-  // params[i] points to the value of argument i, in spec order.
-  void launch(void* const* params);
+  // params[i] points to the value of argument i, in spec order; on cuda,
+  // buffers are device pointers and the launch is queued on `stream`.
+  void launch(void* const* params, Stream stream = nullptr);
 
-  // The choice for these arguments' tuning-key values, tuning if needed.
+  // Waits until the background compile of the config space is done
+  // (starting it if it was not); the first call does this by itself.
+  void prepare();
+  // The choice for these arguments' shape, tuning if needed.
   const Choice& choice(void* const* params);
   const KernelSpec& spec() const;
-  size_t shapes_seen() const;
+  size_t shapes_seen() const;  // shapes the handle remembers now (bounded by KILN_MEMO_CAPACITY)
   // Throws Error(Errc::usage) unless `codes` (detail::arg_code) match the spec.
   void check_types(const uint8_t* codes, size_t n) const;
 
  private:
-  Choice* find(void* const* params, int64_t* slots);  // memoised, or decided now
-  Choice* decide(void* const* params, const int64_t* key);
+  const Choice* decide(void* const* params, const int64_t* key, Stream stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

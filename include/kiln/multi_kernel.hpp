@@ -12,7 +12,12 @@
 // and remembers the winner (in memory and in the tuning cache).
 //
 // In both, a memoised shape costs a lock-free, allocation-free table lookup,
-// a grid evaluation and the launch.
+// a launch-shape evaluation and the launch. Both remember a bounded number
+// of shapes (KILN_MEMO_CAPACITY); a shape evicted is decided again (from
+// memory or the tuning cache) when it returns. Both start compiling their
+// config spaces in the background when made (Options::background_compile).
+//
+// Thread-safe: calls may come from any number of threads at once.
 #pragma once
 
 #include <atomic>
@@ -49,7 +54,7 @@ class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
   // first launch calls this if nobody has.
   void prepare(const std::vector<std::pair<std::string, std::string>>& other_scalars = {});
 
-  void launch(void* const* params);
+  void launch(void* const* params, Stream stream = nullptr);
   void check_types(const uint8_t* codes, size_t n) const;
 
   struct HintPoint {
@@ -60,6 +65,9 @@ class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
   const std::vector<HintPoint>& hint_points() const;
   // The hint point a shape maps to (its index), by the rule above; ties go to
   // the larger hint point (the larger sum of log2 values), then the later one.
+  // A call runs the nearest hint point whose config can run it (a constraint
+  // or an empty grid may rule one out), else the spec's default or the first
+  // config that can, chosen without benchmarking.
   size_t nearest(const std::vector<int64_t>& key) const;
   // The config a call with these arguments runs now.
   Config config_for(void* const* params);
@@ -81,7 +89,7 @@ class MultiKernel : public detail::TypedCall<MultiKernel> {
   MultiKernel(const MultiKernel&) = delete;
   MultiKernel& operator=(const MultiKernel&) = delete;
 
-  void launch(void* const* params);
+  void launch(void* const* params, Stream stream = nullptr);
   void check_types(const uint8_t* codes, size_t n) const;
 
   // Which variant a call with these arguments runs (deciding if needed), and why.

@@ -9,6 +9,7 @@
 namespace kiln {
 
 enum class CompileMode { automatic, threads, subprocess };
+enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3 };
 
 struct Options {
   std::filesystem::path cache_dir;    // KILN_CACHE_DIR; default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
@@ -23,12 +24,25 @@ struct Options {
   bool tune_in_process = false;       // KILN_TUNE_IN_PROCESS=1: benchmark without a worker
   int tune_max_configs = 0;           // KILN_TUNE_MAX_CONFIGS: cap on configs tried; 0: no cap
   double bench_budget_ms = 50;        // KILN_BENCH_BUDGET_MS: timed repetitions per config
-  double bench_timeout_s = 30;        // KILN_BENCH_TIMEOUT: a config benchmarked longer is killed
+  double bench_timeout_s = 30;        // KILN_BENCH_TIMEOUT: the longest a config's benchmark may run
+                                      // (once a config is timed, the deadline follows it: docs/tuning.md)
+  double bench_deadline_floor_s = 1;  // KILN_BENCH_DEADLINE_FLOOR: the shortest adaptive deadline
   bool bench_flush = false;           // KILN_BENCH_FLUSH=1: flush caches between timed runs
   std::optional<int> force_variant;   // KILN_FORCE_VARIANT: a multi-kernel always runs this variant
   int retune_after = 0;               // KILN_RETUNE_AFTER: calls of one exact shape before a size-hint
                                       // multi-kernel re-tunes it in the background; 0: never
   bool quiet = false;                 // no progress bars
+  LogLevel log_level = LogLevel::warn;      // KILN_LOG: error, warn, info, debug
+  int memo_capacity = 4096;           // KILN_MEMO_CAPACITY: shapes a handle remembers (a fixed-size table)
+  bool background_compile = true;     // KILN_BACKGROUND_COMPILE=0: handles compile on first call, not when made
+  int cuda_device = 0;                // KILN_CUDA_DEVICE: the GPU the cuda backend uses
+  std::string cuda_arch;              // KILN_CUDA_ARCH: sm_90, sm_90a...; default: the device's (required
+                                      // to compile cuda kernels where there is no GPU)
+  bool cuda_flush_l2 = true;          // KILN_BENCH_NO_L2_FLUSH=1: time GPU kernels with a warm L2
+
+  // The longest time-out a setting takes (about 11.6 days): a larger one is
+  // a mistake, and would overflow the clocks that measure it.
+  static constexpr double kMaxTimeoutSeconds = 1e6;
 
   // Reads the environment; throws Error(Errc::usage) naming a malformed variable.
   static Options from_env();

@@ -17,6 +17,7 @@
 namespace kiln {
 
 class WorkerPool;
+class Benchmarker;
 
 class Runtime {
  public:
@@ -41,6 +42,8 @@ class Runtime {
   std::shared_ptr<TuningCache> tuning_cache();
   // Tunes a kernel for the tuning-key values of `params` (see Tuner).
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o = {});
+  // The benchmarker of a backend (in a worker, or in-process with KILN_TUNE_IN_PROCESS).
+  Benchmarker& benchmarker(const std::string& backend);
 
  private:
   struct BackendState;

@@ -16,11 +16,16 @@
 
 namespace kiln {
 
-enum class DType : uint8_t { f32, f64, i32, i64 };
+// Element types. f16 is IEEE binary16, bf16 is bfloat16 (the top half of an
+// f32); both are stored in 2 bytes and compared in f64 while tuning.
+enum class DType : uint8_t { f32, f64, i32, i64, f16, bf16 };
+inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::f16, DType::bf16};
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);   // "f32"
-const char* dtype_ctype(DType t);  // "float"
+const char* dtype_ctype(DType t);  // the cpu backend's C++ type: "float", "_Float16", "kiln::bf16"
+const char* dtype_cuda_type(DType t);  // the cuda backend's: "float", "__half", "__nv_bfloat16"
 bool dtype_is_float(DType t);
+std::optional<DType> dtype_from_name(std::string_view name);
 
 enum class Intent : uint8_t { in, out, inout };
 const char* intent_name(Intent i);
@@ -39,12 +44,16 @@ struct Param {
   std::vector<int64_t> values;
 };
 
-// One point of a config space: a value per parameter, in the space's order.
+// One point of a config space: a value per parameter, in the space's order;
+// or a library choice (a call into a vendor library with the kernel's
+// arguments, such as cuBLAS), which has no params.
 struct Config {
   std::vector<std::pair<std::string, int64_t>> values;
+  std::string library;  // the library choice's name; empty for a point of the space
 
   std::optional<int64_t> get(std::string_view name) const;
-  std::string str() const;  // "BM=32 BN=64", or "-" when there are no params
+  // "BM=32 BN=64"; "-" when there are no params; "library:cublas" for a library choice
+  std::string str() const;
   bool operator==(const Config&) const = default;
 };
 
@@ -52,7 +61,10 @@ class ConfigSpace {
  public:
   std::vector<Param> params;
 
-  size_t size() const;                 // the product of the value counts (1 if no params)
+  // The product of the value counts (1 if no params), saturating at SIZE_MAX
+  // (a spec larger than kMaxConfigs is refused when it is read).
+  size_t size() const;
+  static constexpr size_t kMaxConfigs = 100000;
   Config at(size_t index) const;       // mixed radix, the last param varies fastest
   std::vector<Config> all() const;
   std::optional<size_t> index_of(const Config& c) const;
@@ -64,7 +76,11 @@ enum class HintPoints : uint8_t { diagonal, grid };
 enum class SearchKind : uint8_t { exhaustive, coordesc };
 
 struct TuningSpec {
-  std::vector<std::string> key;  // integer scalar args whose values select a tuning record
+  // Integer scalar args whose values select a tuning record. When the spec
+  // gives no [tuning] key, every integer scalar that a size, the grid, the
+  // launch shape or a constraint uses (key_given is then false).
+  std::vector<std::string> key;
+  bool key_given = false;
   // Per key name, in key order; empty when the spec gives no hints.
   std::vector<std::pair<std::string, std::vector<int64_t>>> hints;
   HintPoints hint_points = HintPoints::diagonal;
@@ -86,6 +102,8 @@ struct KernelSpec {
   std::filesystem::path source_path;  // resolved against the spec's folder
   std::string source_text;
   std::vector<Expr> grid;  // 1 to 3
+  std::vector<Expr> block; // cuda: threads per block, 1 to 3 (empty: 1); cpu: empty
+  std::optional<Expr> shared;  // cuda: dynamic shared memory bytes per block
   std::vector<ArgSpec> args;
   ConfigSpace space;
   std::vector<Expr> constraints;  // a config is pruned when one evaluates to 0
@@ -94,6 +112,10 @@ struct KernelSpec {
   TuningSpec tuning;
 
   int arg_index(std::string_view name) const;  // -1 when absent
+  // Integer scalars that decide whether a config can run, or with what launch
+  // shape (grid, block, shared memory and constraints use them), but are not
+  // in the tuning key: a call is checked against them (see Kernel).
+  std::vector<std::string> unkeyed_launch_scalars() const;
 };
 
 // Reads source files named by a spec: the file's contents, or nullopt if it
@@ -106,6 +128,12 @@ KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& s
                       const SourceReader& read_source);
 
 bool is_identifier(std::string_view s);
+// The -I (-isystem, -iquote, -idirafter) folders among compiler flags,
+// relative ones resolved against the working folder as a compiler would.
+std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::string>& flags);
+// `s` as a C string literal's contents: quotes, backslashes and control
+// characters escaped (for #line directives naming a user's path).
+std::string c_escape(std::string_view s);
 
 // ---- multi-kernel specs (kind = "multi"; docs/spec.md) ----
 

@@ -1,13 +1,20 @@
 // Tuner: picks the fastest correct config of a kernel for the tuning-key
 // values of a real call, once per device (the record is cached).
 //
-//   1. prune configs whose constraints fail or whose grid is empty for this call;
-//   2. compile candidates in parallel (exhaustive: all; coordinate descent:
-//      the start, then each round's neighbours);
-//   3. benchmark each on a copy of the call's arguments (in a kiln-worker
-//      unless KILN_TUNE_IN_PROCESS=1), checking its outputs against the
-//      reference config's within a tolerance;
-//   4. record every config's time or failure; the fastest correct one wins.
+//   1. the record of the key, if any, answers when it holds a result for
+//      every config the search would evaluate (a config added to the spec
+//      since is evaluated alone; one removed costs nothing);
+//   2. otherwise, holding the key's lock (one process tunes, the others wait
+//      for its record): prune configs that cannot run for this call;
+//      compile candidates in parallel; benchmark each on a copy of the call's
+//      arguments (in a kiln-worker unless KILN_TUNE_IN_PROCESS=1), checking
+//      its outputs against the reference config's; then re-time the fastest
+//      few side by side, and measure the noise;
+//   3. record every config's time or failure; the fastest correct one wins,
+//      configs within the noise of it counting as equal (docs/tuning.md).
+//
+// Thread-safe: tune may be called from several threads (it serialises on
+// the key's lock).
 #pragma once
 
 #include <functional>
@@ -25,14 +32,21 @@ class Benchmarker;
 
 struct TuneOptions {
   std::optional<SearchKind> search;  // default: the spec's
-  bool force = false;                // tune again even when a record exists
-  int max_configs = 0;               // 0: KILN_TUNE_MAX_CONFIGS, else no cap
+  bool force = false;                // tune again even when a record exists (reusing none of it)
+  int max_configs = 0;               // evaluations at most; 0: KILN_TUNE_MAX_CONFIGS, else no cap
   bool show_progress = false;
+  Stream stream = nullptr;           // the caller's stream: synchronised before its buffers are read
 };
 
 struct TuneOutcome {
   TuningRecord record;
-  bool from_cache = false;
+  bool from_cache = false;       // answered by a record, nothing benchmarked
+  std::optional<Config> choice;  // what this call runs: the record's best, or the fastest
+                                 // recorded config that can run this call
+  size_t timed_now = 0;          // configs benchmarked for the first time by this tuning
+  size_t retimed_now = 0;        // configs re-timed side by side by this tuning
+  bool stored = true;            // false when the record could not be written (a warning said why)
+  int64_t peak_device_bytes = 0; // extra device memory this tuning used at most
 };
 
 class Tuner {
@@ -48,9 +62,25 @@ class Tuner {
   explicit Tuner(Parts parts) : p_(std::move(parts)) {}
 
   // Tunes `spec` for the tuning-key values in `params` (the call's real
-  // arguments, which are copied, never written). A record in which every
-  // config failed is returned too (record.best empty); callers decide.
+  // arguments, which are read, never written). A record in which no config
+  // survived is returned too (record.best and choice empty); callers decide.
+  // Throws when tuning cannot be done at all (a worker killed from outside
+  // twice, a disk error): such faults are not the configs', and nothing is
+  // stored.
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o);
+
+  // Why `config` cannot run a call whose integer scalars are `slots` (a
+  // constraint is false, the grid is empty, the launch exceeds `limits`),
+  // or "" when it can.
+  static std::string why_not(const KernelSpec& spec, const Config& config, const int64_t* slots,
+                             const LaunchLimits& limits);
+  // The config a record answers for a call: among its results that ran and
+  // agreed, exist in the spec's current space and can run the call, the
+  // fastest, configs within min(noise, 3%) of it counting as equal (the
+  // earliest in the space wins). nullopt when none qualifies.
+  static std::optional<Config> choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
+                                      const LaunchLimits& limits);
+  static constexpr double kMaxTieWindow = 0.03;
 
   // The default tolerances for comparing outputs of dtype `t`.
   static double default_rtol(DType t);

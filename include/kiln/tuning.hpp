@@ -2,16 +2,26 @@
 //
 // A record answers "which config of this kernel is fastest for these
 // tuning-key values on this device", and keeps every config's time or
-// failure, so a report needs no re-run and failed configs are not retried.
-// Its key (TuningKey) has two parts: a base (tuning-format version, backend,
-// device identity, kernel source hash, config-space hash) shared by all
-// records of one kernel on one device, and the tuning-key values.
+// failure by the config's binary key, so a report needs no re-run, failed
+// configs are not retried, a config added to the spec is timed alone (with
+// the leaders re-timed beside it) and a config removed costs nothing.
+//
+// Its key (TuningKey) has two parts: a base shared by all records of one
+// kernel on one device, and the tuning-key values. The base holds everything
+// that can change which config wins or whether a config is valid (see
+// docs/tuning.md): the format version, backend, device, toolchain, the
+// kernel's source tree, and the spec's launch semantics (argument sizes and
+// intents, grid, block, shared memory, constraints, compile flags,
+// tolerances, reference). The config space is not in the key.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,78 +29,139 @@
 
 namespace kiln {
 
+class Backend;
+
+// Why a config did not run or was set aside.
+enum class FailKind : uint8_t {
+  none,         // it ran, and agreed with the reference
+  pruned,       // it cannot run for this call: a constraint is false, the grid is empty, or the
+                // launch exceeds the device (threads, shared memory, registers)
+  compile,      // it did not compile (the compiler's log)
+  crash,        // it faulted while running (a signal, or a GPU fault: the CUDA error)
+  timeout,      // it ran past its deadline
+  wrong,        // its outputs differ from the reference's, or it left outputs unwritten
+  launch,       // it could not be loaded or launched, or it wrote to an input
+  unavailable,  // a library choice whose library is not here
+};
+const char* fail_kind_name(FailKind k) noexcept;
+std::optional<FailKind> fail_kind_from_name(std::string_view s) noexcept;
+
+// How a record's choice was found.
+enum class SearchMethod : uint8_t { exhaustive, coordesc, budgeted, multi_kernel, plan };
+const char* search_method_name(SearchMethod m) noexcept;
+std::optional<SearchMethod> search_method_from_name(std::string_view s) noexcept;
+
 struct TuningKey {
   // Bump when TuningRecord's stored fields or their meaning change.
   // 2: source_hash covers the files the source includes.
-  static constexpr int kFormatVersion = 2;
+  // 3: toolchain and launch semantics in the key, the config space out of
+  //    it; results kept by binary key; records checksummed.
+  static constexpr int kFormatVersion = 3;
 
   std::string backend;
   std::string device;       // Backend::device_identity()
-  std::string source_hash;  // kernel_source_hash(): source, includes, entry, argument list
-  std::string space_hash;   // ConfigSpace::hash()
+  std::string toolchain;    // hash of Backend::toolchain_identity(): compiler, version, target, fixed flags
+  std::string source_hash;  // kernel_source_hash(): source, includes (also through -I), entry, argument list
+  std::string semantics;    // spec_semantics_hash()
   std::vector<std::pair<std::string, int64_t>> values;  // tuning-key values, in key order
 
   std::string base_hex() const;  // every field but the values
   std::string values_hex() const;
   std::string values_text() const;  // "M=256 N=256 K=256", or "-" for none
-  std::string to_string() const;    // every field, for logs
+  std::string to_string() const;    // every field, for logs and `kiln report --explain`
 };
 
-// The key of `spec` on a device, for the tuning-key values in `params`.
-TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device, void* const* params);
-TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device,
+// What in a spec, beyond its source, decides which config wins or is valid:
+// argument names, types, sizes and intents; grid, block and shared-memory
+// expressions; constraints; compile flags; tolerances; the reference
+// config; the tuning-key names.
+std::string spec_semantics_hash(const KernelSpec& spec);
+
+// The key of `spec` on a backend's device, for the tuning-key values in
+// `params` (the first form) or given ones.
+TuningKey make_tuning_key(const KernelSpec& spec, Backend& backend, void* const* params);
+TuningKey make_tuning_key(const KernelSpec& spec, Backend& backend, std::vector<std::pair<std::string, int64_t>> values);
+// With the device and toolchain identities given (tests, tools).
+TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device, const std::string& toolchain,
                           std::vector<std::pair<std::string, int64_t>> values);
 
 struct ConfigResult {
   Config config;
+  std::string binary;        // the config's binary key (hex); what its result is kept by
   std::optional<double> ns;  // median time; empty when it failed
   double min_ns = 0, max_ns = 0;
   int reps = 0;
-  std::string error;       // why it failed (empty when it ran and agreed with the reference)
-  std::string error_kind;  // pruned, compile, crash, timeout, wrong, launch
+  FailKind kind = FailKind::none;
+  std::string error;  // why it failed (empty when it ran and agreed with the reference)
+  bool ok() const { return kind == FailKind::none && ns.has_value(); }
 };
 
 struct TuningRecord {
-  static constexpr int kSchema = 1;
+  static constexpr int kSchema = 2;
 
   std::string kernel;
   TuningKey key;
-  std::optional<Config> best;  // empty when every config failed
+  std::optional<Config> best;  // empty when no config survived
   double best_ns = 0;
-  std::string method;  // exhaustive, coordesc, hint
-  std::string start;   // coordesc: where it started and why
+  // The relative noise of the timings the choice was made on (the spread of
+  // the fastest configs' medians over side-by-side rounds); configs within
+  // it of the fastest are treated as equal, and the earliest in the space
+  // is chosen among them, so tunings agree from run to run.
+  double noise = 0;
+  SearchMethod method = SearchMethod::exhaustive;
+  std::string start;      // coordesc: where it started and why
   std::string reference;  // the config whose outputs the others matched
+  std::string verdict;    // why no config was chosen though some ran (the reference disagreed with all)
   std::string when;       // UTC, ISO 8601
   std::string kiln_version;
+  ConfigSpace space;      // the config space the record was last tuned with
+  size_t timed = 0;       // configs benchmarked for this record, over all its tunings
+  int64_t peak_device_bytes = 0;  // the most extra device memory a tuning used
   std::vector<ConfigResult> configs;
 
   // Configs that ran and agreed, fastest first.
   std::vector<const ConfigResult*> ranked() const;
-  // The error that says every config failed, listing each failure.
+  const ConfigResult* find(const Config& c) const;
+  // The error that says no config was chosen, listing each failure.
   std::string all_failed_message() const;
 };
 
-// A record as JSON text, and back. from_json returns nullopt for a record that
-// does not validate against `expect` (schema, key, config space, kiln version):
-// a miss, never an error.
+// A record as checksummed text (a header line, then JSON), and back.
+// record_from_text returns nullopt for a record that does not validate
+// against `expect` (checksum, schema, format, key, kiln version, each
+// config a point of the record's own space): a miss, never an error.
+std::string record_to_text(const TuningRecord& r);
+std::optional<TuningRecord> record_from_text(std::string_view text, const TuningKey& expect);
+// The JSON body alone (for `kiln report --json` and bundles).
 std::string record_to_json(const TuningRecord& r);
-std::optional<TuningRecord> record_from_json(const std::string& text, const TuningKey& expect,
-                                             const ConfigSpace& space);
 
-// Tuning records on disk: <root>/tune/<base_hex>/<values_hex>.json, written
-// atomically, one file per key, so a kernel's records are one folder.
+// Tuning records on disk: <root>/tune/<base_hex>/<values_hex>.rec, written
+// atomically, one file per key, so a kernel's records are one folder. Opened
+// through SafeDir (see CodeCache). Thread-safe.
 class TuningCache {
  public:
   explicit TuningCache(std::filesystem::path root);
-  std::optional<TuningRecord> get(const TuningKey& key, const ConfigSpace& space) const;
+  // The cache at `root` for reading only (nothing is created).
+  static std::unique_ptr<TuningCache> open_existing(const std::filesystem::path& root);
+  ~TuningCache();
+
+  std::optional<TuningRecord> get(const TuningKey& key) const;
+  // Throws Error(Errc::io) when it cannot be written (a full or read-only
+  // disk); the tuner reports the result anyway and warns.
   void put(const TuningRecord& r);
   // Every valid record of the kernel and device `base` names.
-  std::vector<TuningRecord> all(const TuningKey& base, const ConfigSpace& space) const;
+  std::vector<TuningRecord> all(const TuningKey& base) const;
+  // Holds a cross-process lock on one key while `fn` runs (one process
+  // tunes a key, the others wait for its record).
+  void with_lock(const TuningKey& key, const std::function<void()>& fn) const;
   size_t count() const;
   size_t clear();
+  static constexpr size_t kMaxRecordBytes = 64u << 20;
 
  private:
-  std::filesystem::path dir_;
+  TuningCache() = default;
+  struct Dirs;
+  std::unique_ptr<Dirs> dirs_;
 };
 
 // The kiln release policy for records: a record written by a kiln of another

@@ -24,8 +24,78 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
   return r;
 }
 
-GridPlan::GridPlan(const KernelSpec& spec, const Config& config) {
-  for (const auto& e : spec.grid) dims_.push_back(compile_expr(spec, e, &config));
+LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits)
+    : limits_(limits), kernel_(spec.name), config_(config.str()) {
+  for (const auto& e : spec.grid) grid_.push_back(compile_expr(spec, e, &config));
+  for (const auto& e : spec.block) block_.push_back(compile_expr(spec, e, &config));
+  if (spec.shared) {
+    shared_ = compile_expr(spec, *spec.shared, &config);
+    has_shared_ = true;
+  }
+}
+
+LaunchDims LaunchPlan::eval(const int64_t* slots) const {
+  LaunchDims d;
+  int64_t* g[3] = {&d.grid.x, &d.grid.y, &d.grid.z};
+  for (size_t i = 0; i < grid_.size(); ++i) *g[i] = grid_[i].eval(slots);
+  int64_t* b[3] = {&d.block.x, &d.block.y, &d.block.z};
+  for (size_t i = 0; i < block_.size(); ++i) *b[i] = block_[i].eval(slots);
+  if (has_shared_) d.shared = shared_.eval(slots);
+  if (d.empty()) return d;
+  // Cheap checks every call makes; check() says why in words.
+  int64_t total = 0, threads = 0;
+  if (__builtin_mul_overflow(d.grid.x, d.grid.y, &total) || __builtin_mul_overflow(total, d.grid.z, &total) ||
+      total > limits_.grid_total || d.grid.x > limits_.grid[0] || d.grid.y > limits_.grid[1] ||
+      d.grid.z > limits_.grid[2] || d.block.x < 1 || d.block.y < 1 || d.block.z < 1 ||
+      d.block.x > limits_.block[0] || d.block.y > limits_.block[1] || d.block.z > limits_.block[2] ||
+      __builtin_mul_overflow(d.block.x * d.block.y, d.block.z, &threads) || threads > limits_.block_threads ||
+      d.shared < 0 || (has_shared_ && d.shared > limits_.shared))
+    throw Error(Errc::launch, check(d));
+  return d;
+}
+
+std::string LaunchPlan::check(const LaunchDims& d) const {
+  if (d.empty()) return "";
+  auto where = [&] {
+    return fmt::format("kernel '{}' (config {}): grid ({}, {}, {}), block ({}, {}, {}), shared {} bytes", kernel_,
+                       config_, d.grid.x, d.grid.y, d.grid.z, d.block.x, d.block.y, d.block.z, d.shared);
+  };
+  int64_t total = 0;
+  if (__builtin_mul_overflow(d.grid.x, d.grid.y, &total) || __builtin_mul_overflow(total, d.grid.z, &total))
+    return where() + ": the grid's size overflows 64 bits";
+  if (total > limits_.grid_total) return fmt::format("{}: {} program instances, more than {}", where(), total, limits_.grid_total);
+  static const char* axis = "xyz";
+  const int64_t gv[3] = {d.grid.x, d.grid.y, d.grid.z}, bv[3] = {d.block.x, d.block.y, d.block.z};
+  for (int i = 0; i < 3; ++i)
+    if (gv[i] > limits_.grid[i])
+      return fmt::format("{}: grid {} = {} exceeds the device's limit of {}", where(), axis[i], gv[i], limits_.grid[i]);
+  for (int i = 0; i < 3; ++i) {
+    if (bv[i] < 1) return fmt::format("{}: block {} = {} (must be at least 1)", where(), axis[i], bv[i]);
+    if (bv[i] > limits_.block[i])
+      return fmt::format("{}: block {} = {} exceeds the device's limit of {}", where(), axis[i], bv[i],
+                         limits_.block[i]);
+  }
+  int64_t threads = 0;
+  if (__builtin_mul_overflow(d.block.x * d.block.y, d.block.z, &threads) || threads > limits_.block_threads)
+    return fmt::format("{}: {} threads per block, more than the device's {}", where(), d.block.x * d.block.y * d.block.z,
+                       limits_.block_threads);
+  if (d.shared < 0) return where() + ": negative shared memory";
+  if (has_shared_ && d.shared > limits_.shared)
+    return fmt::format("{}: {} bytes of shared memory, more than the device's {}", where(), d.shared, limits_.shared);
+  return "";
+}
+
+std::string Backend::check_resources(const KernelMeta& meta, const LaunchDims& dims) {
+  if (dims.empty()) return "";
+  int64_t threads = dims.block.x * dims.block.y * dims.block.z;
+  if (meta.max_threads > 0 && threads > meta.max_threads)
+    return fmt::format("{} threads per block, more than the {} its compiled code allows ({} registers a thread)",
+                       threads, meta.max_threads, meta.registers);
+  LaunchLimits l = limits();
+  if (l.shared > 0 && meta.static_shared + dims.shared > l.shared)
+    return fmt::format("{} bytes of shared memory ({} static + {} dynamic), more than the device's {}",
+                       meta.static_shared + dims.shared, meta.static_shared, dims.shared, l.shared);
+  return "";
 }
 
 std::shared_ptr<Backend> make_backend(const std::string& name, const Options& opts) {

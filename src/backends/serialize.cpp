@@ -8,10 +8,7 @@ using nlohmann::json;
 
 namespace {
 DType dtype_from(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "f64") return DType::f64;
-  if (s == "i32") return DType::i32;
-  if (s == "i64") return DType::i64;
+  if (auto d = dtype_from_name(s)) return *d;
   fail(Errc::internal, "unknown dtype '{}' in a serialized request", s);
 }
 }  // namespace
@@ -44,11 +41,36 @@ CompileRequest compile_request_from_json(const json& j) {
   return r;
 }
 
+json to_json(const KernelMeta& m) {
+  return {{"symbol", m.symbol},           {"target", m.target},           {"registers", m.registers},
+          {"static_shared", m.static_shared}, {"local_bytes", m.local_bytes}, {"spill_bytes", m.spill_bytes},
+          {"max_threads", m.max_threads}};
+}
+
+KernelMeta kernel_meta_from_json(const json& j) {
+  KernelMeta m;
+  m.symbol = j.at("symbol").get<std::string>();
+  m.target = j.at("target").get<std::string>();
+  m.registers = j.at("registers").get<int>();
+  m.static_shared = j.at("static_shared").get<int>();
+  m.local_bytes = j.at("local_bytes").get<int>();
+  m.spill_bytes = j.at("spill_bytes").get<int>();
+  m.max_threads = j.at("max_threads").get<int>();
+  if (m.symbol.empty() || m.registers < 0 || m.static_shared < 0 || m.local_bytes < 0 || m.max_threads < 0)
+    fail(Errc::launch, "a binary's launch metadata is missing or inconsistent");
+  return m;
+}
+
 json binary_meta_to_json(const Binary& b) {
   return {{"key", b.key},       {"backend", b.backend},
           {"kernel", b.kernel}, {"config", b.config_text},
           {"entry", b.entry},   {"compile_seconds", b.compile_seconds},
-          {"log", b.log},       {"size", b.bytes.size()}};
+          {"log", b.log},       {"size", b.bytes.size()},
+          {"meta", to_json(b.meta)}};
+}
+
+std::string dump_json(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 Binary binary_from_meta_json(const json& j) {
@@ -60,6 +82,7 @@ Binary binary_from_meta_json(const json& j) {
   b.entry = j.at("entry").get<std::string>();
   b.compile_seconds = j.at("compile_seconds").get<double>();
   b.log = j.at("log").get<std::string>();
+  b.meta = kernel_meta_from_json(j.at("meta"));
   return b;
 }
 

@@ -102,10 +102,20 @@ SourceTree hash_source_tree(const std::string& source_text, const std::vector<st
   return {h.digest(), std::move(scan.found), std::move(scan.external)};
 }
 
+namespace {
+// The folders a request's includes are searched in: its own, then the -I
+// folders of its flags.
+std::vector<std::string> search_dirs(const CompileRequest& r) {
+  std::vector<std::string> dirs = r.include_dirs;
+  for (const auto& d : include_dirs_in_flags(r.cflags)) dirs.push_back(d.string());
+  return dirs;
+}
+}  // namespace
+
 Hash128 kernel_source_hash(const KernelSpec& spec) {
   CompileRequest r = make_compile_request(spec, Config{});
   Hasher h;
-  h.add("backend", spec.backend).add("entry", spec.entry).add("tree", hash_source_tree(r.source_text, r.include_dirs).hash.hex());
+  h.add("backend", spec.backend).add("entry", spec.entry).add("tree", hash_source_tree(r.source_text, search_dirs(r)).hash.hex());
   for (const auto& a : spec.args) h.add("arg", a.name + ":" + a.type_text());
   return h.digest();
 }
@@ -115,7 +125,7 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   k.backend = req.backend;
   k.toolchain = backend.toolchain_identity();
   k.entry = req.entry;
-  SourceTree tree = hash_source_tree(req.source_text, req.include_dirs);
+  SourceTree tree = hash_source_tree(req.source_text, search_dirs(req));
   k.source = tree.hash;
   k.includes_found = std::move(tree.found);
   k.includes_external = std::move(tree.external);
@@ -124,5 +134,17 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   for (const auto& f : req.cflags) k.cflags += f + " ";
   return k;
 }
+
+BinaryKeyer::BinaryKeyer(const KernelSpec& spec, Backend& backend)
+    : base_(make_binary_key(make_compile_request(spec, Config{}), backend)) {}
+
+BinaryKey BinaryKeyer::key(const Config& c) const {
+  BinaryKey k = base_;
+  k.defines.clear();
+  for (const auto& [n, v] : c.values) k.defines += fmt::format("{}={};", n, v);
+  return k;
+}
+
+std::string BinaryKeyer::hex(const Config& c) const { return key(c).hex(); }
 
 }  // namespace kiln

@@ -34,20 +34,32 @@ bool is_hex_key(const std::string& k) {
 
 }  // namespace
 
-CodeCache::CodeCache(fs::path root) : root_(std::move(root)) {
-  ensure_private_dir(root_);
-  code_ = root_ / "code";
-  locks_ = root_ / "locks";
-  ensure_private_dir(code_);
-  ensure_private_dir(locks_);
+struct CodeCache::Dirs {
+  SafeDir root, code, locks;
+};
+struct CodeCache::Held {
+  FileLock lock;
+};
+
+CodeCache::CodeCache(fs::path root) : dirs_(std::make_unique<Dirs>()), root_(std::move(root)) {
+  dirs_->root = SafeDir::open(root_, true);
+  dirs_->code = dirs_->root.sub("code", true);
+  dirs_->locks = dirs_->root.sub("locks", true);
 }
 
-fs::path CodeCache::path_of(const std::string& key) const {
-  return code_ / key.substr(0, 2) / (key + ".kbin");
+std::unique_ptr<CodeCache> CodeCache::open_existing(const fs::path& root) {
+  std::unique_ptr<CodeCache> c(new CodeCache());
+  c->dirs_ = std::make_unique<Dirs>();
+  c->root_ = root;
+  c->dirs_->root = SafeDir::open(root, false);
+  if (c->dirs_->root) c->dirs_->code = c->dirs_->root.sub("code", false);
+  return c;
 }
+
+CodeCache::~CodeCache() = default;
 
 std::string CodeCache::encode(const Binary& b) {
-  std::string meta = binary_meta_to_json(b).dump();
+  std::string meta = dump_json(binary_meta_to_json(b));
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = kEntryVersion;
@@ -82,52 +94,52 @@ std::optional<Binary> CodeCache::decode(std::string_view data, const std::string
 }
 
 std::optional<Binary> CodeCache::get(const std::string& key) {
-  if (!is_hex_key(key)) return std::nullopt;
-  fs::path p = path_of(key);
-  std::optional<std::string> data = read_file(p);
+  if (!is_hex_key(key) || !dirs_->code) return std::nullopt;
+  SafeDir sub = dirs_->code.sub(key.substr(0, 2), false);
+  if (!sub) return std::nullopt;
+  std::string name = key + ".kbin";
+  std::optional<std::string> data = sub.read(name, kMaxEntryBytes);
   if (!data) return std::nullopt;
   std::optional<Binary> b = decode(*data, key);
   if (!b) {
     ++corrupt_;
-    log::warn("code cache entry {} is corrupt or from another kiln; it will be rebuilt", p.string());
-    std::error_code ec;
-    fs::remove(p, ec);
+    log::warn("code cache entry {} is corrupt or from another kiln; it will be rebuilt", (sub.path() / name).string());
+    sub.remove(name);
   }
   return b;
 }
 
 void CodeCache::put(const Binary& b) {
   if (!is_hex_key(b.key)) fail(Errc::internal, "bad binary key '{}'", b.key);
-  fs::path p = path_of(b.key);
-  std::error_code ec;
-  fs::create_directories(p.parent_path(), ec);
-  if (ec) fail(Errc::cache, "cannot create '{}': {}", p.parent_path().string(), ec.message());
-  write_file_atomic(p, encode(b));
+  if (!dirs_->code) fail(Errc::cache, "the code cache at '{}' is open for reading only", root_.string());
+  dirs_->code.sub(b.key.substr(0, 2), true).write(b.key + ".kbin", encode(b));
 }
 
-std::unique_ptr<FileLock> CodeCache::lock(const std::string& key) {
-  return std::make_unique<FileLock>(locks_ / (key + ".lock"));
+std::shared_ptr<CodeCache::Held> CodeCache::lock_key(const std::string& key) {
+  if (!dirs_->locks) return nullptr;
+  auto h = std::make_shared<Held>();
+  h->lock = dirs_->locks.lock(key + ".lock");
+  return h;
 }
 
 CodeCache::Stats CodeCache::stats() const {
   Stats s;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(code_, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_regular_file(ec) && it->path().extension() == ".kbin") {
-      ++s.entries;
-      s.bytes += it->file_size(ec);
-    }
+  if (!dirs_->code) return s;
+  for (const auto& d : dirs_->code.entries()) {
+    if (!d.dir) continue;
+    for (const auto& e : dirs_->code.sub(d.name, false).entries())
+      if (e.file && e.name.size() > 5 && e.name.substr(e.name.size() - 5) == ".kbin") {
+        ++s.entries;
+        s.bytes += e.bytes;
+      }
   }
   return s;
 }
 
 size_t CodeCache::clear() {
   size_t n = stats().entries;
-  std::error_code ec;
-  for (const auto& d : {code_, locks_}) {
-    for (auto& e : fs::directory_iterator(d, ec)) fs::remove_all(e.path(), ec);
-  }
+  if (dirs_->code) dirs_->code.clear();
+  if (dirs_->locks) dirs_->locks.clear();
   return n;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
+#include "core/log.hpp"
 #include "kiln/binary_key.hpp"
 
 namespace kiln {
@@ -17,14 +18,21 @@ Binary CachingCompiler::compile(const CompileRequest& req, const std::string& ke
     return std::move(*b);
   }
   // Another process may be compiling the same key: wait for it, then look again.
-  std::unique_ptr<FileLock> lock = cache_->lock(key);
-  if (std::optional<Binary> b = cache_->get(key)) {
-    b->from_cache = true;
-    return std::move(*b);
-  }
-  Binary b = inner_->compile(req, key);
-  cache_->put(b);
-  return b;
+  return cache_->with_lock(key, [&] {
+    if (std::optional<Binary> b = cache_->get(key)) {
+      b->from_cache = true;
+      return std::move(*b);
+    }
+    Binary b = inner_->compile(req, key);
+    try {
+      cache_->put(b);
+    } catch (const Error& e) {
+      // A full or read-only disk costs the cache, not the compile.
+      log::warn("compiled kernel '{}' (config {}) but could not store it in the code cache: {}", req.kernel,
+                req.config_text, e.what());
+    }
+    return b;
+  });
 }
 
 CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads)
@@ -84,6 +92,7 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
       r.ok = true;  // shares a compile in flight; its own record tells how that went
     }
     records_.push_back(std::move(r));
+    if (records_.size() > kKeepRecords) records_.pop_front();
     return f;
   }
   auto promise = std::make_shared<std::promise<std::shared_ptr<const Binary>>>();
@@ -102,9 +111,12 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
       r.bytes = b->bytes.size();
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       {
+        // Recorded before the future is fulfilled: a waiter reads the records next.
         std::lock_guard<std::mutex> g(m_);
         (r.cache_hit ? counters_.cache_hits : counters_.compiled)++;
         records_.push_back(r);
+        if (records_.size() > kKeepRecords) records_.pop_front();
+        finished(key, true);
       }
       promise->set_value(std::move(b));
     } catch (const std::exception& e) {
@@ -114,12 +126,26 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
         std::lock_guard<std::mutex> g(m_);
         ++counters_.failed;
         records_.push_back(r);
+        if (records_.size() > kKeepRecords) records_.pop_front();
+        finished(key, false);
       }
       promise->set_exception(std::current_exception());
     }
   });
   cv_.notify_one();
   return fut;
+}
+
+void CompilePool::finished(const std::string& key, bool ok) {
+  if (!ok) {
+    futures_.erase(key);
+    return;
+  }
+  done_order_.push_back(key);
+  while (done_order_.size() > kKeepDone) {
+    futures_.erase(done_order_.front());
+    done_order_.pop_front();
+  }
 }
 
 CompilePool::Counters CompilePool::counters() const {
@@ -129,7 +155,7 @@ CompilePool::Counters CompilePool::counters() const {
 
 std::vector<CompileRecord> CompilePool::records() const {
   std::lock_guard<std::mutex> g(m_);
-  return records_;
+  return {records_.begin(), records_.end()};
 }
 
 bool stderr_is_terminal() { return ::isatty(2) == 1; }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 
 #include "core/format.hpp"
@@ -25,9 +26,11 @@ std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
     if (given[i]) fail(Errc::usage, "'{}' is set twice", name);
     given[i] = true;
     if (dtype_is_float(a.dtype)) {
-      char* end = nullptr;
-      out[i].f = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0') fail(Errc::usage, "{}={}: not a number", name, text);
+      double v = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || p != text.data() + text.size() || !std::isfinite(v))
+        fail(Errc::usage, "{}={}: not a finite decimal number", name, text);
+      out[i].f = v;
     } else {
       int64_t v = 0;
       auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -77,6 +80,78 @@ uint64_t splitmix64(uint64_t& s) {
 
 }  // namespace
 
+size_t buffer_bytes(DType t, int64_t elements, const std::string& what) {
+  size_t bytes = 0;
+  if (elements < 0) fail(Errc::usage, "{}: {} elements (negative)", what, elements);
+  if (__builtin_mul_overflow(static_cast<uint64_t>(elements), dtype_size(t), &bytes) ||
+      bytes > (uint64_t{1} << 56))
+    fail(Errc::usage, "{}: {} elements of {} do not fit in memory (the byte count overflows)", what, elements,
+         dtype_name(t));
+  return bytes;
+}
+
+uint16_t f32_to_f16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+float f16_bits_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, x;
+  if (exp == 0) {
+    if (mant == 0) {
+      x = sign;
+    } else {
+      int e = -1;
+      do {
+        mant <<= 1;
+        ++e;
+      } while (!(mant & 0x400));
+      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    x = sign | 0x7f800000 | (mant << 13);
+  } else {
+    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN stays NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bf16_bits_to_f32(uint16_t h) {
+  uint32_t x = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
 void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed) {
   uint64_t s = seed;
   size_t n = bytes.size() / dtype_size(t);
@@ -89,14 +164,32 @@ void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed) {
       case DType::f64: static_cast<double*>(p)[i] = 2 * u - 1; break;
       case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(r % 201) - 100; break;
       case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(r % 201) - 100; break;
+      case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(static_cast<float>(2 * u - 1)); break;
+      case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(static_cast<float>(2 * u - 1)); break;
     }
   }
 }
 
-HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scalars)
-    : spec_(&spec) {
+namespace {
+// A scalar's bits, as the kernel takes it (params point to these).
+uint64_t scalar_bits(DType t, const ScalarValue& v) {
+  uint64_t out = 0;
+  switch (t) {
+    case DType::f32: { float f = static_cast<float>(v.f); std::memcpy(&out, &f, sizeof f); break; }
+    case DType::f64: std::memcpy(&out, &v.f, sizeof(double)); break;
+    case DType::i32: { int32_t x = static_cast<int32_t>(v.i); std::memcpy(&out, &x, sizeof x); break; }
+    case DType::i64: std::memcpy(&out, &v.i, sizeof(int64_t)); break;
+    case DType::f16: { uint16_t h = f32_to_f16_bits(static_cast<float>(v.f)); std::memcpy(&out, &h, 2); break; }
+    case DType::bf16: { uint16_t h = f32_to_bf16_bits(static_cast<float>(v.f)); std::memcpy(&out, &h, 2); break; }
+  }
+  return out;
+}
+}  // namespace
+
+HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scalars) {
   size_t n = spec.args.size();
   if (scalars.size() != n) fail(Errc::internal, "HostArgs: {} scalar slots for {} args", scalars.size(), n);
+  for (const auto& a : spec.args) args_.push_back({a.dtype, a.intent, a.pointer});
   buffers_.assign(n, nullptr);
   elements_.assign(n, 0);
   scalar_.assign(n, 0);
@@ -112,7 +205,7 @@ HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scala
         if (count < 0)
           fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name,
                a.size.str(), count);
-        size_t bytes = static_cast<size_t>(count) * dtype_size(a.dtype);
+        size_t bytes = buffer_bytes(a.dtype, count, fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
         size_t alloc = (bytes + 63) / 64 * 64;
         if (alloc == 0) alloc = 64;
         buffers_[i] = std::aligned_alloc(64, alloc);
@@ -121,12 +214,7 @@ HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scala
         elements_[i] = count;
         params_[i] = &buffers_[i];
       } else {
-        switch (a.dtype) {
-          case DType::f32: { float v = static_cast<float>(scalars[i].f); std::memcpy(&scalar_[i], &v, sizeof v); break; }
-          case DType::f64: std::memcpy(&scalar_[i], &scalars[i].f, sizeof(double)); break;
-          case DType::i32: { int32_t v = static_cast<int32_t>(scalars[i].i); std::memcpy(&scalar_[i], &v, sizeof v); break; }
-          case DType::i64: std::memcpy(&scalar_[i], &scalars[i].i, sizeof(int64_t)); break;
-        }
+        scalar_[i] = scalar_bits(a.dtype, scalars[i]);
         params_[i] = &scalar_[i];
       }
     }
@@ -137,7 +225,7 @@ HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scala
 }
 
 HostArgs::HostArgs(HostArgs&& o) noexcept
-    : spec_(o.spec_), buffers_(std::move(o.buffers_)), elements_(std::move(o.elements_)),
+    : args_(std::move(o.args_)), buffers_(std::move(o.buffers_)), elements_(std::move(o.elements_)),
       scalar_(std::move(o.scalar_)), params_(std::move(o.params_)) {
   // Pointers into the moved vectors stay valid: vector moves keep their storage.
   o.buffers_.clear();
@@ -146,7 +234,7 @@ HostArgs::HostArgs(HostArgs&& o) noexcept
 HostArgs& HostArgs::operator=(HostArgs&& o) noexcept {
   if (this != &o) {
     for (void* b : buffers_) std::free(b);
-    spec_ = o.spec_;
+    args_ = std::move(o.args_);
     buffers_ = std::move(o.buffers_);
     elements_ = std::move(o.elements_);
     scalar_ = std::move(o.scalar_);
@@ -162,14 +250,13 @@ HostArgs::~HostArgs() {
 
 std::span<std::byte> HostArgs::buffer(size_t arg) {
   if (!buffers_[arg]) return {};
-  return {static_cast<std::byte*>(buffers_[arg]),
-          static_cast<size_t>(elements_[arg]) * dtype_size(spec_->args[arg].dtype)};
+  return {static_cast<std::byte*>(buffers_[arg]), static_cast<size_t>(elements_[arg]) * dtype_size(args_[arg].dtype)};
 }
 
 void HostArgs::fill_random(uint64_t seed) {
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    if (!buffers_[i] || spec_->args[i].intent == Intent::out) continue;
-    kiln::fill_random(spec_->args[i].dtype, buffer(i), seed + 0x1000 * (i + 1));
+    if (!buffers_[i] || args_[i].intent == Intent::out) continue;
+    kiln::fill_random(args_[i].dtype, buffer(i), seed + 0x1000 * (i + 1));
   }
 }
 
@@ -177,7 +264,7 @@ void HostArgs::copy_buffers_from(const HostArgs& other) {
   for (size_t i = 0; i < buffers_.size(); ++i) {
     if (!buffers_[i]) continue;
     if (other.elements_[i] != elements_[i]) fail(Errc::internal, "HostArgs::copy_buffers_from: size mismatch");
-    std::memcpy(buffers_[i], other.buffers_[i], static_cast<size_t>(elements_[i]) * dtype_size(spec_->args[i].dtype));
+    std::memcpy(buffers_[i], other.buffers_[i], static_cast<size_t>(elements_[i]) * dtype_size(args_[i].dtype));
   }
 }
 

@@ -27,6 +27,15 @@ Errc errc_from_name(const std::string& name) noexcept {
   return Errc::internal;
 }
 
+const char* worker_fault_name(WorkerFault::Kind k) noexcept {
+  switch (k) {
+    case WorkerFault::Kind::crash: return "crash";
+    case WorkerFault::Kind::timeout: return "timeout";
+    case WorkerFault::Kind::lost: return "lost";
+  }
+  return "?";
+}
+
 std::string errno_text(int err) {
   char buf[256];
   // GNU strerror_r returns a pointer that may or may not be buf.

@@ -5,11 +5,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "core/format.hpp"
+#include "core/log.hpp"
 
 namespace kiln {
 
@@ -59,37 +66,17 @@ void write_file_atomic(const fs::path& p, std::string_view data) {
   }
 }
 
-void ensure_private_dir(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    if (dir.has_parent_path() && dir.parent_path() != dir && !fs::exists(dir.parent_path(), ec)) {
-      fs::create_directories(dir.parent_path(), ec);
-      if (ec) fail(Errc::cache, "cannot create folder '{}': {}", dir.parent_path().string(), ec.message());
-    }
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      fail(Errc::cache, "cannot create cache folder '{}': {}", dir.string(), errno_text(errno));
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0)
-    fail(Errc::cache, "cannot read cache folder '{}': {}", dir.string(), errno_text(errno));
-  if (!S_ISDIR(st.st_mode)) fail(Errc::cache, "cache folder '{}' is not a folder", dir.string());
-  if (st.st_uid != ::geteuid())
-    fail(Errc::cache,
-         "cache folder '{}' belongs to user {}, not to you ({}); kiln only uses a cache folder of "
-         "your own: set KILN_CACHE_DIR",
-         dir.string(), st.st_uid, ::geteuid());
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    fail(Errc::cache,
-         "cache folder '{}' can be written by other users (mode {:04o}); kiln refuses it, since "
-         "anyone could plant code in it: run 'chmod 700 {}' or set KILN_CACHE_DIR",
-         dir.string(), st.st_mode & 07777, dir.string());
-}
-
 FileLock::FileLock(const fs::path& p) {
   fd_.reset(::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd_) fail(Errc::io, "cannot open lock file '{}': {}", p.string(), errno_text(errno));
   while (::flock(fd_.get(), LOCK_EX) != 0) {
     if (errno != EINTR) fail(Errc::io, "cannot lock '{}': {}", p.string(), errno_text(errno));
+  }
+}
+
+FileLock::FileLock(UniqueFd fd, const std::string& what) : fd_(std::move(fd)) {
+  while (::flock(fd_.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) fail(Errc::io, "cannot lock '{}': {}", what, errno_text(errno));
   }
 }
 
@@ -104,11 +91,289 @@ TempDir::TempDir(std::string_view prefix) {
   std::string tmpl = (base / (std::string(prefix) + "-XXXXXX")).string();
   if (!::mkdtemp(tmpl.data())) fail(Errc::io, "cannot create a temporary folder in '{}': {}", base.string(), errno_text(errno));
   path_ = tmpl;
+  register_temp_dir(path_);
 }
 
 TempDir::~TempDir() {
   std::error_code ec;
   fs::remove_all(path_, ec);
+  unregister_temp_dir(path_);
+}
+
+namespace {
+std::mutex g_temp_m;
+std::set<std::string>& temp_dirs() {
+  static std::set<std::string> s;
+  return s;
+}
+}  // namespace
+
+void register_temp_dir(const fs::path& p) {
+  std::lock_guard<std::mutex> g(g_temp_m);
+  temp_dirs().insert(p.string());
+}
+void unregister_temp_dir(const fs::path& p) {
+  std::lock_guard<std::mutex> g(g_temp_m);
+  temp_dirs().erase(p.string());
+}
+void remove_registered_temp_dirs() noexcept {
+  std::lock_guard<std::mutex> g(g_temp_m);
+  for (const auto& d : temp_dirs()) {
+    std::error_code ec;
+    fs::remove_all(d, ec);
+  }
+  temp_dirs().clear();
+}
+
+// ---- SafeDir ----
+
+namespace {
+
+uint64_t random_u64() {
+  static std::atomic<uint64_t> counter{0};
+  uint64_t x = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ULL ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+               (counter.fetch_add(1) << 32);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  return x ^ (x >> 29);
+}
+
+std::string mode_text(mode_t m) { return fmt::format("{:04o}", m & 07777); }
+
+// Why a folder (an ancestor, or the cache folder itself when `own`) is unsafe, or "".
+std::string unsafe(const struct stat& st, bool own) {
+  uid_t me = ::geteuid();
+  if (!S_ISDIR(st.st_mode)) return "is not a folder";
+  if (own) {
+    if (st.st_uid != me) return fmt::format("belongs to user {}, not to you ({})", st.st_uid, me);
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+      return fmt::format("can be written by other users (mode {})", mode_text(st.st_mode));
+    return "";
+  }
+  if (st.st_uid != me && st.st_uid != 0) return fmt::format("belongs to user {}, neither you nor root", st.st_uid);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+    return fmt::format("can be written by other users without the sticky bit (mode {}), so they could rename "
+                       "what is inside",
+                       mode_text(st.st_mode));
+  return "";
+}
+
+}  // namespace
+
+int SafeDir::fd() const { return fd_ ? fd_->get() : -1; }
+
+SafeDir SafeDir::open(const fs::path& path, bool create) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  if (ec) fail(Errc::cache, "cache folder '{}': {}", path.string(), ec.message());
+  abs = abs.lexically_normal();
+  // Resolve links in the part that exists, so a link in a parent (a home
+  // folder reached through one) is checked where it leads.
+  fs::path existing = abs, rest;
+  while (!fs::exists(existing, ec) && existing.has_relative_path()) {
+    rest = existing.filename() / rest;
+    existing = existing.parent_path();
+  }
+  fs::path canon = fs::canonical(existing, ec);
+  if (ec) fail(Errc::cache, "cache folder '{}': cannot resolve '{}': {}", path.string(), existing.string(), ec.message());
+  canon = (canon / rest).lexically_normal();
+  if (!canon.empty() && canon.filename().empty()) canon = canon.parent_path();
+
+  UniqueFd cur(::open("/", O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!cur) fail(Errc::cache, "cannot open '/': {}", errno_text(errno));
+  fs::path walked = "/";
+  std::vector<std::string> parts;
+  for (const auto& c : canon.relative_path()) parts.push_back(c.string());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    struct stat st;
+    if (::fstat(cur.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", walked.string(), errno_text(errno));
+    std::string why = unsafe(st, false);
+    if (!why.empty())
+      fail(Errc::cache,
+           "cache folder '{}' is inside '{}', which {}; kiln refuses a cache another user could replace "
+           "(anyone who can, could make kiln load their code): set KILN_CACHE_DIR to a folder of your own",
+           path.string(), walked.string(), why);
+    walked /= parts[i];
+    UniqueFd next(::openat(cur.get(), parts[i].c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next && errno == ENOENT) {
+      if (!create) return SafeDir();
+      if (::mkdirat(cur.get(), parts[i].c_str(), 0700) != 0 && errno != EEXIST)
+        fail(Errc::cache, "cannot create folder '{}': {}", walked.string(), errno_text(errno));
+      next.reset(::openat(cur.get(), parts[i].c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    }
+    if (!next) {
+      int err = errno;
+      if (err == ELOOP || err == ENOTDIR)
+        fail(Errc::cache, "cache folder '{}': '{}' is not a folder (or was replaced by a link while kiln opened it)",
+             path.string(), walked.string());
+      fail(Errc::cache, "cannot open folder '{}': {}", walked.string(), errno_text(err));
+    }
+    cur = std::move(next);
+    if (last) {
+      if (::fstat(cur.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", walked.string(), errno_text(errno));
+      why = unsafe(st, true);
+      if (!why.empty())
+        fail(Errc::cache,
+             "cache folder '{}' {}; kiln only uses a cache folder of your own that no one else can write, since "
+             "anyone who could write it could plant code in it: run 'chmod 700 {}' or set KILN_CACHE_DIR",
+             path.string(), why, path.string());
+    }
+  }
+  if (parts.empty()) fail(Errc::cache, "the cache folder cannot be '/'");
+  SafeDir d;
+  d.fd_ = std::make_shared<UniqueFd>(std::move(cur));
+  d.path_ = path;
+  return d;
+}
+
+SafeDir SafeDir::sub(std::string_view name, bool create) const {
+  std::string n(name);
+  if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
+    fail(Errc::internal, "SafeDir::sub: bad name '{}'", n);
+  UniqueFd f(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)) {
+    if (errno != ENOENT) log::warn("cache folder '{}' is not a folder; ignored", (path_ / n).string());
+    return SafeDir();
+  }
+  if (!f && errno == ENOENT) {
+    if (::mkdirat(fd(), n.c_str(), 0700) != 0 && errno != EEXIST)
+      fail(Errc::cache, "cannot create folder '{}': {}", (path_ / n).string(), errno_text(errno));
+    f.reset(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  }
+  if (!f) fail(Errc::cache, "cannot open folder '{}': {}", (path_ / n).string(), errno_text(errno));
+  struct stat st;
+  if (::fstat(f.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", (path_ / n).string(), errno_text(errno));
+  std::string why = unsafe(st, true);
+  if (!why.empty()) fail(Errc::cache, "cache folder '{}' {}; kiln refuses it", (path_ / n).string(), why);
+  SafeDir d;
+  d.fd_ = std::make_shared<UniqueFd>(std::move(f));
+  d.path_ = path_ / n;
+  return d;
+}
+
+std::optional<std::string> SafeDir::read(std::string_view name, size_t max_bytes) const {
+  if (!fd_) return std::nullopt;
+  std::string n(name);
+  UniqueFd f(::openat(fd(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!f) {
+    if (errno != ENOENT) log::debug("cache entry '{}' cannot be opened: {}", (path_ / n).string(), errno_text(errno));
+    return std::nullopt;
+  }
+  struct stat st;
+  if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    log::warn("cache entry '{}' is not a regular file of yours; ignored", (path_ / n).string());
+    return std::nullopt;
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    log::warn("cache entry '{}' is {} bytes, more than the {} an entry of its kind may have; ignored",
+              (path_ / n).string(), st.st_size, max_bytes);
+    return std::nullopt;
+  }
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::read(f.get(), out.data() + got, out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+void SafeDir::write(std::string_view name, std::string_view data) const {
+  std::string n(name);
+  std::string tmp = fmt::format(".tmp-{}-{:016x}", n, random_u64());
+  UniqueFd f(::openat(fd(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!f) fail(Errc::io, "cannot create a file in '{}': {}", path_.string(), errno_text(errno));
+  const char* d = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t w = ::write(f.get(), d, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::unlinkat(fd(), tmp.c_str(), 0);
+      fail(Errc::io, "cannot write '{}': {}", (path_ / n).string(), errno_text(err));
+    }
+    d += w;
+    left -= static_cast<size_t>(w);
+  }
+  f.reset();
+  if (::renameat(fd(), tmp.c_str(), fd(), n.c_str()) != 0) {
+    int err = errno;
+    ::unlinkat(fd(), tmp.c_str(), 0);
+    fail(Errc::io, "cannot rename into '{}': {}", (path_ / n).string(), errno_text(err));
+  }
+}
+
+bool SafeDir::remove(std::string_view name) const {
+  if (!fd_) return false;
+  std::string n(name);
+  return ::unlinkat(fd(), n.c_str(), 0) == 0;
+}
+
+std::vector<SafeDir::Entry> SafeDir::entries() const {
+  std::vector<Entry> out;
+  if (!fd_) return out;
+  int dup = ::fcntl(fd(), F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return out;
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return out;
+  }
+  ::rewinddir(d);
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    struct stat st;
+    Entry en;
+    en.name = n;
+    if (::fstatat(fd(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      en.dir = S_ISDIR(st.st_mode);
+      en.file = S_ISREG(st.st_mode);
+      en.bytes = static_cast<uint64_t>(st.st_size);
+    }
+    out.push_back(std::move(en));
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::vector<std::string> SafeDir::list() const {
+  std::vector<std::string> out;
+  for (auto& e : entries()) out.push_back(std::move(e.name));
+  return out;
+}
+
+size_t SafeDir::clear() const {
+  size_t n = 0;
+  for (const auto& e : entries()) {
+    if (e.dir) {
+      UniqueFd f(::openat(fd(), e.name.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (f) {
+        SafeDir child;
+        child.fd_ = std::make_shared<UniqueFd>(std::move(f));
+        child.path_ = path_ / e.name;
+        n += child.clear();
+      }
+      ::unlinkat(fd(), e.name.c_str(), AT_REMOVEDIR);
+    } else {
+      if (::unlinkat(fd(), e.name.c_str(), 0) == 0 && e.file) ++n;
+    }
+  }
+  return n;
+}
+
+FileLock SafeDir::lock(std::string_view name) const {
+  std::string n(name);
+  UniqueFd f(::openat(fd(), n.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!f) fail(Errc::io, "cannot open lock file '{}': {}", (path_ / n).string(), errno_text(errno));
+  return FileLock(std::move(f), (path_ / n).string());
 }
 
 }  // namespace kiln

@@ -25,13 +25,11 @@ bool parse_level(std::string_view s, Level& out) {
 Level level() {
   int l = g_level.load(std::memory_order_relaxed);
   if (l >= 0) return static_cast<Level>(l);
+  // Options::from_env refuses a bad KILN_LOG; here (logging before any
+  // Options exist) an unknown value falls back to warn.
   Level parsed = Level::warn;
-  if (const char* e = std::getenv("KILN_LOG")) {
-    if (!parse_level(e, parsed)) {
-      std::fprintf(stderr, "kiln: warning: KILN_LOG='%s' is not one of error, warn, info, debug; using warn\n", e);
-      parsed = Level::warn;
-    }
-  }
+  if (const char* e = std::getenv("KILN_LOG"))
+    if (!parse_level(e, parsed)) parsed = Level::warn;
   g_level.store(static_cast<int>(parsed), std::memory_order_relaxed);
   return parsed;
 }

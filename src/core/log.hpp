@@ -6,9 +6,11 @@
 
 #include <string_view>
 
+#include "kiln/options.hpp"
+
 namespace kiln::log {
 
-enum class Level : int { error = 0, warn = 1, info = 2, debug = 3 };
+using Level = kiln::LogLevel;
 
 Level level();
 void set_level(Level l);

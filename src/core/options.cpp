@@ -1,10 +1,13 @@
 #include "kiln/options.hpp"
 
 #include <charconv>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 
 #include "core/format.hpp"
+#include "core/log.hpp"
 
 namespace kiln {
 
@@ -26,13 +29,16 @@ int env_int(const char* name, int fallback, int min, int max) {
   return out;
 }
 
-double env_double(const char* name, double fallback, double min) {
+// A decimal number, as docs/settings.md says: no spaces, no hex, no inf or nan.
+double env_double(const char* name, double fallback, double min, double max) {
   const char* v = env(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  double out = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(out >= min))
-    fail(Errc::usage, "{}='{}' is not a number of at least {}", name, v, min);
+  std::string_view s(v);
+  double out = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, std::chars_format::fixed);
+  bool plain = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '.');
+  if (!plain || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(out) || out < min || out > max)
+    fail(Errc::usage, "{}='{}' is not a decimal number from {:g} to {:g}", name, v, min, max);
   return out;
 }
 
@@ -60,17 +66,34 @@ Options Options::from_env() {
     else fail(Errc::usage, "KILN_COMPILE_MODE='{}' is not one of threads, subprocess, auto", v);
   }
   if (const char* v = env("KILN_CXX")) o.cxx = v;
-  o.compile_timeout_s = env_double("KILN_COMPILE_TIMEOUT", o.compile_timeout_s, 0.1);
+  o.compile_timeout_s = env_double("KILN_COMPILE_TIMEOUT", o.compile_timeout_s, 0.1, kMaxTimeoutSeconds);
   o.launch_threads = env_int("KILN_NUM_THREADS", 0, 1, 1024);
   if (const char* v = env("KILN_WORKER")) o.worker_path = v;
   o.workers = env_int("KILN_WORKERS", 0, 1, 256);
   o.tune_in_process = env_bool("KILN_TUNE_IN_PROCESS");
   o.tune_max_configs = env_int("KILN_TUNE_MAX_CONFIGS", 0, 1, 1000000);
-  o.bench_budget_ms = env_double("KILN_BENCH_BUDGET_MS", o.bench_budget_ms, 0.0);
-  o.bench_timeout_s = env_double("KILN_BENCH_TIMEOUT", o.bench_timeout_s, 0.01);
+  o.bench_budget_ms = env_double("KILN_BENCH_BUDGET_MS", o.bench_budget_ms, 0.0, 600000);
+  o.bench_timeout_s = env_double("KILN_BENCH_TIMEOUT", o.bench_timeout_s, 0.01, kMaxTimeoutSeconds);
+  o.bench_deadline_floor_s = env_double("KILN_BENCH_DEADLINE_FLOOR", o.bench_deadline_floor_s, 0.01, kMaxTimeoutSeconds);
   o.bench_flush = env_bool("KILN_BENCH_FLUSH");
   if (env("KILN_FORCE_VARIANT")) o.force_variant = env_int("KILN_FORCE_VARIANT", 0, 0, 1 << 20);
   o.retune_after = env_int("KILN_RETUNE_AFTER", 0, 0, 1 << 30);
+  if (const char* v = env("KILN_LOG")) {
+    if (!log::parse_level(v, o.log_level))
+      fail(Errc::usage, "KILN_LOG='{}' is not one of error, warn, info, debug", v);
+  }
+  o.memo_capacity = env_int("KILN_MEMO_CAPACITY", o.memo_capacity, 64, 1 << 24);
+  if (const char* v = env("KILN_BACKGROUND_COMPILE")) o.background_compile = env_bool("KILN_BACKGROUND_COMPILE"), (void)v;
+  o.cuda_device = env_int("KILN_CUDA_DEVICE", 0, 0, 1024);
+  if (const char* v = env("KILN_CUDA_ARCH")) {
+    std::string_view a(v);
+    bool ok = a.size() >= 5 && a.substr(0, 3) == "sm_";
+    for (size_t i = 3; ok && i < a.size(); ++i)
+      ok = std::isdigit(static_cast<unsigned char>(a[i])) || (i + 1 == a.size() && (a[i] == 'a' || a[i] == 'f'));
+    if (!ok) fail(Errc::usage, "KILN_CUDA_ARCH='{}' is not a GPU architecture such as sm_90 or sm_90a", v);
+    o.cuda_arch = v;
+  }
+  o.cuda_flush_l2 = !env("KILN_BENCH_NO_L2_FLUSH") || !env_bool("KILN_BENCH_NO_L2_FLUSH");
   return o;
 }
 

@@ -6,13 +6,17 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "core/format.hpp"
+#include "core/fsutil.hpp"
 
 extern char** environ;
 
@@ -109,6 +113,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   int rc = ::posix_spawnp(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
   if (rc != 0) fail(Errc::io, "cannot start '{}': {}", argv[0], errno_text(rc));
   wr.reset();
+  register_child_group(pid);
+  struct Unregister {
+    pid_t p;
+    ~Unregister() { unregister_child_group(p); }
+  } unregister{pid};
 
   ProcessResult r;
   r.timeout_s = timeout_s;
@@ -129,7 +138,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
     if (got <= 0) break;
     r.output.append(buf, static_cast<size_t>(got));
   }
-  if (r.timed_out) ::kill(-pid, SIGKILL);
+  // The group goes too: whatever the command started must not outlive it.
+  ::kill(-pid, SIGKILL);
   int status = reap(pid);
   if (!r.timed_out) {
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
@@ -145,14 +155,76 @@ SpawnedChild spawn_with_socket(const std::vector<std::string>& argv) {
   UniqueFd parent(sv[0]), child(sv[1]);
   FileActions fa;
   posix_spawn_file_actions_addopen(&fa.fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa.fa, 2, 1);           // stdout → our stderr
   posix_spawn_file_actions_adddup2(&fa.fa, child.get(), 3);  // dup2 clears close-on-exec
   SpawnAttr attr;
-  reset_signals(attr, 0);
+  reset_signals(attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr.at, 0);
   pid_t pid = -1;
   auto args = c_argv(argv);
   int rc = ::posix_spawn(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
   if (rc != 0) fail(Errc::worker, "cannot start worker '{}': {}", argv[0], errno_text(rc));
-  return SpawnedChild{pid, std::move(parent)};
+  register_child_group(pid);
+  SpawnedChild c{pid, std::move(parent), UniqueFd(open_pidfd(pid))};
+  return c;
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+    return static_cast<int>(fd);
+  }
+#endif
+  static_cast<void>(pid);
+  return -1;
+}
+
+namespace {
+constexpr int kMaxGroups = 1024;
+std::atomic<pid_t> g_groups[kMaxGroups];
+}  // namespace
+
+void register_child_group(pid_t pgid) noexcept {
+  for (auto& g : g_groups) {
+    pid_t none = 0;
+    if (g.compare_exchange_strong(none, pgid)) return;
+  }
+}
+
+void unregister_child_group(pid_t pgid) noexcept {
+  for (auto& g : g_groups) {
+    pid_t want = pgid;
+    if (g.compare_exchange_strong(want, 0)) return;
+  }
+}
+
+void kill_child_groups() noexcept {
+  for (auto& g : g_groups) {
+    pid_t p = g.load();
+    if (p > 0) ::kill(-p, SIGKILL);
+  }
+}
+
+void install_interrupt_cleanup() {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([] {
+    int sig = 0;
+    while (::sigwait(&set, &sig) != 0) {
+    }
+    kill_child_groups();
+    remove_registered_temp_dirs();
+    ::signal(sig, SIG_DFL);
+    ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    ::kill(::getpid(), sig);
+    ::_exit(128 + sig);
+  }).detach();
 }
 
 std::string self_exe_dir() {

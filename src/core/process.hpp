@@ -53,11 +53,30 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 // A spawned child whose fd `child_fd` (in the child) is `parent_end`'s peer.
 struct SpawnedChild {
   pid_t pid = -1;
-  UniqueFd sock;  // the parent's end of a socketpair
+  UniqueFd sock;   // the parent's end of a socketpair
+  UniqueFd pidfd;  // readable once the child has ended (-1 where the kernel has no pidfd)
 };
-// Spawns argv with one end of a new socketpair as fd 3 in the child.
-// stdin is /dev/null; stdout and stderr are inherited.
+// Spawns argv with one end of a new socketpair as fd 3 in the child, in a
+// process group of its own (so that whatever it forks can be killed with
+// it). stdin is /dev/null; stdout goes to the parent's stderr, so nothing the
+// child prints can mix into the parent's standard output; stderr is inherited.
 SpawnedChild spawn_with_socket(const std::vector<std::string>& argv);
+
+// A descriptor that becomes readable when `pid` ends; -1 when unsupported.
+int open_pidfd(pid_t pid);
+
+// Process groups of children kiln is running (compilers, workers). The kiln
+// tool kills them all when it is interrupted; registering is lock-free and
+// safe from any thread.
+void register_child_group(pid_t pgid) noexcept;
+void unregister_child_group(pid_t pgid) noexcept;
+void kill_child_groups() noexcept;
+
+// For a program's main(), before it starts any thread: on SIGINT, SIGTERM or
+// SIGHUP, kill every registered child group, remove registered temporary
+// folders (core/fsutil.hpp), then end by that signal. A thread waits for the
+// signals, so the clean-up runs outside a signal handler.
+void install_interrupt_cleanup();
 
 // "SIGSEGV"; "signal 42" for ones without a name.
 std::string signal_name(int sig);

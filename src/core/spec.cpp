@@ -31,6 +31,7 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32: case DType::i32: return 4;
     case DType::f64: case DType::i64: return 8;
+    case DType::f16: case DType::bf16: return 2;
   }
   return 0;
 }
@@ -40,6 +41,8 @@ const char* dtype_name(DType t) {
     case DType::f64: return "f64";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
   }
   return "?";
 }
@@ -49,10 +52,26 @@ const char* dtype_ctype(DType t) {
     case DType::f64: return "double";
     case DType::i32: return "int32_t";
     case DType::i64: return "int64_t";
+    case DType::f16: return "_Float16";
+    case DType::bf16: return "kiln::bf16";
   }
   return "?";
 }
-bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+const char* dtype_cuda_type(DType t) {
+  switch (t) {
+    case DType::f16: return "__half";
+    case DType::bf16: return "__nv_bfloat16";
+    case DType::i32: return "int";
+    case DType::i64: return "long long";
+    default: return dtype_ctype(t);
+  }
+}
+bool dtype_is_float(DType t) { return t != DType::i32 && t != DType::i64; }
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (DType t : kAllDTypes)
+    if (name == dtype_name(t)) return t;
+  return std::nullopt;
+}
 
 const char* intent_name(Intent i) {
   switch (i) {
@@ -74,6 +93,7 @@ std::optional<int64_t> Config::get(std::string_view name) const {
 }
 
 std::string Config::str() const {
+  if (!library.empty()) return "library:" + library;
   if (values.empty()) return "-";
   std::string s;
   for (const auto& [n, v] : values) {
@@ -85,7 +105,8 @@ std::string Config::str() const {
 
 size_t ConfigSpace::size() const {
   size_t n = 1;
-  for (const auto& p : params) n *= p.values.size();
+  for (const auto& p : params)
+    if (__builtin_mul_overflow(n, p.values.size(), &n)) return SIZE_MAX;
   return n;
 }
 
@@ -109,7 +130,7 @@ std::vector<Config> ConfigSpace::all() const {
 }
 
 std::optional<size_t> ConfigSpace::index_of(const Config& c) const {
-  if (c.values.size() != params.size()) return std::nullopt;
+  if (!c.library.empty() || c.values.size() != params.size()) return std::nullopt;
   size_t index = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     if (c.values[i].first != params[i].name) return std::nullopt;
@@ -167,6 +188,75 @@ int KernelSpec::arg_index(std::string_view n) const {
   for (size_t i = 0; i < args.size(); ++i)
     if (args[i].name == n) return static_cast<int>(i);
   return -1;
+}
+
+namespace {
+bool is_int_scalar(const KernelSpec& s, std::string_view name) {
+  int i = s.arg_index(name);
+  return i >= 0 && !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+}
+// Integer scalars used by the launch shape and constraints (and, with
+// `sizes`, by argument sizes), in argument order.
+std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes) {
+  std::set<std::string> used;
+  auto take = [&](const Expr& e) {
+    for (const auto& sym : e.symbols())
+      if (is_int_scalar(s, sym)) used.insert(sym);
+  };
+  for (const auto& e : s.grid) take(e);
+  for (const auto& e : s.block) take(e);
+  if (s.shared) take(*s.shared);
+  for (const auto& e : s.constraints) take(e);
+  if (sizes)
+    for (const auto& a : s.args)
+      if (a.pointer) take(a.size);
+  std::vector<std::string> out;
+  for (const auto& a : s.args)
+    if (used.count(a.name)) out.push_back(a.name);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> KernelSpec::unkeyed_launch_scalars() const {
+  std::vector<std::string> out;
+  for (const auto& n : scalars_used(*this, false))
+    if (std::find(tuning.key.begin(), tuning.key.end(), n) == tuning.key.end()) out.push_back(n);
+  return out;
+}
+
+std::string c_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\{:03o}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::string>& cflags) {
+  std::vector<std::filesystem::path> out;
+  for (size_t i = 0; i < cflags.size(); ++i) {
+    const std::string& f = cflags[i];
+    std::string dir;
+    for (const char* opt : {"-I", "-isystem", "-iquote", "-idirafter"}) {
+      std::string_view o(opt);
+      if (f == o && i + 1 < cflags.size()) dir = cflags[++i];
+      else if (f.size() > o.size() && f.compare(0, o.size(), o) == 0) dir = f.substr(o.size());
+      if (!dir.empty()) break;
+    }
+    if (dir.empty()) continue;
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::absolute(dir, ec);
+    out.push_back(ec ? std::filesystem::path(dir) : p.lexically_normal());
+  }
+  return out;
 }
 
 
@@ -387,7 +477,7 @@ class SpecReader {
   }
 
   KernelSpec read(const toml::table& root) {
-    only_keys(root, {"name", "backend", "source", "entry", "grid", "args", "params", "tuning",
+    only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "args", "params", "tuning",
                      "constraints", "include_dirs", "cflags", "description"},
               "");
     KernelSpec s;
@@ -491,6 +581,28 @@ class SpecReader {
       s.grid.push_back(std::move(e));
     }
 
+    if (const toml::node* b = root.get("block")) {
+      if (s.backend != "cuda")
+        error(*b, "'block' (threads per block) is for the cuda backend; a cpu kernel runs one program "
+                  "instance per grid point");
+      const toml::array& arr = array(*b, "block");
+      if (arr.empty() || arr.size() > 3)
+        error(*b, fmt::format("'block' needs 1 to 3 expressions, got {}", arr.size()));
+      for (size_t i = 0; i < arr.size(); ++i) {
+        std::string key = fmt::format("block[{}]", i);
+        Expr e = expr(arr[i], key);
+        check(arr[i], key, e);
+        s.block.push_back(std::move(e));
+      }
+    }
+    if (const toml::node* sh = root.get("shared")) {
+      if (s.backend != "cuda")
+        error(*sh, "'shared' (dynamic shared memory per block) is for the cuda backend");
+      Expr e = expr(*sh, "shared");
+      check(*sh, "shared", e);
+      s.shared = std::move(e);
+    }
+
     if (const toml::node* c = root.get("constraints")) {
       const toml::array& arr = array(*c, "constraints");
       for (size_t i = 0; i < arr.size(); ++i) {
@@ -502,6 +614,14 @@ class SpecReader {
     }
 
     if (const toml::node* t = root.get("tuning")) read_tuning(s, *t);
+    if (!s.tuning.key_given) s.tuning.key = scalars_used(s, true);
+    if (s.tuning.key.size() > 8) {
+      const toml::node* t = root.get("tuning");
+      error(t ? t->source() : toml::source_region{},
+            fmt::format("{} integer scalars would select a tuning record ({}); kiln takes at most 8: give "
+                        "[tuning] key",
+                        s.tuning.key.size(), fmt::join(s.tuning.key, ", ")));
+    }
     return s;
   }
 
@@ -552,9 +672,11 @@ class SpecReader {
           if (other.name == x.name) error(*n, fmt::format("duplicate name '{}'", x.name));
         std::string type = str(*ty, where + ".type");
         bool found = false;
-        for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64})
+        for (DType d : kAllDTypes)
           if (type == std::string(dtype_name(d)) + "*") x.dtype = d, found = true;
-        if (!found) error(*ty, fmt::format("{}: unknown type '{}' (scratch buffers are f32*, f64*, i32* or i64*)", where, type));
+        if (!found)
+          error(*ty, fmt::format("{}: unknown type '{}' (scratch buffers are f32*, f64*, i32*, i64*, f16* or bf16*)",
+                                 where, type));
         x.size = expr(*sz, where + ".size");
         try {
           x.size.check_symbols(int_scalar, known);
@@ -667,13 +789,10 @@ class SpecReader {
         a.pointer = true;
         ty.pop_back();
       }
-      if (ty == "f32") a.dtype = DType::f32;
-      else if (ty == "f64") a.dtype = DType::f64;
-      else if (ty == "i32") a.dtype = DType::i32;
-      else if (ty == "i64") a.dtype = DType::i64;
+      if (auto d = dtype_from_name(ty)) a.dtype = *d;
       else
-        error(*type, fmt::format("{} '{}': unknown type '{}' (known: f32, f64, i32, i64, and pointers "
-                                 "to them such as f32*)",
+        error(*type, fmt::format("{} '{}': unknown type '{}' (known: f32, f64, i32, i64, f16, bf16, and "
+                                 "pointers to them such as f32*)",
                                  where, a.name, str(*type, "")));
       const toml::node* size = t.get("size");
       const toml::node* intent = t.get("intent");
@@ -720,8 +839,12 @@ class SpecReader {
       }
       s.space.params.push_back(std::move(p));
     }
-    if (s.space.size() > 100000)
-      error(n, fmt::format("the config space has {} configs; kiln takes at most 100000", s.space.size()));
+    if (s.space.size() > ConfigSpace::kMaxConfigs)
+      error(n, s.space.size() == SIZE_MAX
+                   ? fmt::format("the config space has more configs than a 64-bit count holds; kiln takes at most {}",
+                                 ConfigSpace::kMaxConfigs)
+                   : fmt::format("the config space has {} configs; kiln takes at most {}", s.space.size(),
+                                 ConfigSpace::kMaxConfigs));
   }
 
   Config read_config(const KernelSpec& s, const toml::node& n, const std::string& where) const {
@@ -747,6 +870,7 @@ class SpecReader {
               " in [tuning]");
     TuningSpec& ts = s.tuning;
     if (const toml::node* k = t.get("key")) {
+      ts.key_given = true;
       for (const auto& el : array(*k, "tuning.key")) {
         const std::string& name = str(el, "tuning.key");
         int i = s.arg_index(name);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/format.hpp"
+#include "kiln/kernel.hpp"
 
 namespace kiln {
 
@@ -15,7 +16,7 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec& a = args[i];
     if (!a.pointer && !dtype_is_float(a.dtype)) int_args_.push_back({static_cast<int>(i), a.dtype == DType::i32});
-    codes_.push_back(static_cast<uint8_t>(static_cast<int>(a.dtype) + (a.pointer ? 4 : 0)));
+    codes_.push_back(static_cast<uint8_t>(static_cast<int>(a.dtype) + (a.pointer ? detail::kPointerCode : 0)));
   }
   for (const auto& k : key) {
     int idx = -1;
@@ -26,14 +27,37 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
   }
 }
 
+bool arg_code_matches(uint8_t got, uint8_t want) {
+  return got == want || (got == detail::kAnyPointer && want >= detail::kPointerCode && want != detail::kUnknown);
+}
+
+std::string arg_code_name(uint8_t code) {
+  if (code == detail::kAnyPointer) return "a pointer of no element type (void* or a device address)";
+  if (code == detail::kUnknown) return "a type kiln cannot pass";
+  bool ptr = code >= detail::kPointerCode;
+  int d = ptr ? code - detail::kPointerCode : code;
+  if (d < 0 || d >= static_cast<int>(std::size(kAllDTypes))) return "a type kiln cannot pass";
+  return std::string(dtype_name(static_cast<DType>(d))) + (ptr ? "*" : "");
+}
+
+std::vector<std::string> CallShape::memo_key(const KernelSpec& spec) {
+  std::vector<std::string> k = spec.tuning.key;
+  for (const auto& n : spec.unkeyed_launch_scalars()) k.push_back(n);
+  return k;
+}
+
 void CallShape::check_types(const uint8_t* codes, size_t n) const {
   if (n == codes_.size() && std::memcmp(codes, codes_.data(), n) == 0) return;
+  if (n == codes_.size()) {
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i) ok = ok && arg_code_matches(codes[i], codes_[i]);
+    if (ok) return;
+  }
   if (n != codes_.size()) fail(Errc::usage, "kernel '{}' takes {} arguments, got {}", kernel_, codes_.size(), n);
-  static const char* names[] = {"f32", "f64", "i32", "i64", "f32*", "f64*", "i32*", "i64*"};
   for (size_t i = 0; i < n; ++i)
-    if (codes[i] != codes_[i])
+    if (!arg_code_matches(codes[i], codes_[i]))
       fail(Errc::usage, "kernel '{}': argument {} ('{}') is {} but the spec says {}", kernel_, i, args_[i].name,
-           codes[i] < 8 ? names[codes[i]] : "a type kiln cannot pass", names[codes_[i]]);
+           arg_code_name(codes[i]), arg_code_name(codes_[i]));
 }
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 // CallShape: what the call path reads from a params array: the integer
-// scalars (slot i = argument i, for grid expressions) and the tuning key.
+// scalars (slot i = argument i, for launch expressions) and the shape key a
+// handle memoises its choice by (the tuning key, then any integer scalar the
+// launch shape or constraints use that the tuning key leaves out).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +16,12 @@ namespace kiln {
 class CallShape {
  public:
   static constexpr int kMaxArgs = 64;
-  static constexpr int kMaxKey = 8;
+  static constexpr int kMaxKey = 16;
 
   // Throws Error(Errc::usage) beyond kMaxArgs arguments or kMaxKey key names.
   CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key);
+  // The shape key of a kernel's calls: its tuning key, then its unkeyed launch scalars.
+  static std::vector<std::string> memo_key(const KernelSpec& spec);
 
   // slots: kMaxArgs values; key: kMaxKey values. Allocates nothing.
   void read(void* const* params, int64_t* slots, int64_t* key) const noexcept {

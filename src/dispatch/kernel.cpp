@@ -8,61 +8,110 @@
 
 namespace kiln {
 
+namespace {
+// Background compiles are for spaces an exhaustive search will compile
+// anyway; a larger or searched space compiles what its search asks for.
+constexpr size_t kBackgroundCompileMax = 1024;
+}  // namespace
+
 struct Kernel::Impl {
   Impl(Runtime& r, KernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, spec.tuning.key),
-        memo(static_cast<int>(spec.tuning.key.size())) {}
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, CallShape::memo_key(spec)),
+        memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {}
   Runtime& rt;
   KernelSpec spec;
   TuneOptions tune;
   CallShape shape;
-  ShapeMemo<Choice> memo;
+  ShapeMemo<const Choice*> memo;
+  std::mutex m;  // guards choices and background
+  std::vector<std::unique_ptr<Choice>> choices;  // one per (config, source): bounded by the space
+  std::vector<BinaryFuture> background;
+  bool started = false;
+
+  void start_background() {
+    std::lock_guard<std::mutex> g(m);
+    if (started) return;
+    started = true;
+    if (spec.space.size() > kBackgroundCompileMax || spec.tuning.search != SearchKind::exhaustive) return;
+    CompilePool& pool = rt.compile_pool(spec.backend);
+    for (const auto& c : spec.space.all()) background.push_back(pool.submit(make_compile_request(spec, c)));
+  }
+
+  const Choice* choice_for(const Config& c, const std::string& source) {
+    std::lock_guard<std::mutex> g(m);
+    for (const auto& x : choices)
+      if (x->config == c && x->source == source) return x.get();
+    auto x = std::make_unique<Choice>();
+    x->config = c;
+    x->source = source;
+    auto bin = rt.compile_pool(spec.backend).submit(make_compile_request(spec, c)).get();
+    x->kernel = rt.load(*bin);
+    x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
+    choices.push_back(std::move(x));
+    return choices.back().get();
+  }
 };
 
 Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
-    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {}
+    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
+  if (rt.options().background_compile) impl_->start_background();
+}
 
-Kernel::~Kernel() = default;
+Kernel::~Kernel() {
+  if (!impl_) return;
+  // Background compiles finish in the pool; nothing here waits on them.
+}
 Kernel::Kernel(Kernel&&) noexcept = default;
 Kernel& Kernel::operator=(Kernel&&) noexcept = default;
 
 const KernelSpec& Kernel::spec() const { return impl_->spec; }
-size_t Kernel::shapes_seen() const { return impl_->memo.size(); }
-
-Choice* Kernel::find(void* const* params, int64_t* slots) {
-  int64_t key[CallShape::kMaxKey];
-  impl_->shape.read(params, slots, key);
-  Choice* c = impl_->memo.find(key);
-  return c ? c : decide(params, key);
+size_t Kernel::shapes_seen() const {
+  std::lock_guard<std::mutex> g(impl_->memo.mutex());
+  return impl_->memo.size();
 }
 
-void Kernel::launch(void* const* params) {
+void Kernel::prepare() {
+  impl_->start_background();
+  std::vector<BinaryFuture> fs;
+  {
+    std::lock_guard<std::mutex> g(impl_->m);
+    fs = impl_->background;
+  }
+  for (const auto& f : fs) f.wait();
+}
+
+void Kernel::launch(void* const* params, Stream stream) {
   int64_t slots[CallShape::kMaxArgs];
-  Choice* c = find(params, slots);
-  c->kernel->launch(params, c->grid.eval(slots));
+  int64_t key[CallShape::kMaxKey];
+  impl_->shape.read(params, slots, key);
+  const Choice* c;
+  if (!impl_->memo.find(key, &c)) c = decide(params, key, stream);
+  c->kernel->launch(params, c->plan.eval(slots), stream);
 }
 
 const Choice& Kernel::choice(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
-  return *find(params, slots);
+  int64_t key[CallShape::kMaxKey];
+  impl_->shape.read(params, slots, key);
+  const Choice* c;
+  if (!impl_->memo.find(key, &c)) c = decide(params, key, nullptr);
+  return *c;
 }
 
-Choice* Kernel::decide(void* const* params, const int64_t* key) {
+const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream stream) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> g(m.memo.mutex());
-  if (Choice* c = m.memo.find(key)) return c;  // another thread decided meanwhile
-  TuneOutcome o = m.rt.tune(m.spec, params, m.tune);
-  if (!o.record.best) throw Error(Errc::tune, o.record.all_failed_message());
-  auto c = std::make_unique<Choice>();
-  c->config = *o.record.best;
-  c->source = o.from_cache ? "cache" : "tuned";
-  c->ns = o.record.best_ns;
-  auto bin = m.rt.compile_pool(m.spec.backend).submit(make_compile_request(m.spec, c->config)).get();
-  c->kernel = m.rt.load(*bin);
-  c->grid = GridPlan(m.spec, c->config);
-  log::info("kernel '{}' at {}: {} ({}, {:.1f} us)", m.spec.name, o.record.key.values_text(), c->config.str(),
-            c->source, c->ns / 1e3);
-  return m.memo.insert(key, std::move(c));
+  const Choice* found;
+  if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
+  prepare();
+  TuneOptions to = m.tune;
+  to.stream = stream;
+  TuneOutcome o = m.rt.tune(m.spec, params, to);
+  if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+  const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
+  log::info("kernel '{}' at {}: {} ({})", m.spec.name, o.record.key.values_text(), c->config.str(), c->source);
+  m.memo.insert(key, c);
+  return c;
 }
 
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }

@@ -25,16 +25,21 @@ struct ThreadScratch {
     size_t index = 0;
     void* ptr = nullptr;
     size_t bytes = 0;
+    Device* dev = nullptr;
+    bool host = true;
   };
   Slot slots[8];
+  // At thread exit host scratch is freed; device scratch is left to the
+  // device's teardown (the device may be gone before the thread is).
   ~ThreadScratch() {
-    for (auto& s : slots) std::free(s.ptr);
+    for (auto& s : slots)
+      if (s.ptr && s.host) std::free(s.ptr);
   }
-  void* get(const void* owner, size_t index, size_t bytes) {
+  void* get(const void* owner, size_t index, size_t bytes, Device& dev) {
     Slot* free_slot = nullptr;
     for (auto& s : slots) {
       if (s.owner == owner && s.index == index) {
-        if (s.bytes < bytes) grow(s, bytes);
+        if (s.bytes < bytes) grow(s, bytes, dev);
         return s.ptr;
       }
       if (!s.owner && !free_slot) free_slot = &s;
@@ -42,14 +47,16 @@ struct ThreadScratch {
     Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full
     s.owner = owner;
     s.index = index;
-    grow(s, bytes);
+    grow(s, bytes, dev);
     return s.ptr;
   }
-  static void grow(Slot& s, size_t bytes) {
-    std::free(s.ptr);
-    s.bytes = (bytes + 63) / 64 * 64;
-    s.ptr = std::aligned_alloc(64, s.bytes ? s.bytes : 64);
-    if (!s.ptr) fail(Errc::io, "cannot allocate {} bytes of scratch", bytes);
+  static void grow(Slot& s, size_t bytes, Device& dev) {
+    if (s.ptr) s.dev->free(s.ptr);
+    s.ptr = nullptr;
+    s.bytes = (bytes + 255) / 256 * 256;
+    s.ptr = dev.alloc(s.bytes ? s.bytes : 256);
+    s.dev = &dev;
+    s.host = dev.host_addressable();
   }
 };
 thread_local ThreadScratch t_scratch;
@@ -61,14 +68,20 @@ struct MultiKernel::Impl {
     size_t variant = 0;
     Config config;
     std::string source;
-    std::vector<ConfigResult> results;
     std::shared_ptr<LoadedKernel> kernel;
-    GridPlan grid;
+    LaunchPlan plan;
   };
 
+  static std::vector<std::string> int_scalars(const std::vector<ArgSpec>& args) {
+    std::vector<std::string> out;
+    for (const auto& a : args)
+      if (!a.pointer && !dtype_is_float(a.dtype)) out.push_back(a.name);
+    return out;
+  }
+
   Impl(Runtime& r, MultiKernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, spec.key),
-        memo(static_cast<int>(spec.key.size())) {
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, int_scalars(spec.args)),
+        memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
     for (const auto& v : spec.variants) {
       std::vector<int> map;
       for (const auto& name : v.args) {
@@ -104,13 +117,15 @@ struct MultiKernel::Impl {
     as_kernel.entry = spec.name;
     as_kernel.args = spec.args;
     as_kernel.tuning.key = spec.key;
+    as_kernel.tuning.key_given = true;
     Param p{"VARIANT", {}};
     for (size_t i = 0; i < spec.variants.size(); ++i) {
       p.values.push_back(static_cast<int64_t>(i));
       const auto& v = spec.variants[i];
-      as_kernel.source_text += v.kernel.name + ":" + kernel_source_hash(v.kernel).hex() + ":" + v.kernel.space.hash().hex();
-      for (const auto& a : v.args) as_kernel.source_text += "," + a;
-      as_kernel.source_text += "\n";
+      std::string id = v.kernel.name + ":" + kernel_source_hash(v.kernel).hex() + ":" + spec_semantics_hash(v.kernel);
+      for (const auto& a : v.args) id += "," + a;
+      as_kernel.source_text += id + "\n";
+      variant_ids.push_back(hash_bytes(id).hex());
     }
     as_kernel.space.params.push_back(std::move(p));
   }
@@ -119,12 +134,15 @@ struct MultiKernel::Impl {
   MultiKernelSpec spec;
   TuneOptions tune;
   CallShape shape;
-  ShapeMemo<Chosen> memo;
+  ShapeMemo<const Chosen*> memo;
   std::vector<std::vector<int>> maps;  // per variant, per its argument: ours (>= 0) or scratch -(k + 1)
   std::vector<CallShape> vshapes;
   std::vector<CompiledExpr> scratch_sizes;
   std::optional<size_t> forced;
   KernelSpec as_kernel;
+  std::vector<std::string> variant_ids;  // what a variant's result is kept by in the record
+  std::mutex m;                          // guards chosen
+  std::vector<std::unique_ptr<Chosen>> chosen;  // one per (variant, config, source)
 
   // The variant's params array from ours; scratch from `scratch_ptrs`.
   void map_params(size_t v, void* const* params, void** scratch_ptrs, void** out) const {
@@ -133,102 +151,131 @@ struct MultiKernel::Impl {
   }
 
   // The choice for the call's shape (decided on first sight); fills slots.
-  Chosen* find(void* const* params, int64_t* slots) {
+  const Chosen* find(void* const* params, int64_t* slots, Stream stream) {
     int64_t key[CallShape::kMaxKey];
     shape.read(params, slots, key);
-    Chosen* c = memo.find(key);
-    return c ? c : decide(params, key);
+    const Chosen* c;
+    if (memo.find(key, &c)) return c;
+    return decide(params, key, stream);
   }
 
-  Chosen* decide(void* const* params, const int64_t* key) {
+  const Chosen* chosen_for(size_t variant, const Config& config, const std::string& source) {
+    std::lock_guard<std::mutex> g(m);
+    for (const auto& c : chosen)
+      if (c->variant == variant && c->config == config && c->source == source) return c.get();
+    const VariantSpec& v = spec.variants[variant];
+    auto c = std::make_unique<Chosen>();
+    c->variant = variant;
+    c->config = config;
+    c->source = source;
+    c->kernel = rt.load(*rt.compile_pool(spec.backend).submit(make_compile_request(v.kernel, config)).get());
+    c->plan = LaunchPlan(v.kernel, config, rt.backend(spec.backend).limits());
+    chosen.push_back(std::move(c));
+    return chosen.back().get();
+  }
+
+  const Chosen* decide(void* const* params, const int64_t* key, Stream stream) {
     std::lock_guard<std::mutex> g(memo.mutex());
-    if (Chosen* c = memo.find(key)) return c;
+    const Chosen* found;
+    if (memo.find(key, &found)) return found;
     int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
     shape.read(params, slots, unused);
-    // Host scratch for deciding (the call path uses per-thread scratch).
-    std::vector<std::vector<std::byte>> scratch_mem;
+    // Scratch for deciding (the call path uses per-thread scratch), on the device.
+    Device& dev = rt.backend(spec.backend).device();
     std::vector<void*> scratch_ptrs;
+    struct Free {
+      Device& d;
+      std::vector<void*>& p;
+      ~Free() {
+        for (void* x : p) d.free(x);
+      }
+    } free_scratch{dev, scratch_ptrs};
     for (size_t k = 0; k < spec.scratch.size(); ++k) {
       int64_t n = scratch_sizes[k].eval(slots);
-      scratch_mem.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(spec.scratch[k].dtype) + 64);
-      scratch_ptrs.push_back(scratch_mem.back().data());
+      scratch_ptrs.push_back(dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(spec.scratch[k].dtype) + 64));
     }
     auto vparams = [&](size_t v) {
       std::vector<void*> out(maps[v].size());
       map_params(v, params, scratch_ptrs.data(), out.data());
       return out;
     };
-    TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend).device_identity(), params);
+    TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend), params);
 
-    auto c = std::make_unique<Chosen>();
+    size_t variant = 0;
+    std::string source;
+    std::optional<TuningRecord> rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey) : std::nullopt;
     if (forced) {
-      c->variant = *forced;
-      c->source = "forced";
+      variant = *forced;
+      source = "forced";
     } else if (spec.variants.size() == 1) {
-      c->source = "only variant";
-    } else if (auto rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey, as_kernel.space)
-                                                             : std::nullopt;
-               rec && rec->best) {
-      c->variant = static_cast<size_t>(*rec->best->get("VARIANT"));
-      c->source = "cache";
-      c->results = rec->configs;
+      source = "only variant";
+    } else if (rec && rec->best) {
+      variant = static_cast<size_t>(*rec->best->get("VARIANT"));
+      source = "cache";
     } else {
-      TuningRecord fresh = benchmark(tkey, vparams);
-      c->variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
-      c->source = "benchmarked";
-      c->results = std::move(fresh.configs);
+      TuningRecord fresh = benchmark(tkey, vparams, stream);
+      variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
+      source = "benchmarked";
     }
-    const VariantSpec& v = spec.variants[c->variant];
-    std::vector<void*> vp = vparams(c->variant);
-    TuneOutcome o = rt.tune(v.kernel, vp.data(), tune);
-    if (!o.record.best)
-      fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, c->variant, v.kernel.name,
+    const VariantSpec& v = spec.variants[variant];
+    std::vector<void*> vp = vparams(variant);
+    TuneOptions to = tune;
+    to.stream = stream;
+    TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
+    if (!o.choice)
+      fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant, v.kernel.name,
            o.record.all_failed_message());
-    c->config = *o.record.best;
-    c->kernel = rt.load(*rt.compile_pool(spec.backend).submit(make_compile_request(v.kernel, c->config)).get());
-    c->grid = GridPlan(v.kernel, c->config);
-    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), c->variant,
-              v.kernel.name, c->config.str(), c->source);
-    return memo.insert(key, std::move(c));
+    const Chosen* c = chosen_for(variant, *o.choice, source);
+    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant,
+              v.kernel.name, c->config.str(), source);
+    memo.insert(key, c);
+    return c;
   }
 
   // Tunes each variant, then times the variants' best configs against each
   // other in interleaved rounds on this call's arguments, checking that they
   // agree. Stores and returns the record (throws when every variant failed).
   template <class VParams>
-  TuningRecord benchmark(const TuningKey& tkey, VParams&& vparams) {
+  TuningRecord benchmark(const TuningKey& tkey, VParams&& vparams, Stream stream) {
     const size_t n = spec.variants.size();
     TuningRecord rec;
     rec.kernel = spec.name;
     rec.key = tkey;
-    rec.method = "multi-kernel";
+    rec.method = SearchMethod::multi_kernel;
+    rec.space = as_kernel.space;
     rec.configs.resize(n);
+    Backend& backend = rt.backend(spec.backend);
     std::vector<std::shared_ptr<const Binary>> bins(n);
     std::vector<std::shared_ptr<LoadedKernel>> loaded(n);
-    std::vector<std::unique_ptr<BenchArena>> arenas(n);
+    std::vector<std::unique_ptr<BenchInputs>> inputs(n);
     std::vector<Config> best(n);
     for (size_t i = 0; i < n; ++i) {
       rec.configs[i].config = as_kernel.space.at(i);
+      rec.configs[i].binary = variant_ids[i];
       const VariantSpec& v = spec.variants[i];
       std::vector<void*> vp = vparams(i);
       try {
-        TuneOutcome o = rt.tune(v.kernel, vp.data(), tune);
-        if (!o.record.best) throw Error(Errc::tune, o.record.all_failed_message());
-        best[i] = *o.record.best;
+        TuneOptions to = tune;
+        to.stream = stream;
+        TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
+        if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+        best[i] = *o.choice;
         bins[i] = rt.compile_pool(spec.backend).submit(make_compile_request(v.kernel, best[i])).get();
         if (rt.options().tune_in_process) loaded[i] = rt.load(*bins[i]);
-        arenas[i] = std::make_unique<BenchArena>(v.kernel, vp.data());
+        inputs[i] = std::make_unique<BenchInputs>(v.kernel, vp.data(), backend.device(), rt.options().tune_in_process,
+                                                  stream);
       } catch (const Error& e) {
+        if (e.code() != Errc::tune && e.code() != Errc::launch) throw;
         rec.configs[i].error = e.what();
-        rec.configs[i].error_kind = e.code() == Errc::tune ? "tune" : "launch";
+        rec.configs[i].kind = e.code() == Errc::tune ? FailKind::wrong : FailKind::launch;
       }
     }
-    Benchmarker bench(rt.options().tune_in_process ? nullptr : rt.worker_pool(), rt.options());
+    Benchmarker& bench = rt.benchmarker(spec.backend);
     std::vector<std::vector<double>> samples(n);
     std::optional<size_t> ref;
     for (int round = 0; round < 3; ++round) {
       for (size_t i = 0; i < n; ++i) {
-        if (!arenas[i] || !rec.configs[i].error.empty()) continue;
+        if (!inputs[i] || rec.configs[i].kind != FailKind::none) continue;
         const VariantSpec& v = spec.variants[i];
         BenchSettings st = bench.settings();
         st.check = round == 0;
@@ -239,26 +286,32 @@ struct MultiKernel::Impl {
         std::string what = fmt::format("multi-kernel '{}' variant {} ('{}', config {})", spec.name, i,
                                        v.kernel.name, best[i].str());
         try {
-          BenchResult r = bench.run(*bins[i], loaded[i].get(), *arenas[i],
-                                    GridPlan(v.kernel, best[i]).eval(vslots.data()), what, st);
+          LaunchDims dims = LaunchPlan(v.kernel, best[i], backend.limits()).eval(vslots.data());
+          BenchResult r = bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
           samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
-        } catch (const Error& e) {
+        } catch (const WorkerError& e) {
+          if (!e.fault().of_request) throw;
           rec.configs[i].error = e.what();
-          rec.configs[i].error_kind = e.code() == Errc::worker ? "crash" : "launch";
+          rec.configs[i].kind = e.fault().kind == WorkerFault::Kind::timeout ? FailKind::timeout : FailKind::crash;
+          continue;
+        } catch (const Error& e) {
+          if (e.code() != Errc::launch) throw;
+          rec.configs[i].error = e.what();
+          rec.configs[i].kind = FailKind::launch;
           continue;
         }
         if (round == 0) {
           if (!ref) {
             ref = i;
-          } else if (auto bad = disagree(*ref, i, *arenas[*ref], *arenas[i])) {
+          } else if (auto bad = disagree(*ref, i, *inputs[*ref], *inputs[i])) {
             rec.configs[i].error = *bad;
-            rec.configs[i].error_kind = "wrong";
+            rec.configs[i].kind = FailKind::wrong;
           }
         }
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      if (samples[i].empty() || !rec.configs[i].error.empty()) continue;
+      if (samples[i].empty() || rec.configs[i].kind != FailKind::none) continue;
       BenchResult r = summarize(std::move(samples[i]));
       rec.configs[i].ns = r.median_ns;
       rec.configs[i].min_ns = r.min_ns;
@@ -269,24 +322,31 @@ struct MultiKernel::Impl {
     auto ranked = rec.ranked();
     rec.kiln_version = kiln_version();
     rec.when = utc_now();
+    rec.timed = n;
     if (!ranked.empty()) {
       rec.best = ranked[0]->config;
       rec.best_ns = *ranked[0]->ns;
     }
-    if (auto cache = rt.tuning_cache()) cache->put(rec);
+    if (auto cache = rt.tuning_cache()) {
+      try {
+        cache->put(rec);
+      } catch (const Error& e) {
+        log::warn("multi-kernel '{}': chose a variant but could not store the record: {}", spec.name, e.what());
+      }
+    }
     if (!rec.best) throw Error(Errc::tune, rec.all_failed_message());
     return rec;
   }
 
   // Whether variants a and b wrote the same values into every argument of
-  // ours that both write (within the f32/f64 default tolerances).
-  std::optional<std::string> disagree(size_t a, size_t b, const BenchArena& ra, const BenchArena& rb) const {
+  // ours that both write (within the dtypes' default tolerances).
+  std::optional<std::string> disagree(size_t a, size_t b, const BenchInputs& ra, const BenchInputs& rb) const {
     for (size_t m = 0; m < spec.args.size(); ++m) {
       if (!spec.args[m].pointer || spec.args[m].intent == Intent::in) continue;
-      auto written = [&](size_t v, const BenchArena& arena) -> std::span<const std::byte> {
+      auto written = [&](size_t v, const BenchInputs& in) -> std::span<const std::byte> {
         for (size_t j = 0; j < maps[v].size(); ++j)
           if (maps[v][j] == static_cast<int>(m)) {
-            auto r = arena.result(j);
+            auto r = in.result(j);
             if (!r.empty()) return r;
           }
         return {};
@@ -301,13 +361,20 @@ struct MultiKernel::Impl {
 };
 
 MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
-    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {}
+    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
+  if (rt.options().background_compile) {
+    CompilePool& pool = rt.compile_pool(impl_->spec.backend);
+    for (const auto& v : impl_->spec.variants)
+      if (v.kernel.space.size() <= 1024)
+        for (const auto& c : v.kernel.space.all()) pool.submit(make_compile_request(v.kernel, c));
+  }
+}
 MultiKernel::~MultiKernel() = default;
 
-void MultiKernel::launch(void* const* params) {
+void MultiKernel::launch(void* const* params, Stream stream) {
   Impl& m = *impl_;
   int64_t slots[CallShape::kMaxArgs];
-  Impl::Chosen* c = m.find(params, slots);
+  const Impl::Chosen* c = m.find(params, slots, stream);
   void* scratch[8];
   const auto& map = m.maps[c->variant];
   void* vp[CallShape::kMaxArgs];
@@ -317,19 +384,24 @@ void MultiKernel::launch(void* const* params) {
     } else {
       size_t k = static_cast<size_t>(-map[j] - 1);
       int64_t n = m.scratch_sizes[k].eval(slots);
-      scratch[k] = t_scratch.get(&m, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype));
+      scratch[k] = t_scratch.get(&m, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
+                                 m.rt.backend(m.spec.backend).device());
       vp[j] = &scratch[k];
     }
   }
   int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
   m.vshapes[c->variant].read(vp, vslots, unused);
-  c->kernel->launch(vp, c->grid.eval(vslots));
+  c->kernel->launch(vp, c->plan.eval(vslots), stream);
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
-  Impl::Chosen* c = impl_->find(params, slots);
-  return {c->variant, c->source, c->config, c->results};
+  const Impl::Chosen* c = impl_->find(params, slots, nullptr);
+  Pick p{c->variant, c->source, c->config, {}};
+  if (auto cache = impl_->rt.tuning_cache())
+    if (auto rec = cache->get(make_tuning_key(impl_->as_kernel, impl_->rt.backend(impl_->spec.backend), params)))
+      p.results = rec->configs;
+  return p;
 }
 
 const MultiKernelSpec& MultiKernel::spec() const { return impl_->spec; }

@@ -71,15 +71,20 @@ std::shared_ptr<TuningCache> Runtime::tuning_cache() {
   return tuning_cache_;
 }
 
+Benchmarker& Runtime::benchmarker(const std::string& backend) {
+  BackendState& st = state(backend);
+  std::shared_ptr<WorkerPool> workers = opts_.tune_in_process ? nullptr : worker_pool();
+  Device* dev = opts_.tune_in_process ? &st.backend->device() : nullptr;
+  std::lock_guard<std::mutex> g(m_);
+  if (!st.bench) st.bench = std::make_unique<Benchmarker>(workers, dev, opts_);
+  return *st.bench;
+}
+
 TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
   BackendState& st = state(spec.backend);
   CompilePool& pool = compile_pool(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();
-  {
-    std::shared_ptr<WorkerPool> workers = opts_.tune_in_process ? nullptr : worker_pool();
-    std::lock_guard<std::mutex> g(m_);
-    if (!st.bench) st.bench = std::make_unique<Benchmarker>(workers, opts_);
-  }
+  benchmarker(spec.backend);
   Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
   return t.tune(spec, params, o);
 }

@@ -1,9 +1,18 @@
-// ShapeMemo: shape key → value, read without a lock and without allocating.
+// ShapeMemo: shape key → value, read without a lock and without allocating,
+// in a fixed amount of memory.
 //
-// The table is immutable once published: an insert (rare: the first call of a
-// new shape, under a mutex) copies it into a new one and publishes that with
-// a release store; readers load it with acquire and probe. Old tables and all
-// values live until the memo does, so a reader never sees freed memory.
+// A set-associative table of `capacity` slots (sets of kWays). A key lives
+// in one set; a lookup probes at most kWays slots. Each slot is guarded by a
+// sequence counter (a seqlock): a writer makes it odd, writes the key and
+// value, and makes it even again; a reader retries a slot whose counter
+// changed while it read. Inserts (rare: the first call of a shape) are
+// serialised by mutex(); when a set is full, a clock hand evicts a slot not
+// used since the hand last passed. An evicted shape is decided again when
+// it comes back. Values must be trivially copyable and small (a pointer):
+// they are copied out under the seqlock, never referenced in place.
+//
+// Each slot also has a counter a caller may bump (calls of a shape); it is
+// reset when the slot takes a new key.
 #pragma once
 
 #include <atomic>
@@ -11,69 +20,124 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <type_traits>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace kiln {
 
 template <class V>
 class ShapeMemo {
- public:
-  static constexpr int kMaxKey = 8;
+  static_assert(std::is_trivially_copyable_v<V> && sizeof(V) <= 8, "ShapeMemo values are small and trivially copyable");
 
-  explicit ShapeMemo(int key_len) : key_len_(key_len) { publish(std::make_unique<Table>(8, key_len)); }
+ public:
+  static constexpr int kMaxKey = 16;
+  static constexpr size_t kWays = 8;
+
+  ShapeMemo(int key_len, size_t capacity) : key_len_(key_len < 1 ? 1 : key_len) {
+    size_t sets = 1;
+    while (sets * kWays < capacity) sets *= 2;
+    sets_mask_ = sets - 1;
+    n_ = sets * kWays;
+    seq_ = std::make_unique<std::atomic<uint32_t>[]>(n_);
+    used_ = std::make_unique<std::atomic<uint8_t>[]>(n_);
+    count_ = std::make_unique<std::atomic<uint32_t>[]>(n_);
+    keys_ = std::make_unique<std::atomic<int64_t>[]>(n_ * static_cast<size_t>(key_len_));
+    vals_ = std::make_unique<std::atomic<V>[]>(n_);
+    hands_ = std::make_unique<uint8_t[]>(sets);
+  }
   ShapeMemo(const ShapeMemo&) = delete;
   ShapeMemo& operator=(const ShapeMemo&) = delete;
 
-  // The value for `key` (key_len values), or nullptr.
-  V* find(const int64_t* key) const noexcept {
-    const Table* t = current_.load(std::memory_order_acquire);
-    size_t mask = t->cap - 1;
-    for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
-      V* v = t->vals[i];
-      if (!v) return nullptr;
-      if (std::memcmp(&t->keys[i * key_len_], key, sizeof(int64_t) * key_len_) == 0) return v;
+  // The value for `key` (key_len values) in *out; false when absent. When
+  // `counter` is given, it points at the slot's call counter.
+  bool find(const int64_t* key, V* out, std::atomic<uint32_t>** counter = nullptr) const noexcept {
+    const size_t base = (hash(key) & sets_mask_) * kWays;
+    for (size_t w = 0; w < kWays; ++w) {
+      const size_t i = base + w;
+      for (;;) {
+        uint32_t s1 = seq_[i].load(std::memory_order_acquire);
+        if (s1 == 0) return false;  // slots fill in order and never empty: nothing further
+        if (s1 & 1) {
+          pause();
+          continue;
+        }
+        bool match = true;
+        const std::atomic<int64_t>* k = &keys_[i * key_len_];
+        for (int j = 0; j < key_len_; ++j) match &= k[j].load(std::memory_order_relaxed) == key[j];
+        V v = vals_[i].load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (seq_[i].load(std::memory_order_relaxed) != s1) continue;  // written meanwhile: read again
+        if (!match) break;
+        if (!used_[i].load(std::memory_order_relaxed)) used_[i].store(1, std::memory_order_relaxed);
+        *out = v;
+        if (counter) *counter = &count_[i];
+        return true;
+      }
     }
+    return false;
   }
 
-  // Inserts (or returns the existing value for) `key`. Callers serialize
-  // inserts with mutex().
-  V* insert(const int64_t* key, std::unique_ptr<V> value) {
-    if (V* v = find(key)) return v;
-    const Table* old = current_.load(std::memory_order_relaxed);
-    size_t cap = old->cap;
-    if ((old->count + 1) * 2 > cap) cap *= 2;
-    auto t = std::make_unique<Table>(cap, key_len_);
-    for (size_t i = 0; i < old->cap; ++i)
-      if (old->vals[i]) t->put(&old->keys[i * key_len_], old->vals[i], hash(&old->keys[i * key_len_]));
-    V* v = value.get();
-    values_.push_back(std::move(value));
-    t->put(key, v, hash(key));
-    publish(std::move(t));
-    return v;
+  // Inserts or replaces `key`'s value. Callers hold mutex().
+  void insert(const int64_t* key, V value) {
+    const size_t set = hash(key) & sets_mask_;
+    const size_t base = set * kWays;
+    size_t slot = n_;
+    for (size_t w = 0; w < kWays && slot == n_; ++w) {
+      const size_t i = base + w;
+      if (seq_[i].load(std::memory_order_relaxed) == 0) {
+        slot = i;
+        ++size_;
+        break;
+      }
+      bool match = true;
+      for (int j = 0; j < key_len_; ++j) match &= keys_[i * key_len_ + j].load(std::memory_order_relaxed) == key[j];
+      if (match) {
+        write(i, key, value, false);
+        return;
+      }
+    }
+    if (slot == n_) {
+      // The set is full: the clock hand evicts the first slot not used since it last passed.
+      uint8_t& hand = hands_[set];
+      for (;;) {
+        const size_t i = base + hand;
+        hand = static_cast<uint8_t>((hand + 1) % kWays);
+        if (used_[i].exchange(0, std::memory_order_relaxed)) continue;
+        slot = i;
+        ++evictions_;
+        break;
+      }
+    }
+    write(slot, key, value, true);
   }
 
-  size_t size() const { return current_.load(std::memory_order_acquire)->count; }
+  size_t size() const { return size_; }            // live entries; callers hold mutex()
+  size_t evictions() const { return evictions_; }  // callers hold mutex()
+  size_t capacity() const { return n_; }
   std::mutex& mutex() { return insert_mutex_; }
-  // Every value, in insertion order (for reports).
-  const std::vector<std::unique_ptr<V>>& values() const { return values_; }
 
  private:
-  struct Table {
-    Table(size_t c, int key_len) : cap(c), keys(c * key_len, 0), vals(c, nullptr), key_len_(key_len) {}
-    size_t cap;
-    size_t count = 0;
-    std::vector<int64_t> keys;
-    std::vector<V*> vals;
-    int key_len_;
-    void put(const int64_t* key, V* v, uint64_t h) {
-      size_t mask = cap - 1;
-      size_t i = h & mask;
-      while (vals[i]) i = (i + 1) & mask;
-      std::memcpy(&keys[i * key_len_], key, sizeof(int64_t) * key_len_);
-      vals[i] = v;
-      ++count;
+  static void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  }
+
+  void write(size_t i, const int64_t* key, V value, bool fresh) {
+    uint32_t s = seq_[i].load(std::memory_order_relaxed);
+    seq_[i].store(s + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    for (int j = 0; j < key_len_; ++j) keys_[i * key_len_ + j].store(key[j], std::memory_order_relaxed);
+    vals_[i].store(value, std::memory_order_relaxed);
+    if (fresh) {
+      count_[i].store(0, std::memory_order_relaxed);
+      used_[i].store(1, std::memory_order_relaxed);
     }
-  };
+    seq_[i].store(s + 2, std::memory_order_release);
+  }
 
   uint64_t hash(const int64_t* key) const noexcept {
     uint64_t h = 0x9e3779b97f4a7c15ULL;
@@ -84,15 +148,15 @@ class ShapeMemo {
     return h ^ (h >> 29);
   }
 
-  void publish(std::unique_ptr<Table> t) {
-    current_.store(t.get(), std::memory_order_release);
-    tables_.push_back(std::move(t));
-  }
-
   int key_len_;
-  std::atomic<const Table*> current_{nullptr};
-  std::vector<std::unique_ptr<Table>> tables_;  // every table ever published
-  std::vector<std::unique_ptr<V>> values_;
+  size_t sets_mask_ = 0, n_ = 0;
+  std::unique_ptr<std::atomic<uint32_t>[]> seq_;
+  std::unique_ptr<std::atomic<uint8_t>[]> used_;
+  std::unique_ptr<std::atomic<uint32_t>[]> count_;
+  std::unique_ptr<std::atomic<int64_t>[]> keys_;
+  std::unique_ptr<std::atomic<V>[]> vals_;
+  std::unique_ptr<uint8_t[]> hands_;
+  size_t size_ = 0, evictions_ = 0;
   std::mutex insert_mutex_;
 };
 

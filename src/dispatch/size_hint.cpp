@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/format.hpp"
@@ -22,19 +24,12 @@ struct SizeHintMultiKernel::Impl {
   struct Variant {
     Config config;
     std::shared_ptr<LoadedKernel> kernel;
-    GridPlan grid;
-  };
-  // One shape seen at run time.
-  struct Entry {
-    std::atomic<const Variant*> active{nullptr};
-    std::atomic<uint32_t> calls{0};
-    std::atomic<bool> exact{false};  // tuned at exactly this shape
-    std::vector<int64_t> key;
+    LaunchPlan plan;
   };
 
   Impl(Runtime& r, KernelSpec s, SizeHintOptions o)
-      : rt(r), spec(std::move(s)), opts(o), shape(spec.name, spec.args, spec.tuning.key),
-        memo(static_cast<int>(spec.tuning.key.size())) {
+      : rt(r), spec(std::move(s)), opts(o), shape(spec.name, spec.args, CallShape::memo_key(spec)),
+        memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
     retune_after = opts.retune_after >= 0 ? opts.retune_after : r.options().retune_after;
   }
 
@@ -42,7 +37,7 @@ struct SizeHintMultiKernel::Impl {
   KernelSpec spec;
   SizeHintOptions opts;
   CallShape shape;
-  ShapeMemo<Entry> memo;
+  ShapeMemo<const Variant*> memo;
   int retune_after = 0;
 
   std::mutex m;  // guards everything below
@@ -50,9 +45,12 @@ struct SizeHintMultiKernel::Impl {
   std::vector<std::pair<std::string, std::string>> other_scalars;
   std::vector<HintPoint> points;
   std::vector<const Variant*> point_variant;
-  std::vector<std::unique_ptr<Variant>> variants;
-  std::vector<std::thread> background;
+  std::vector<std::unique_ptr<Variant>> variants;  // one per config: bounded by the space
+  std::vector<BinaryFuture> background;
+  std::vector<std::thread> threads;
+  std::set<std::vector<int64_t>> exact;  // shape keys tuned exactly in the background
   std::atomic<size_t> retuned{0};
+  std::atomic<bool> said_fallback{false};
 
   // The loaded variant for a config (one per config); holds m.
   const Variant* variant_for(const Config& c) {
@@ -61,9 +59,15 @@ struct SizeHintMultiKernel::Impl {
     auto v = std::make_unique<Variant>();
     v->config = c;
     v->kernel = rt.load(*rt.compile_pool(spec.backend).submit(make_compile_request(spec, c)).get());
-    v->grid = GridPlan(spec, c);
+    v->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     variants.push_back(std::move(v));
     return variants.back().get();
+  }
+
+  void start_background() {
+    if (!background.empty()) return;
+    CompilePool& pool = rt.compile_pool(spec.backend);
+    for (const auto& c : spec.space.all()) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
   // Arguments of the kernel at one shape, with seeded random inputs.
@@ -92,76 +96,101 @@ struct SizeHintMultiKernel::Impl {
     if (list.empty())
       fail(Errc::usage, "kernel '{}' has no tuning.hints: a size-hint multi-kernel tunes at them", spec.name);
     // Every config compiles once, in parallel; each hint point's tuning then finds them compiled.
-    CompilePool& pool = rt.compile_pool(spec.backend);
-    std::vector<BinaryFuture> fs;
-    for (const auto& c : spec.space.all()) fs.push_back(pool.submit(make_compile_request(spec, c)));
-    wait_all(fs, "compiling " + spec.name, opts.tune.show_progress);
+    start_background();
+    wait_all(background, "compiling " + spec.name, opts.tune.show_progress);
     for (const auto& pt : list) {
       HostArgs a = args_at(pt);
       TuneOutcome o = rt.tune(spec, a.params(), opts.tune);
-      if (!o.record.best) throw Error(Errc::tune, o.record.all_failed_message());
-      points.push_back({pt, *o.record.best, o.record.best_ns});
-      point_variant.push_back(variant_for(*o.record.best));
-      log::info("kernel '{}' hint point {}: {} ({})", spec.name, o.record.key.values_text(), o.record.best->str(),
+      if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+      points.push_back({pt, *o.choice, *o.record.find(*o.choice)->ns});
+      point_variant.push_back(variant_for(*o.choice));
+      log::info("kernel '{}' hint point {}: {} ({})", spec.name, o.record.key.values_text(), o.choice->str(),
                 o.from_cache ? "cache" : "tuned");
     }
     prepared = true;
   }
 
-  size_t nearest(const std::vector<int64_t>& key) const {
-    size_t best = 0;
-    double best_d = INFINITY, best_size = -INFINITY;
+  // Hint points by distance from `key`: L1 over log2; ties go to the larger
+  // hint point (the larger sum of log2 values), then the later one.
+  std::vector<size_t> by_distance(const std::vector<int64_t>& key) const {
+    std::vector<std::tuple<double, double, size_t>> d;
     for (size_t i = 0; i < points.size(); ++i) {
-      double d = 0, size = 0;
-      for (size_t k = 0; k < key.size(); ++k) {
-        d += std::abs(log2_of(key[k]) - log2_of(points[i].values[k]));
+      double dist = 0, size = 0;
+      for (size_t k = 0; k < key.size() && k < points[i].values.size(); ++k) {
+        dist += std::abs(log2_of(key[k]) - log2_of(points[i].values[k]));
         size += log2_of(points[i].values[k]);
       }
-      // Within rounding, a tie: the larger hint point wins, then the later one.
-      if (d < best_d - 1e-9 || (std::abs(d - best_d) <= 1e-9 && size >= best_size)) {
-        best = i;
-        best_d = d;
-        best_size = size;
-      }
+      d.push_back({std::round(dist * 1e9) / 1e9, -size, points.size() - i});
     }
-    return best;
+    std::sort(d.begin(), d.end());
+    std::vector<size_t> out;
+    for (const auto& [dist, size, rev] : d) out.push_back(points.size() - rev);
+    return out;
   }
 
-  Entry* add_shape(const int64_t* key) {
+  // The variant for a call's shape: the nearest hint's config that can run
+  // it, else the spec's default, else the first config of the space that
+  // can (no benchmarking either way). Holds m.
+  const Variant* pick(const int64_t* slots, const std::vector<int64_t>& tkey) {
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    for (size_t h : by_distance(tkey))
+      if (Tuner::why_not(spec, points[h].config, slots, limits).empty()) return point_variant[h];
+    std::optional<Config> fallback;
+    if (spec.tuning.default_config && Tuner::why_not(spec, *spec.tuning.default_config, slots, limits).empty())
+      fallback = spec.tuning.default_config;
+    for (size_t i = 0; !fallback && i < spec.space.size(); ++i)
+      if (Tuner::why_not(spec, spec.space.at(i), slots, limits).empty()) fallback = spec.space.at(i);
+    if (!fallback)
+      fail(Errc::launch, "kernel '{}': no config of its space can run this call ({})", spec.name,
+           Tuner::why_not(spec, points[0].config, slots, limits));
+    if (!said_fallback.exchange(true))
+      log::warn("kernel '{}': no hint point's config can run some calls (such as {}); they run {}, chosen without "
+                "benchmarking (said once)",
+                spec.name, fmt::join(tkey, ","), fallback->str());
+    return variant_for(*fallback);
+  }
+
+  const Variant* add_shape(const int64_t* key, const int64_t* slots) {
     prepare(other_scalars);
     std::lock_guard<std::mutex> g(memo.mutex());
-    if (Entry* e = memo.find(key)) return e;
-    auto e = std::make_unique<Entry>();
-    e->key.assign(key, key + shape.key_size());
-    size_t h;
+    const Variant* v;
+    if (memo.find(key, &v)) return v;
+    std::vector<int64_t> tkey(key, key + spec.tuning.key.size());
     {
       std::lock_guard<std::mutex> lk(m);
-      h = nearest(e->key);
-      e->active.store(point_variant[h], std::memory_order_release);
-      e->exact = points[h].values == e->key;
+      v = pick(slots, tkey);
     }
-    return memo.insert(key, std::move(e));
+    memo.insert(key, v);
+    return v;
   }
 
   // Tunes an often-called shape exactly, off the call path; the call path
-  // switches to the result with one atomic store.
-  void retune(Entry* e) {
+  // switches to the result when the memo's slot is rewritten.
+  void retune(const int64_t* key) {
+    std::vector<int64_t> k(key, key + shape.key_size());
     std::lock_guard<std::mutex> g(m);
-    background.emplace_back([this, e] {
+    if (exact.count(k)) return;
+    for (const auto& p : points)
+      if (std::equal(p.values.begin(), p.values.end(), k.begin())) return;  // a hint point: tuned exactly already
+    exact.insert(k);
+    threads.emplace_back([this, k] {
       try {
+        std::vector<int64_t> tkey(k.begin(), k.begin() + static_cast<ptrdiff_t>(spec.tuning.key.size()));
         HostArgs a = [&] {
           std::lock_guard<std::mutex> lk(m);
-          return args_at(e->key);
+          return args_at(tkey);
         }();
         TuneOutcome o = rt.tune(spec, a.params(), opts.tune);
-        if (!o.record.best) return;
+        if (!o.choice) return;
         const Variant* v;
         {
           std::lock_guard<std::mutex> lk(m);
-          v = variant_for(*o.record.best);
+          v = variant_for(*o.choice);
         }
-        e->active.store(v, std::memory_order_release);
-        e->exact = true;
+        {
+          std::lock_guard<std::mutex> lk(memo.mutex());
+          memo.insert(k.data(), v);
+        }
         ++retuned;
         log::info("kernel '{}' at {}: re-tuned exactly in the background: {}", spec.name, o.record.key.values_text(),
                   v->config.str());
@@ -171,26 +200,23 @@ struct SizeHintMultiKernel::Impl {
     });
   }
 
-  // The entry of the call's shape (added on first sight); fills slots.
-  Entry* entry(void* const* params, int64_t* slots) {
-    int64_t key[CallShape::kMaxKey];
-    shape.read(params, slots, key);
-    Entry* e = memo.find(key);
-    return e ? e : add_shape(key);
-  }
-
   void join_background() {
     std::vector<std::thread> ts;
     {
       std::lock_guard<std::mutex> g(m);
-      ts.swap(background);
+      ts.swap(threads);
     }
     for (auto& t : ts) t.join();
   }
 };
 
 SizeHintMultiKernel::SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts)
-    : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {}
+    : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {
+  if (rt.options().background_compile) {
+    std::lock_guard<std::mutex> g(impl_->m);
+    impl_->start_background();
+  }
+}
 
 SizeHintMultiKernel::~SizeHintMultiKernel() { impl_->join_background(); }
 
@@ -198,15 +224,17 @@ void SizeHintMultiKernel::prepare(const std::vector<std::pair<std::string, std::
   impl_->prepare(other_scalars);
 }
 
-void SizeHintMultiKernel::launch(void* const* params) {
+void SizeHintMultiKernel::launch(void* const* params, Stream stream) {
   Impl& m = *impl_;
   int64_t slots[CallShape::kMaxArgs];
-  Impl::Entry* e = m.entry(params, slots);
-  if (m.retune_after > 0 && !e->exact.load(std::memory_order_relaxed) &&
-      e->calls.fetch_add(1, std::memory_order_relaxed) + 1 == static_cast<uint32_t>(m.retune_after))
-    m.retune(e);
-  const Impl::Variant* v = e->active.load(std::memory_order_acquire);
-  v->kernel->launch(params, v->grid.eval(slots));
+  int64_t key[CallShape::kMaxKey];
+  m.shape.read(params, slots, key);
+  const Impl::Variant* v;
+  std::atomic<uint32_t>* calls = nullptr;
+  if (!m.memo.find(key, &v, m.retune_after > 0 ? &calls : nullptr)) v = m.add_shape(key, slots);
+  if (calls && calls->fetch_add(1, std::memory_order_relaxed) + 1 == static_cast<uint32_t>(m.retune_after))
+    m.retune(key);
+  v->kernel->launch(params, v->plan.eval(slots), stream);
 }
 
 const std::vector<SizeHintMultiKernel::HintPoint>& SizeHintMultiKernel::hint_points() const {
@@ -217,12 +245,16 @@ const std::vector<SizeHintMultiKernel::HintPoint>& SizeHintMultiKernel::hint_poi
 size_t SizeHintMultiKernel::nearest(const std::vector<int64_t>& key) const {
   impl_->prepare(impl_->other_scalars);
   std::lock_guard<std::mutex> g(impl_->m);
-  return impl_->nearest(key);
+  return impl_->by_distance(key).front();
 }
 
 Config SizeHintMultiKernel::config_for(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
-  return impl_->entry(params, slots)->active.load(std::memory_order_acquire)->config;
+  int64_t key[CallShape::kMaxKey];
+  impl_->shape.read(params, slots, key);
+  const Impl::Variant* v;
+  if (!impl_->memo.find(key, &v)) v = impl_->add_shape(key, slots);
+  return v->config;
 }
 
 size_t SizeHintMultiKernel::retuned() {

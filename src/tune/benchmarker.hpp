@@ -1,82 +1,120 @@
-// Benchmarker: runs one loaded kernel on arguments laid out in an arena
-// (see BenchPlan) and times it. The same code runs in a kiln-worker process
-// and, with KILN_TUNE_IN_PROCESS=1, in the caller's.
+// Benchmarking one compiled config on a call's arguments, on any Device.
 //
+// The caller's side (BenchInputs) describes the call's arguments and where
+// their data comes from: a copy in shared memory (cpu; or a GPU buffer that
+// cannot be shared), the caller's own GPU buffer shared with the worker
+// (read, never written), or, in-process, the caller's buffer itself. The
+// checking run's outputs come back into the shared arena.
+//
+// The executor (BenchExecutor) runs in a kiln-worker process (default) or,
+// with KILN_TUNE_IN_PROCESS=1, in the caller's:
 //   1. restore in/inout buffers from the caller's data; poison outputs
-//      (NaN for floats, 0x5A bytes for integers);
-//   2. the checking run: its outputs are kept (result regions) and checksummed,
-//      and a kernel that wrote to an `in` buffer is an error;
-//   3. warm-up runs, then timed runs until the budget is spent (at least
-//      min_reps); inout buffers are restored before every run, untimed.
-// With settings.check off, step 2 is skipped (for re-timing a checked config).
+//      (a NaN with a payload of kiln's for floats, 0x5A bytes for integers);
+//   2. the checking run: its outputs are copied back and checksummed, the
+//      elements still poisoned are counted, and a kernel that wrote to an
+//      `in` buffer is an error;
+//   3. warm-up runs, then timed runs (the device's timer) until the budget is
+//      spent (at least min_reps); inout buffers are restored, and caches
+//      flushed when asked, before every run, outside the timing.
+// Output and inout buffers get device memory of the executor's own (one copy
+// each); in buffers are read where they are, when they can be.
 #pragma once
 
 #include <cstddef>
-
-#include "kiln/backend.hpp"
-#include "worker/protocol.hpp"
-
-namespace kiln {
-
-// A result from timed runs: keeps them, with their median (the mean of the
-// middle two for an even count), minimum and maximum. No checksum.
-BenchResult summarize(std::vector<double> ns);
-
-// Throws Error(Errc::launch) for a kernel that wrote to an input.
-BenchResult run_bench(LoadedKernel& k, const BenchPlan& plan, std::byte* arena);
-
-}  // namespace kiln
-
 #include <memory>
 #include <span>
 #include <string>
 
+#include "kiln/backend.hpp"
 #include "kiln/spec.hpp"
 #include "worker/arena.hpp"
+#include "worker/protocol.hpp"
 
 namespace kiln {
 
 class WorkerPool;
 
-// A call's arguments copied into shared memory, laid out for run_bench:
-// the caller's buffers are never touched while tuning.
-class BenchArena {
- public:
-  // `params` as the kernel takes them (params[i] points to argument i).
-  BenchArena(const KernelSpec& spec, void* const* params);
+// A result from timed runs: keeps them, with their median (the mean of the
+// middle two for an even count), minimum and maximum. No checksum.
+BenchResult summarize(std::vector<double> ns);
 
-  BenchPlan plan(const Grid& grid, const BenchSettings& settings) const;
+// The bit pattern kiln poisons outputs of a dtype with, and the elements of
+// `bytes` still holding it.
+struct Poison {
+  uint32_t pattern;
+  int bytes;  // 1, 2 or 4: the pattern repeats to fill each element
+};
+Poison poison_of(DType t);
+int64_t count_poisoned(DType t, std::span<const std::byte> bytes);
+
+class BenchExecutor {
+ public:
+  explicit BenchExecutor(Device& dev) : dev_(dev) {}
+  ~BenchExecutor();
+  BenchExecutor(const BenchExecutor&) = delete;
+  BenchExecutor& operator=(const BenchExecutor&) = delete;
+
+  // Throws Error(Errc::launch) for a kernel that wrote to an input or whose
+  // launch failed; device faults surface as the device reports them.
+  BenchResult run(LoadedKernel& k, const BenchPlan& plan, std::byte* arena, Stream stream = nullptr);
+
+ private:
+  void release() noexcept;
+  void prepare(const BenchPlan& plan, std::byte* arena, Stream s);
+  void restore(const BenchPlan& plan, std::byte* arena, bool with_in, Stream s);
+  Device& dev_;
+  uint64_t id_ = 0;
+  std::vector<void*> work_;                         // per argument: the buffer the kernel runs on
+  std::vector<void*> pristine_;                     // shared inout arguments: a device copy to restore from
+  std::vector<bool> owned_, imported_;
+  std::vector<std::vector<std::byte>> snapshot_;    // in buffers read in place: their bytes at the start
+  int64_t device_bytes_ = 0;
+};
+
+// A call's arguments, described for benchmarking: the caller's buffers are
+// never written while tuning.
+class BenchInputs {
+ public:
+  // `params` as the kernel takes them (params[i] points to argument i), on
+  // `dev`; `stream` is the caller's, synchronised before its buffers are read.
+  BenchInputs(const KernelSpec& spec, void* const* params, Device& dev, bool in_process, Stream stream = nullptr);
+
+  BenchPlan plan(const LaunchDims& dims, const BenchSettings& settings) const;
   // The checking run's output of buffer argument `arg` (out or inout).
   std::span<const std::byte> result(size_t arg) const;
   const SharedArena& arena() const { return arena_; }
   const std::vector<BenchArg>& args() const { return args_; }
+  uint64_t id() const { return id_; }
+  // How the caller's data travels ("" when shared or in place; else why it was copied).
+  const std::string& copied_because() const { return copied_because_; }
 
  private:
   std::vector<BenchArg> args_;
   SharedArena arena_;
+  uint64_t id_ = 0;
+  std::string copied_because_;
 };
 
 // Runs benchmarks in a kiln-worker (default) or in this process.
 class Benchmarker {
  public:
-  // workers == nullptr: in-process.
-  Benchmarker(std::shared_ptr<WorkerPool> workers, const Options& opts);
+  // workers == nullptr: in-process, on `device`.
+  Benchmarker(std::shared_ptr<WorkerPool> workers, Device* device, const Options& opts);
+  ~Benchmarker();
 
-  // Benchmarks one compiled config. `loaded` is used in-process (and loaded
-  // there if null). `what` names kernel and config for errors. Throws
-  // Error: Errc::worker when the kernel crashed or hung (twice), Errc::launch
-  // when it misbehaved (wrote to an input), and what loading throws.
-  BenchResult run(const Binary& bin, LoadedKernel* loaded, const BenchArena& arena, const Grid& grid,
-                  const std::string& what, const BenchSettings& settings);
-  BenchResult run(const Binary& bin, LoadedKernel* loaded, const BenchArena& arena, const Grid& grid,
-                  const std::string& what) {
-    return run(bin, loaded, arena, grid, what, settings());
-  }
+  // Benchmarks one compiled config within `timeout_s`. `loaded` is used
+  // in-process. `what` names kernel and config for errors. Throws
+  // WorkerError when the worker crashed or hung, Error(Errc::launch) when
+  // the kernel misbehaved (wrote to an input, could not launch), and what
+  // loading throws.
+  BenchResult run(const Binary& bin, LoadedKernel* loaded, const BenchInputs& in, const LaunchDims& dims,
+                  const std::string& what, const BenchSettings& settings, double timeout_s);
   bool in_process() const { return !workers_; }
   BenchSettings settings() const;
 
  private:
   std::shared_ptr<WorkerPool> workers_;
+  std::unique_ptr<BenchExecutor> local_;
   Options opts_;
 };
 

@@ -1,6 +1,7 @@
 #include "kiln/tuner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -9,14 +10,20 @@
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
+#include "kiln/binary_key.hpp"
 #include "tune/benchmarker.hpp"
+#include "tune/search.hpp"
 
 namespace kiln {
+
+using Clock = std::chrono::steady_clock;
 
 double Tuner::default_rtol(DType t) {
   switch (t) {
     case DType::f32: return 1e-4;
     case DType::f64: return 1e-10;
+    case DType::f16: return 1e-2;
+    case DType::bf16: return 5e-2;
     default: return 0;
   }
 }
@@ -27,6 +34,8 @@ double Tuner::default_atol(DType t) {
   switch (t) {
     case DType::f32: return 1e-5;
     case DType::f64: return 1e-12;
+    case DType::f16: return 1e-3;
+    case DType::bf16: return 1e-2;
     default: return 0;
   }
 }
@@ -34,19 +43,29 @@ double Tuner::default_atol(DType t) {
 namespace {
 
 template <class T>
-std::optional<std::string> compare_typed(const T* got, const T* ref, size_t n, double rtol, double atol,
+double as_double(const T* p, size_t i, DType t) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return t == DType::f16 ? f16_bits_to_f32(p[i]) : bf16_bits_to_f32(p[i]);
+  else
+    return static_cast<double>(p[i]);
+}
+
+template <class T>
+std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, size_t n, double rtol, double atol,
                                          bool scale_atol) {
   double tol_abs = atol;
   if (scale_atol) {
     double m = 1;
-    for (size_t i = 0; i < n; ++i)
-      if (std::isfinite(static_cast<double>(ref[i]))) m = std::max(m, std::abs(static_cast<double>(ref[i])));
+    for (size_t i = 0; i < n; ++i) {
+      double r = as_double(ref, i, t);
+      if (std::isfinite(r)) m = std::max(m, std::abs(r));
+    }
     tol_abs = atol * m;
   }
   double worst = 0;
   size_t worst_i = 0, bad = 0;
   for (size_t i = 0; i < n; ++i) {
-    double g = static_cast<double>(got[i]), r = static_cast<double>(ref[i]);
+    double g = as_double(got, i, t), r = as_double(ref, i, t);
     if (std::isnan(g) && std::isnan(r)) continue;
     double err = (std::isnan(g) || std::isnan(r)) ? INFINITY : std::abs(g - r);
     if (!(err <= tol_abs + rtol * std::abs(r))) {
@@ -60,8 +79,7 @@ std::optional<std::string> compare_typed(const T* got, const T* ref, size_t n, d
   if (!bad) return std::nullopt;
   return fmt::format("max error {:g} at element {} (got {:g}, reference {:g}; {} of {} elements outside "
                      "atol {:g} + rtol {:g})",
-                     worst, worst_i, static_cast<double>(got[worst_i]), static_cast<double>(ref[worst_i]), bad, n,
-                     tol_abs, rtol);
+                     worst, worst_i, as_double(got, worst_i, t), as_double(ref, worst_i, t), bad, n, tol_abs, rtol);
 }
 
 }  // namespace
@@ -72,21 +90,55 @@ std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte
   double rtol = ts.rtol >= 0 ? ts.rtol : default_rtol(dtype);
   double atol = ts.atol >= 0 ? ts.atol : default_atol(dtype);
   bool scale = ts.atol < 0;
+  auto cast = [](auto* dummy, std::span<const std::byte> s) {
+    return reinterpret_cast<const std::remove_pointer_t<decltype(dummy)>*>(s.data());
+  };
   switch (dtype) {
-    case DType::f32:
-      return compare_typed(reinterpret_cast<const float*>(got.data()), reinterpret_cast<const float*>(ref.data()), n,
-                           rtol, atol, scale);
-    case DType::f64:
-      return compare_typed(reinterpret_cast<const double*>(got.data()), reinterpret_cast<const double*>(ref.data()),
-                           n, rtol, atol, scale);
-    case DType::i32:
-      return compare_typed(reinterpret_cast<const int32_t*>(got.data()), reinterpret_cast<const int32_t*>(ref.data()),
-                           n, rtol, atol, false);
-    case DType::i64:
-      return compare_typed(reinterpret_cast<const int64_t*>(got.data()), reinterpret_cast<const int64_t*>(ref.data()),
-                           n, rtol, atol, false);
+    case DType::f32: return compare_typed(dtype, cast((float*)nullptr, got), cast((float*)nullptr, ref), n, rtol, atol, scale);
+    case DType::f64: return compare_typed(dtype, cast((double*)nullptr, got), cast((double*)nullptr, ref), n, rtol, atol, scale);
+    case DType::i32: return compare_typed(dtype, cast((int32_t*)nullptr, got), cast((int32_t*)nullptr, ref), n, rtol, atol, false);
+    case DType::i64: return compare_typed(dtype, cast((int64_t*)nullptr, got), cast((int64_t*)nullptr, ref), n, rtol, atol, false);
+    case DType::f16:
+    case DType::bf16:
+      return compare_typed(dtype, cast((uint16_t*)nullptr, got), cast((uint16_t*)nullptr, ref), n, rtol, atol, scale);
   }
   return std::nullopt;
+}
+
+std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_t* slots, const LaunchLimits& limits) {
+  if (!c.library.empty()) return "";
+  try {
+    for (const auto& e : spec.constraints)
+      if (compile_expr(spec, e, &c).eval(slots) == 0) return fmt::format("constraint '{}' is false", e.str());
+    LaunchPlan plan(spec, c, limits);
+    LaunchDims d = plan.eval(slots);
+    if (d.empty()) return fmt::format("empty grid ({}, {}, {})", d.grid.x, d.grid.y, d.grid.z);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
+                                    const LaunchLimits& limits) {
+  if (!r.verdict.empty()) return std::nullopt;  // the record refused to choose, and says why
+  std::vector<const ConfigResult*> cands;
+  for (const ConfigResult* c : r.ranked()) {
+    if (c->config.library.empty() && !spec.space.index_of(c->config)) continue;  // no longer in the spec
+    if (!why_not(spec, c->config, slots, limits).empty()) continue;
+    cands.push_back(c);
+  }
+  if (cands.empty()) return std::nullopt;
+  const double window = std::min(r.noise, kMaxTieWindow);
+  const double limit = *cands[0]->ns * (1 + window);
+  auto order = [&](const Config& c) -> size_t {
+    auto i = spec.space.index_of(c);
+    return i ? *i : SIZE_MAX;  // library choices after templates
+  };
+  const ConfigResult* pick = cands[0];
+  for (const ConfigResult* c : cands)
+    if (*c->ns <= limit && order(c->config) < order(pick->config)) pick = c;
+  return pick->config;
 }
 
 namespace {
@@ -100,290 +152,531 @@ double log2_distance(const std::vector<std::pair<std::string, int64_t>>& a,
   return d;
 }
 
+// The relative spread of a set of samples: (p75 - p25) / median.
+double spread(std::vector<double> v) {
+  if (v.size() < 4) return 0;
+  std::sort(v.begin(), v.end());
+  double med = v[v.size() / 2];
+  return med > 0 ? (v[v.size() * 3 / 4] - v[v.size() / 4]) / med : 0;
+}
+
+// One tuning of one key: the call's inputs, compiles, the reference's
+// outputs, and the adaptive deadline.
 class Session {
  public:
-  Session(Tuner::Parts& p, const KernelSpec& spec, void* const* params, bool show)
-      : p_(p), spec_(spec), arena_(spec, params), slots_(spec.args.size(), 0), show_(show) {
+  Session(Tuner::Parts& p, const KernelSpec& spec, void* const* params, const TuneOptions& o)
+      : p_(p), spec_(spec), inputs_(spec, params, p.backend->device(), p.bench->in_process(), o.stream),
+        slots_(spec.args.size(), 0), keyer_(spec, *p.backend), limits_(p.backend->limits()), show_(o.show_progress) {
     read_int_slots(spec, params, slots_.data());
   }
 
-  // Why a config cannot run for this call, or "" if it can.
-  std::string pruned(const Config& c) {
-    try {
-      for (const auto& e : spec_.constraints)
-        if (compile_expr(spec_, e, &c).eval(slots_.data()) == 0) return fmt::format("constraint '{}' is false", e.str());
-      Grid g = GridPlan(spec_, c).eval(slots_.data());
-      if (g.x <= 0 || g.y <= 0 || g.z <= 0) return fmt::format("empty grid ({}, {}, {})", g.x, g.y, g.z);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+  const std::vector<int64_t>& slots() const { return slots_; }
+  const LaunchLimits& limits() const { return limits_; }
+  const BinaryKeyer& keyer() const { return keyer_; }
+  bool show() const { return show_; }
+  int64_t peak_device_bytes() const { return peak_device_bytes_; }
+
+  BinaryFuture compile(const Config& c) {
+    std::string key = keyer_.hex(c);
+    auto it = futures_.find(key);
+    if (it != futures_.end()) return it->second;
+    return futures_[key] = p_.compiler->submit(make_compile_request(spec_, c), key);
   }
 
-  BinaryFuture compile(const Config& c) { return p_.compiler->submit(make_compile_request(spec_, c)); }
-
-  // Re-times configs that ran and agreed, in interleaved rounds, so that
-  // the machine's drift over time falls on all of them alike; each one's
-  // time becomes the median of its samples from these rounds.
-  void refine(std::vector<ConfigResult*> contenders, int rounds) {
-    BenchSettings st = p_.bench->settings();
-    st.check = false;
-    st.budget_ms = st.budget_ms / 2;
-    std::vector<std::vector<double>> samples(contenders.size());
-    std::vector<std::shared_ptr<const Binary>> bins;
-    std::vector<std::shared_ptr<LoadedKernel>> loaded;
-    for (ConfigResult* c : contenders) {
-      bins.push_back(compile(c->config).get());
-      loaded.push_back(p_.bench->in_process() ? p_.load(*bins.back()) : nullptr);
-    }
-    ProgressBar bar(fmt::format("re-timing the {} fastest of {}", contenders.size(), spec_.name),
-                    contenders.size() * rounds, show_);
-    size_t done = 0;
-    for (int round = 0; round < rounds; ++round) {
-      for (size_t i = 0; i < contenders.size(); ++i) {
-        std::string what = fmt::format("kernel '{}' (config {})", spec_.name, contenders[i]->config.str());
-        BenchResult r = p_.bench->run(*bins[i], loaded[i].get(), arena_,
-                                      GridPlan(spec_, contenders[i]->config).eval(slots_.data()), what, st);
-        samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
-        bar.set(++done);
-      }
-    }
-    for (size_t i = 0; i < contenders.size(); ++i) {
-      BenchResult r = summarize(std::move(samples[i]));
-      contenders[i]->ns = r.median_ns;
-      contenders[i]->min_ns = r.min_ns;
-      contenders[i]->max_ns = r.max_ns;
-      contenders[i]->reps = static_cast<int>(r.ns.size());
-    }
+  // The deadline of the next benchmark: the ceiling until a config has been
+  // timed, then 20 times the wall time the fastest one took, never under the floor.
+  double deadline_s() const {
+    const double ceiling = p_.opts.bench_timeout_s;
+    if (!fastest_wall_s_) return ceiling;
+    return std::min(ceiling, std::max(p_.opts.bench_deadline_floor_s, 20 * *fastest_wall_s_));
+  }
+  std::string deadline_why(double d) const {
+    if (!fastest_wall_s_) return "KILN_BENCH_TIMEOUT";
+    if (d >= p_.opts.bench_timeout_s) return "KILN_BENCH_TIMEOUT, the ceiling";
+    if (d <= p_.opts.bench_deadline_floor_s) return "the floor, KILN_BENCH_DEADLINE_FLOOR";
+    return fmt::format("20 times the {:.3g} s the fastest config so far took", *fastest_wall_s_);
   }
 
-  // Compiles (already submitted), benchmarks, checks against the reference.
-  ConfigResult evaluate(const Config& c, const BinaryFuture& f) {
+  // Benchmarks one config; the caller classifies. Fills `res` or throws.
+  BenchResult bench(const Config& c, const BenchSettings& st, double* wall_s) {
+    std::shared_ptr<const Binary> bin = compile(c).get();
+    LaunchDims dims = LaunchPlan(spec_, c, limits_).eval(slots_.data());
+    std::string what = fmt::format("kernel '{}' (config {})", spec_.name, c.str());
+    std::shared_ptr<LoadedKernel> loaded = p_.bench->in_process() ? p_.load(*bin) : nullptr;
+    auto t0 = Clock::now();
+    BenchResult r = p_.bench->run(*bin, loaded.get(), inputs_, dims, what, st, deadline_s());
+    *wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    peak_device_bytes_ = std::max(peak_device_bytes_, r.device_bytes);
+    return r;
+  }
+
+  // Compiles (already submitted), benchmarks and checks one config.
+  // Throws for faults that are not the config's.
+  ConfigResult evaluate(const Config& c) {
     ConfigResult r;
     r.config = c;
-    std::string what = fmt::format("kernel '{}' (config {})", spec_.name, c.str());
+    r.binary = keyer_.hex(c);
     std::shared_ptr<const Binary> bin;
     try {
-      bin = f.get();
-    } catch (const Error& e) {
+      bin = compile(c).get();
+    } catch (const WorkerError& e) {
+      if (!e.fault().of_request) throw;
+      r.kind = FailKind::compile;  // the compiler crashed or hung on this config, twice
       r.error = e.what();
-      r.error_kind = "compile";
+      return r;
+    } catch (const Error& e) {
+      if (e.code() != Errc::compile) throw;  // a disk or process failure: not the config's
+      r.kind = FailKind::compile;
+      r.error = e.what();
+      return r;
+    }
+    LaunchDims dims = LaunchPlan(spec_, c, limits_).eval(slots_.data());
+    if (std::string why = p_.backend->check_resources(bin->meta, dims); !why.empty()) {
+      r.kind = FailKind::pruned;
+      r.error = "pruned: " + why;
       return r;
     }
     BenchResult res;
+    double wall = 0;
+    const double deadline = deadline_s();
     try {
-      std::shared_ptr<LoadedKernel> loaded;
-      if (!p_.bench->in_process()) {
-        // benchmarked in a worker, which loads the bytes itself
+      res = bench(c, p_.bench->settings(), &wall);
+    } catch (const WorkerError& e) {
+      if (!e.fault().of_request) throw;
+      if (e.fault().kind == WorkerFault::Kind::timeout) {
+        r.kind = FailKind::timeout;
+        r.error = fmt::format("ran past its deadline of {:.3g} s ({}); not retried", deadline, deadline_why(deadline));
       } else {
-        loaded = p_.load(*bin);
+        r.kind = FailKind::crash;
+        r.error = e.what();
       }
-      res = p_.bench->run(*bin, loaded.get(), arena_, GridPlan(spec_, c).eval(slots_.data()), what);
+      return r;
     } catch (const Error& e) {
+      if (e.code() != Errc::launch) throw;
+      r.kind = FailKind::launch;
       r.error = e.what();
-      std::string m = e.what();
-      r.error_kind = e.code() == Errc::worker ? (m.find("timed out") != std::string::npos ? "timeout" : "crash")
-                                              : "launch";
       return r;
     }
     r.ns = res.median_ns;
     r.min_ns = res.min_ns;
     r.max_ns = res.max_ns;
     r.reps = static_cast<int>(res.ns.size());
-    if (!have_ref_) {
-      // The first config that runs is the reference (the spec's, when it names one, runs first).
-      for (size_t i = 0; i < spec_.args.size(); ++i) {
-        auto out = arena_.result(i);
-        ref_.emplace_back(out.begin(), out.end());
-      }
-      have_ref_ = true;
-      reference_ = c.str();
+    samples_[r.binary] = res.ns;
+    if (auto bad = unwritten(res)) {
+      r.ns.reset();
+      r.kind = FailKind::wrong;
+      r.error = *bad;
       return r;
     }
-    for (size_t i = 0; i < spec_.args.size(); ++i) {
-      auto out = arena_.result(i);
-      if (out.empty()) continue;
-      if (auto bad = Tuner::compare(spec_.args[i].dtype, out, ref_[i], spec_.tuning)) {
-        r.error = fmt::format("wrong result in '{}' against the reference config {}: {}", spec_.args[i].name,
-                              reference_, *bad);
-        r.error_kind = "wrong";
-        r.ns.reset();
-        return r;
-      }
+    if (!have_ref_) {
+      take_reference(c);
+    } else if (auto bad = disagrees()) {
+      r.ns.reset();
+      r.kind = FailKind::wrong;
+      r.error = *bad;
+      ++disagreed_;
+      return r;
     }
+    if (!fastest_wall_s_ || wall < *fastest_wall_s_) fastest_wall_s_ = wall;
     return r;
   }
 
+  // Runs a config's checking run only, to take its outputs as the reference
+  // (its time is already known). False when it did not run cleanly.
+  bool check_reference(const Config& c) {
+    BenchSettings st = p_.bench->settings();
+    st.time = false;
+    double wall = 0;
+    try {
+      BenchResult res = bench(c, st, &wall);
+      if (unwritten(res)) return false;
+    } catch (const WorkerError& e) {
+      if (!e.fault().of_request) throw;
+      return false;
+    } catch (const Error& e) {
+      if (e.code() != Errc::launch && e.code() != Errc::compile) throw;
+      return false;
+    }
+    take_reference(c);
+    return true;
+  }
+
+  // Re-times configs that ran and agreed, in interleaved rounds, so that the
+  // machine's drift over time falls on all of them alike; each one's time
+  // becomes the median of its samples from these rounds. Returns the noise:
+  // the median, over the configs, of the relative range of their per-round medians.
+  double refine(std::vector<ConfigResult*> contenders, int rounds) {
+    BenchSettings st = p_.bench->settings();
+    st.check = false;
+    st.budget_ms = st.budget_ms / 2;
+    std::vector<std::vector<double>> samples(contenders.size());
+    std::vector<std::vector<double>> round_medians(contenders.size());
+    std::vector<bool> failed(contenders.size(), false);
+    ProgressBar bar(fmt::format("re-timing the {} fastest of {}", contenders.size(), spec_.name),
+                    contenders.size() * rounds, show_);
+    size_t done = 0;
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < contenders.size(); ++i) {
+        if (failed[i]) continue;
+        double wall = 0;
+        try {
+          BenchResult r = bench(contenders[i]->config, st, &wall);
+          round_medians[i].push_back(r.median_ns);
+          samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
+        } catch (const WorkerError& e) {
+          if (!e.fault().of_request) throw;
+          failed[i] = true;
+          contenders[i]->ns.reset();
+          contenders[i]->kind = e.fault().kind == WorkerFault::Kind::timeout ? FailKind::timeout : FailKind::crash;
+          contenders[i]->error = std::string("while being re-timed: ") + e.what();
+        }
+        bar.set(++done);
+      }
+    }
+    std::vector<double> spreads;
+    for (size_t i = 0; i < contenders.size(); ++i) {
+      if (failed[i] || samples[i].empty()) continue;
+      BenchResult r = summarize(std::move(samples[i]));
+      contenders[i]->ns = r.median_ns;
+      contenders[i]->min_ns = r.min_ns;
+      contenders[i]->max_ns = r.max_ns;
+      contenders[i]->reps = static_cast<int>(r.ns.size());
+      auto& m = round_medians[i];
+      if (m.size() >= 2) {
+        auto [lo, hi] = std::minmax_element(m.begin(), m.end());
+        spreads.push_back((*hi - *lo) / r.median_ns);
+      }
+    }
+    if (spreads.empty()) return 0;
+    std::sort(spreads.begin(), spreads.end());
+    return spreads[spreads.size() / 2];
+  }
+
+  double spread_of(const std::string& binary) const {
+    auto it = samples_.find(binary);
+    return it == samples_.end() ? 0 : spread(it->second);
+  }
+
+  bool have_reference() const { return have_ref_; }
   const std::string& reference() const { return reference_; }
-  bool show() const { return show_; }
+  int disagreed() const { return disagreed_; }
 
  private:
+  std::optional<std::string> unwritten(const BenchResult& res) const {
+    for (size_t i = 0; i < res.unwritten.size() && i < spec_.args.size(); ++i)
+      if (res.unwritten[i] > 0) {
+        int64_t n = inputs_.args()[i].elements;
+        return fmt::format("left {} of the {} elements of '{}' unwritten (still holding kiln's poison); an out "
+                           "buffer must be written whole",
+                           res.unwritten[i], n, spec_.args[i].name);
+      }
+    return std::nullopt;
+  }
+
+  void take_reference(const Config& c) {
+    ref_.clear();
+    for (size_t i = 0; i < spec_.args.size(); ++i) {
+      auto out = inputs_.result(i);
+      ref_.emplace_back(out.begin(), out.end());
+    }
+    have_ref_ = true;
+    reference_ = c.str();
+  }
+
+  std::optional<std::string> disagrees() const {
+    for (size_t i = 0; i < spec_.args.size(); ++i) {
+      auto out = inputs_.result(i);
+      if (out.empty()) continue;
+      if (auto bad = Tuner::compare(spec_.args[i].dtype, out, ref_[i], spec_.tuning))
+        return fmt::format("wrong result in '{}' against the reference config {}: {}", spec_.args[i].name, reference_,
+                           *bad);
+    }
+    return std::nullopt;
+  }
+
   Tuner::Parts& p_;
   const KernelSpec& spec_;
-  BenchArena arena_;
+  BenchInputs inputs_;
   std::vector<int64_t> slots_;
+  BinaryKeyer keyer_;
+  LaunchLimits limits_;
   bool show_;
+  std::map<std::string, BinaryFuture> futures_;
+  std::map<std::string, std::vector<double>> samples_;
   bool have_ref_ = false;
   std::vector<std::vector<std::byte>> ref_;
   std::string reference_;
+  int disagreed_ = 0;
+  std::optional<double> fastest_wall_s_;
+  int64_t peak_device_bytes_ = 0;
 };
+
+// What a tuning works from: the current space's configs, which can run, and
+// which already have results (from a record).
+struct Plan {
+  std::vector<size_t> runnable;            // space indices
+  std::vector<std::string> pruned;         // per space index: why not ("" if runnable)
+  std::map<size_t, ConfigResult> reused;   // space index -> a result from the record
+};
+
+Plan make_plan(const KernelSpec& spec, const std::optional<TuningRecord>& rec, const BinaryKeyer* keyer,
+               const int64_t* slots, const LaunchLimits& limits) {
+  Plan p;
+  const size_t n = spec.space.size();
+  p.pruned.resize(n);
+  std::map<std::string, const ConfigResult*> by_binary;
+  if (rec)
+    for (const auto& c : rec->configs)
+      if (!c.binary.empty() && c.kind != FailKind::pruned) by_binary[c.binary] = &c;
+  for (size_t i = 0; i < n; ++i) {
+    Config c = spec.space.at(i);
+    p.pruned[i] = Tuner::why_not(spec, c, slots, limits);
+    if (!p.pruned[i].empty()) continue;
+    p.runnable.push_back(i);
+    if (rec && keyer) {
+      auto it = by_binary.find(keyer->hex(c));
+      if (it != by_binary.end()) {
+        ConfigResult r = *it->second;
+        r.config = c;
+        p.reused[i] = std::move(r);
+      }
+    }
+  }
+  return p;
+}
+
+// Whether a record already answers: every config the search would evaluate has a result.
+bool complete(const Plan& p, const TuningRecord& rec, const KernelSpec& spec) {
+  for (size_t i : p.runnable) {
+    if (p.reused.count(i)) continue;
+    // A config the record's search chose not to evaluate is not missing;
+    // one that is new to the spec is.
+    if (rec.method != SearchMethod::exhaustive && rec.space.index_of(spec.space.at(i))) continue;
+    return false;
+  }
+  return true;
+}
 
 }  // namespace
 
 TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
-  TuningKey key = make_tuning_key(spec, p_.backend->device_identity(), params);
-  if (p_.cache && !o.force)
-    if (auto r = p_.cache->get(key, spec.space)) return {std::move(*r), true};
+  TuningKey key = make_tuning_key(spec, *p_.backend, params);
+  std::vector<int64_t> slots(spec.args.size(), 0);
+  read_int_slots(spec, params, slots.data());
+  const LaunchLimits limits = p_.backend->limits();
 
-  SearchKind search = o.search.value_or(spec.tuning.search);
-  int cap = o.max_configs > 0 ? o.max_configs : p_.opts.tune_max_configs;
-  Session s(p_, spec, params, o.show_progress);
-  TuningRecord rec;
-  rec.kernel = spec.name;
-  rec.key = key;
-  rec.method = search == SearchKind::exhaustive ? "exhaustive" : "coordesc";
-
-  const size_t n = spec.space.size();
-  std::vector<std::string> prune(n);
-  std::vector<size_t> runnable;
-  for (size_t i = 0; i < n; ++i) {
-    prune[i] = s.pruned(spec.space.at(i));
-    if (prune[i].empty()) runnable.push_back(i);
-  }
-  std::map<size_t, ConfigResult> done;
-  auto budget_left = [&] { return cap <= 0 || static_cast<int>(done.size()) < cap; };
-  // The spec's reference config runs first, so the others are compared with it.
-  constexpr size_t none = static_cast<size_t>(-1);
-  size_t ref = none;
-  if (spec.tuning.reference_config) ref = spec.space.index_of(*spec.tuning.reference_config).value_or(none);
-  if (ref != none && !prune[ref].empty()) {
-    log::warn("kernel '{}': the reference config {} cannot run at {} ({}); the first config that runs is the "
-              "reference instead",
-              spec.name, spec.space.at(ref).str(), key.values_text(), prune[ref]);
-    ref = none;
-  }
-  log::info("tuning kernel '{}' at {}: {} configs, {} pruned, {} search", spec.name, key.values_text(), n,
-            n - runnable.size(), rec.method);
-
-  // Evaluates a batch: compiles in parallel, then benchmarks one at a time.
-  auto run_batch = [&](std::vector<size_t> batch, const char* what) {
-    std::vector<size_t> todo;
-    for (size_t i : batch)
-      if (!done.count(i) && prune[i].empty() && (cap <= 0 || static_cast<int>(done.size() + todo.size()) < cap))
-        todo.push_back(i);
-    std::vector<BinaryFuture> fs;
-    for (size_t i : todo) fs.push_back(s.compile(spec.space.at(i)));
-    wait_all(fs, fmt::format("compiling {} {}", spec.name, what), s.show());
-    ProgressBar bar(fmt::format("benchmarking {} {}", spec.name, what), todo.size(), s.show());
-    for (size_t k = 0; k < todo.size(); ++k) {
-      done[todo[k]] = s.evaluate(spec.space.at(todo[k]), fs[k]);
-      bar.set(k + 1);
-    }
-    return todo;
+  // 1. A record that answers.
+  auto answer = [&](std::optional<TuningRecord> rec) -> std::optional<TuneOutcome> {
+    if (!rec || o.force) return std::nullopt;
+    BinaryKeyer keyer(spec, *p_.backend);
+    Plan plan = make_plan(spec, rec, &keyer, slots.data(), limits);
+    if (!complete(plan, *rec, spec)) return std::nullopt;
+    TuneOutcome out;
+    out.choice = choose(*rec, spec, slots.data(), limits);
+    out.record = std::move(*rec);
+    out.from_cache = true;
+    return out;
   };
+  if (p_.cache)
+    if (auto out = answer(p_.cache->get(key))) return std::move(*out);
 
-  if (ref != none) run_batch({ref}, "reference");
-  if (search == SearchKind::exhaustive) {
-    run_batch(runnable, "configs");
-  } else {
-    // Start: the spec's default, else the best of the nearest cached key, else the first config that runs.
-    std::optional<size_t> start;
-    if (spec.tuning.default_config) {
-      start = spec.space.index_of(*spec.tuning.default_config);
-      rec.start = "the spec's default";
+  TuneOutcome outcome;
+  auto session = [&] {
+    // Another process may have tuned this key while we waited for its lock.
+    std::optional<TuningRecord> existing = p_.cache ? p_.cache->get(key) : std::nullopt;
+    if (auto out = answer(existing)) {
+      outcome = std::move(*out);
+      return;
     }
-    if (!start || !prune[*start].empty()) {
-      start.reset();
-      if (p_.cache) {
+    if (o.force) existing.reset();
+    SearchKind search = o.search.value_or(spec.tuning.search);
+    int cap = o.max_configs > 0 ? o.max_configs : p_.opts.tune_max_configs;
+    Session s(p_, spec, params, o);
+    Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits);
+    std::map<size_t, ConfigResult> done = plan.reused;
+    std::set<size_t> fresh;  // evaluated by this tuning
+
+    TuningRecord rec;
+    rec.kernel = spec.name;
+    rec.key = key;
+    rec.space = spec.space;
+    rec.timed = existing ? existing->timed : 0;
+
+    // The reference: the spec's, else the record's, else the first config that runs.
+    constexpr size_t none = static_cast<size_t>(-1);
+    size_t ref = none;
+    bool ref_declared = false;
+    if (spec.tuning.reference_config) {
+      ref = spec.space.index_of(*spec.tuning.reference_config).value_or(none);
+      ref_declared = ref != none;
+      if (ref != none && !plan.pruned[ref].empty()) {
+        log::warn("kernel '{}': the reference config {} cannot run at {} ({}); the first config that runs is the "
+                  "reference instead",
+                  spec.name, spec.space.at(ref).str(), key.values_text(), plan.pruned[ref]);
+        ref = none;
+        ref_declared = false;
+      }
+    }
+    if (ref == none && existing && !existing->reference.empty())
+      for (size_t i : plan.runnable)
+        if (spec.space.at(i).str() == existing->reference && done.count(i) && done[i].ok()) ref = i;
+
+    // The search.
+    std::unique_ptr<SearchStrategy> strategy;
+    if (search == SearchKind::exhaustive) {
+      strategy = make_exhaustive_search();
+    } else {
+      std::optional<size_t> start;
+      std::string why;
+      if (spec.tuning.default_config) {
+        start = spec.space.index_of(*spec.tuning.default_config);
+        why = "the spec's default";
+      }
+      if ((!start || !plan.pruned[*start].empty()) && p_.cache) {
+        start.reset();
         double best_d = INFINITY;
-        for (const auto& r : p_.cache->all(key, spec.space)) {
-          if (!r.best || r.key.values == key.values) continue;
+        for (const auto& r : p_.cache->all(key)) {
+          if (r.key.values == key.values) continue;
+          auto c = choose(r, spec, slots.data(), limits);
+          if (!c) continue;
           double d = log2_distance(r.key.values, key.values);
-          auto idx = spec.space.index_of(*r.best);
-          if (idx && prune[*idx].empty() && d < best_d) {
+          auto idx = spec.space.index_of(*c);
+          if (idx && plan.pruned[*idx].empty() && d < best_d) {
             best_d = d;
             start = idx;
-            rec.start = "the best of the nearest cached key, " + r.key.values_text();
+            why = "the best of the nearest cached key, " + r.key.values_text();
           }
         }
       }
+      strategy = make_coordesc_search(start, why);
     }
-    std::optional<size_t> cur;
-    if (start) {
-      run_batch({*start}, "start");
-      if (done[*start].ns) cur = start;
-    }
-    for (size_t i : runnable) {  // no usable start: walk the space until a config runs
-      if (cur || !budget_left()) break;
-      run_batch({i}, "start");
-      if (done[i].ns) {
-        cur = i;
-        rec.start = "the first config that runs";
-      }
-    }
-    if (cur) rec.start = spec.space.at(*cur).str() + " (" + rec.start + ")";
-    while (cur && budget_left()) {
-      std::vector<size_t> nb;
-      Config c = spec.space.at(*cur);
-      for (size_t p = 0; p < spec.space.params.size(); ++p) {
-        const auto& vals = spec.space.params[p].values;
-        size_t at = std::find(vals.begin(), vals.end(), c.values[p].second) - vals.begin();
-        for (int step : {-1, 1}) {
-          if ((step < 0 && at == 0) || at + step >= vals.size()) continue;
-          Config x = c;
-          x.values[p].second = vals[at + step];
-          nb.push_back(*spec.space.index_of(x));
-        }
-      }
-      std::vector<size_t> ran = run_batch(nb, "neighbours");
-      std::optional<size_t> best;
-      for (size_t i : ran)
-        if (done[i].ns && (!best || *done[i].ns < *done[*best].ns)) best = i;
-      if (!best || !(*done[*best].ns < *done[*cur].ns * 0.99)) break;  // a 1% gain to move
-      cur = best;
-    }
-  }
+    rec.method = strategy->method();
+    log::info("tuning kernel '{}' at {}: {} configs, {} runnable, {} with results already, {} search", spec.name,
+              key.values_text(), spec.space.size(), plan.runnable.size(), plan.reused.size(),
+              search_method_name(rec.method));
 
-  // The contenders (within 15% of the fastest, at most 4) are re-timed side by side.
-  {
+    auto budget_left = [&]() -> size_t {
+      return cap <= 0 ? SIZE_MAX : static_cast<size_t>(std::max<int64_t>(0, cap - static_cast<int64_t>(fresh.size())));
+    };
+    // Evaluates a batch: compiles in parallel, then benchmarks one at a time.
+    auto run_batch = [&](const std::vector<size_t>& batch, const char* what) {
+      std::vector<size_t> todo;
+      for (size_t i : batch)
+        if (!done.count(i) && plan.pruned[i].empty() && todo.size() < budget_left()) todo.push_back(i);
+      if (todo.empty()) return;
+      // The reference's outputs must be at hand before anything is compared with them.
+      if (!s.have_reference() && ref != none && done.count(ref) && !fresh.count(ref)) {
+        if (!s.check_reference(spec.space.at(ref))) ref = none;
+      }
+      if (!s.have_reference() && ref != none && !done.count(ref)) {
+        auto it = std::find(todo.begin(), todo.end(), ref);
+        if (it != todo.end()) todo.erase(it);
+        todo.insert(todo.begin(), ref);
+      }
+      std::vector<BinaryFuture> fs;
+      for (size_t i : todo) fs.push_back(s.compile(spec.space.at(i)));
+      wait_all(fs, fmt::format("compiling {} {}", spec.name, what), s.show());
+      ProgressBar bar(fmt::format("benchmarking {} {}", spec.name, what), todo.size(), s.show());
+      for (size_t k = 0; k < todo.size(); ++k) {
+        done[todo[k]] = s.evaluate(spec.space.at(todo[k]));
+        fresh.insert(todo[k]);
+        bar.set(k + 1);
+      }
+    };
+    for (;;) {
+      SearchState st{spec.space, plan.runnable,
+                     [&](size_t i) -> const ConfigResult* {
+                       auto it = done.find(i);
+                       return it == done.end() ? nullptr : &it->second;
+                     },
+                     budget_left()};
+      std::vector<size_t> batch = strategy->next(st);
+      if (batch.empty() || budget_left() == 0) break;
+      size_t before = done.size();
+      run_batch(batch, rec.method == SearchMethod::exhaustive ? "configs" : "neighbours");
+      if (done.size() == before) {
+        // Nothing new was evaluated (the budget, or every proposal known): a
+        // strategy that proposes known configs only is done.
+        bool all_known = true;
+        for (size_t i : batch) all_known = all_known && done.count(i);
+        if (!all_known) break;
+      }
+    }
+    rec.start = strategy->start();
+
+    // The verdict on a reference that no other config agrees with.
+    size_t agreeing = 0;
+    for (const auto& [i, r] : done)
+      if (r.ok() && spec.space.at(i).str() != s.reference()) ++agreeing;
+    if (!ref_declared && s.have_reference() && agreeing == 0 && s.disagreed() > 0) {
+      rec.verdict = fmt::format(
+          "the reference config {} (the first that ran) disagrees with every other config that ran ({} of them); "
+          "kiln cannot tell which is right, so it chooses none: name a config you trust as [tuning] reference",
+          s.reference(), s.disagreed());
+    }
+
+    // Re-time the contenders side by side when one of them is new: those
+    // within 15% of the fastest, at most 4.
     std::vector<ConfigResult*> ok;
     for (auto& [i, r] : done)
-      if (r.ns && r.error.empty()) ok.push_back(&r);
+      if (r.ok()) ok.push_back(&r);
     std::sort(ok.begin(), ok.end(), [](auto* a, auto* b) { return *a->ns < *b->ns; });
     std::vector<ConfigResult*> contenders;
+    bool any_fresh = false;
     for (ConfigResult* r : ok)
-      if (contenders.size() < 4 && *r->ns <= *ok[0]->ns * 1.15) contenders.push_back(r);
-    if (contenders.size() > 1) {
-      try {
-        s.refine(contenders, 4);
-      } catch (const Error& e) {
-        log::warn("kernel '{}': re-timing the fastest configs failed ({}); keeping the first timings", spec.name,
-                  e.what());
+      if (contenders.size() < 4 && *r->ns <= *ok[0]->ns * 1.15) {
+        contenders.push_back(r);
+        auto idx = spec.space.index_of(r->config);
+        any_fresh = any_fresh || (idx && fresh.count(*idx));
+      }
+    rec.noise = existing ? existing->noise : 0;
+    if (contenders.size() > 1 && any_fresh && rec.verdict.empty()) {
+      rec.noise = s.refine(contenders, 4);
+      outcome.retimed_now = contenders.size();
+    } else if (contenders.size() == 1 && any_fresh) {
+      rec.noise = s.spread_of(contenders[0]->binary);
+    }
+
+    for (size_t i = 0; i < spec.space.size(); ++i) {
+      if (!plan.pruned[i].empty()) {
+        ConfigResult r;
+        r.config = spec.space.at(i);
+        r.kind = FailKind::pruned;
+        r.error = "pruned: " + plan.pruned[i];
+        rec.configs.push_back(std::move(r));
+      } else if (done.count(i)) {
+        rec.configs.push_back(done[i]);
       }
     }
-  }
-
-  for (size_t i = 0; i < n; ++i) {
-    if (!prune[i].empty()) {
-      ConfigResult r;
-      r.config = spec.space.at(i);
-      r.error = "pruned: " + prune[i];
-      r.error_kind = "pruned";
-      rec.configs.push_back(std::move(r));
-    } else if (done.count(i)) {
-      rec.configs.push_back(done[i]);
+    rec.reference = s.have_reference() ? s.reference() : (existing ? existing->reference : "");
+    rec.timed += fresh.size();
+    rec.peak_device_bytes = std::max(existing ? existing->peak_device_bytes : 0, s.peak_device_bytes());
+    if (rec.verdict.empty()) {
+      if (auto c = choose(rec, spec, slots.data(), limits)) {
+        rec.best = *c;
+        rec.best_ns = *rec.find(*c)->ns;
+      }
     }
-  }
-  rec.reference = s.reference();
-  auto ranked = rec.ranked();
-  if (!ranked.empty()) {
-    rec.best = ranked[0]->config;
-    rec.best_ns = *ranked[0]->ns;
-  }
-  rec.kiln_version = kiln_version();
-  rec.when = utc_now();
-  if (p_.cache) p_.cache->put(rec);
-  return {std::move(rec), false};
+    rec.kiln_version = kiln_version();
+    rec.when = utc_now();
+    outcome.timed_now = fresh.size();
+    outcome.peak_device_bytes = s.peak_device_bytes();
+    outcome.choice = rec.best;
+    if (p_.cache) {
+      try {
+        p_.cache->put(rec);
+      } catch (const Error& e) {
+        outcome.stored = false;
+        log::warn("kernel '{}' at {}: tuned, but the record could not be stored, so the next process will tune "
+                  "again: {}",
+                  spec.name, key.values_text(), e.what());
+      }
+    }
+    outcome.record = std::move(rec);
+  };
+  if (p_.cache) p_.cache->with_lock(key, session);
+  else session();
+  return outcome;
 }
 
 }  // namespace kiln

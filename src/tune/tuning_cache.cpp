@@ -2,10 +2,12 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "backends/serialize.hpp"
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
+#include "kiln/backend.hpp"
 #include "kiln/binary_key.hpp"
 #include "kiln/tuning.hpp"
 
@@ -28,13 +30,53 @@ bool kiln_version_compatible(const std::string& recorded) {
   return om != 0 || rn == on;
 }
 
+const char* fail_kind_name(FailKind k) noexcept {
+  switch (k) {
+    case FailKind::none: return "ok";
+    case FailKind::pruned: return "pruned";
+    case FailKind::compile: return "compile";
+    case FailKind::crash: return "crash";
+    case FailKind::timeout: return "timeout";
+    case FailKind::wrong: return "wrong";
+    case FailKind::launch: return "launch";
+    case FailKind::unavailable: return "unavailable";
+  }
+  return "?";
+}
+
+std::optional<FailKind> fail_kind_from_name(std::string_view s) noexcept {
+  for (FailKind k : {FailKind::none, FailKind::pruned, FailKind::compile, FailKind::crash, FailKind::timeout,
+                     FailKind::wrong, FailKind::launch, FailKind::unavailable})
+    if (s == fail_kind_name(k)) return k;
+  return std::nullopt;
+}
+
+const char* search_method_name(SearchMethod m) noexcept {
+  switch (m) {
+    case SearchMethod::exhaustive: return "exhaustive";
+    case SearchMethod::coordesc: return "coordesc";
+    case SearchMethod::budgeted: return "budgeted";
+    case SearchMethod::multi_kernel: return "multi-kernel";
+    case SearchMethod::plan: return "plan";
+  }
+  return "?";
+}
+
+std::optional<SearchMethod> search_method_from_name(std::string_view s) noexcept {
+  for (SearchMethod m : {SearchMethod::exhaustive, SearchMethod::coordesc, SearchMethod::budgeted,
+                         SearchMethod::multi_kernel, SearchMethod::plan})
+    if (s == search_method_name(m)) return m;
+  return std::nullopt;
+}
+
 std::string TuningKey::base_hex() const {
   Hasher h;
   h.add("tuning-format", static_cast<int64_t>(kFormatVersion))
       .add("backend", backend)
       .add("device", device)
+      .add("toolchain", toolchain)
       .add("source", source_hash)
-      .add("space", space_hash);
+      .add("semantics", semantics);
   for (const auto& [n, v] : values) h.add("key-name", n);
   return h.digest().hex();
 }
@@ -53,42 +95,73 @@ std::string TuningKey::values_text() const {
 }
 
 std::string TuningKey::to_string() const {
-  return fmt::format("tuning-format {}\nbackend {}\ndevice {}\nsource {}\nspace {}\nkey {}\nbase {} values {}",
-                     kFormatVersion, backend, device, source_hash, space_hash, values_text(), base_hex(),
-                     values_hex());
+  return fmt::format(
+      "tuning-format {}\nbackend {}\ndevice {}\ntoolchain {}\nsource {}\nsemantics {}\nkey {}\nbase {} values {}",
+      kFormatVersion, backend, device, toolchain, source_hash, semantics, values_text(), base_hex(), values_hex());
 }
 
-TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device,
+std::string spec_semantics_hash(const KernelSpec& s) {
+  Hasher h;
+  for (const auto& a : s.args) {
+    h.add("arg", a.name + ":" + a.type_text());
+    if (a.pointer) h.add("size", a.size.str()).add("intent", intent_name(a.intent));
+  }
+  for (const auto& e : s.grid) h.add("grid", e.str());
+  for (const auto& e : s.block) h.add("block", e.str());
+  if (s.shared) h.add("shared", s.shared->str());
+  for (const auto& e : s.constraints) h.add("constraint", e.str());
+  for (const auto& f : s.cflags) h.add("cflag", f);
+  h.add("rtol", fmt::format("{:.17g}", s.tuning.rtol)).add("atol", fmt::format("{:.17g}", s.tuning.atol));
+  h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));
+  for (const auto& k : s.tuning.key) h.add("key", k);
+  return h.digest().hex();
+}
+
+TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device, const std::string& toolchain,
                           std::vector<std::pair<std::string, int64_t>> values) {
   TuningKey k;
   k.backend = spec.backend;
   k.device = device;
+  k.toolchain = hash_bytes(toolchain).hex();
   // A multi-kernel's stand-in spec has no source file: its text names its variants' hashes.
   k.source_hash = spec.source_path.empty() ? hash_bytes(spec.source_text).hex() : kernel_source_hash(spec).hex();
-  k.space_hash = spec.space.hash().hex();
+  k.semantics = spec_semantics_hash(spec);
   k.values = std::move(values);
   return k;
 }
 
-TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device, void* const* params) {
+TuningKey make_tuning_key(const KernelSpec& spec, Backend& backend, std::vector<std::pair<std::string, int64_t>> values) {
+  return make_tuning_key(spec, backend.device_identity(), backend.toolchain_identity(), std::move(values));
+}
+
+TuningKey make_tuning_key(const KernelSpec& spec, Backend& backend, void* const* params) {
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
   std::vector<std::pair<std::string, int64_t>> values;
   for (const auto& name : spec.tuning.key) values.push_back({name, slots[spec.arg_index(name)]});
-  return make_tuning_key(spec, device, std::move(values));
+  return make_tuning_key(spec, backend, std::move(values));
 }
 
 std::vector<const ConfigResult*> TuningRecord::ranked() const {
   std::vector<const ConfigResult*> out;
   for (const auto& c : configs)
-    if (c.ns && c.error.empty()) out.push_back(&c);
+    if (c.ok()) out.push_back(&c);
   std::stable_sort(out.begin(), out.end(), [](auto* a, auto* b) { return *a->ns < *b->ns; });
   return out;
 }
 
+const ConfigResult* TuningRecord::find(const Config& c) const {
+  for (const auto& r : configs)
+    if (r.config == c) return &r;
+  return nullptr;
+}
+
 std::string TuningRecord::all_failed_message() const {
-  std::string s = fmt::format("kernel '{}' at {}: no config survived tuning", kernel, key.values_text());
-  for (const auto& c : configs) s += fmt::format("\n  {}: {}", c.config.str(), c.error.empty() ? "?" : c.error);
+  std::string s = fmt::format("kernel '{}' at {}: ", kernel, key.values_text());
+  s += verdict.empty() ? "no config survived tuning" : verdict;
+  for (const auto& c : configs)
+    if (c.kind != FailKind::none || !c.ns)
+      s += fmt::format("\n  {}: {}", c.config.str(), c.error.empty() ? fail_kind_name(c.kind) : c.error);
   return s;
 }
 
@@ -97,13 +170,40 @@ namespace {
 json config_json(const Config& c) {
   json j = json::object();
   for (const auto& [n, v] : c.values) j[n] = v;
+  if (!c.library.empty()) j["library"] = c.library;
   return j;
 }
 
-// A config read back must be a point of the space, in its order.
+json space_json(const ConfigSpace& s) {
+  json j = json::array();
+  for (const auto& p : s.params) j.push_back({{"name", p.name}, {"values", p.values}});
+  return j;
+}
+
+std::optional<ConfigSpace> space_from(const json& j) {
+  if (!j.is_array()) return std::nullopt;
+  ConfigSpace s;
+  for (const auto& p : j) {
+    Param x;
+    x.name = p.at("name").get<std::string>();
+    x.values = p.at("values").get<std::vector<int64_t>>();
+    if (!is_identifier(x.name) || x.values.empty()) return std::nullopt;
+    s.params.push_back(std::move(x));
+  }
+  if (s.size() > ConfigSpace::kMaxConfigs) return std::nullopt;
+  return s;
+}
+
+// A config read back: a point of `space` (the record's own), or a library choice.
 std::optional<Config> config_from(const json& j, const ConfigSpace& space) {
   if (!j.is_object()) return std::nullopt;
   Config c;
+  if (j.contains("library")) {
+    if (!j["library"].is_string() || j.size() != 1) return std::nullopt;
+    c.library = j["library"].get<std::string>();
+    if (!is_identifier(c.library)) return std::nullopt;
+    return c;
+  }
   for (const auto& p : space.params) {
     if (!j.contains(p.name) || !j[p.name].is_number_integer()) return std::nullopt;
     c.values.push_back({p.name, j[p.name].get<int64_t>()});
@@ -111,6 +211,15 @@ std::optional<Config> config_from(const json& j, const ConfigSpace& space) {
   if (j.size() != space.params.size() || !space.index_of(c)) return std::nullopt;
   return c;
 }
+
+bool is_hex32(const std::string& s) {
+  if (s.size() != 32) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+constexpr std::string_view kMagic = "kiln-tuning-record";
 
 }  // namespace
 
@@ -127,43 +236,65 @@ std::string record_to_json(const TuningRecord& r) {
   json configs = json::array();
   for (const auto& c : r.configs) {
     configs.push_back({{"params", config_json(c.config)},
+                       {"binary", c.binary},
                        {"ns", c.ns ? json(*c.ns) : json(nullptr)},
                        {"min_ns", c.min_ns},
                        {"max_ns", c.max_ns},
                        {"reps", c.reps},
-                       {"error", c.error.empty() ? json(nullptr) : json(c.error)},
-                       {"error_kind", c.error_kind.empty() ? json(nullptr) : json(c.error_kind)}});
+                       {"kind", fail_kind_name(c.kind)},
+                       {"error", c.error}});
   }
   json key = json::object();
-  for (const auto& [n, v] : r.key.values) key[n] = v;
+  json names = json::array();
+  for (const auto& [n, v] : r.key.values) {
+    key[n] = v;
+    names.push_back(n);
+  }
   json j = {{"schema", TuningRecord::kSchema},
             {"tuning_format", TuningKey::kFormatVersion},
             {"kiln_version", r.kiln_version.empty() ? kiln_version() : r.kiln_version},
             {"kernel", r.kernel},
             {"backend", r.key.backend},
             {"device", r.key.device},
+            {"toolchain", r.key.toolchain},
             {"source_hash", r.key.source_hash},
-            {"config_space_hash", r.key.space_hash},
+            {"semantics", r.key.semantics},
             {"key", key},
-            {"key_names", [&] {
-               json names = json::array();
-               for (const auto& [n, v] : r.key.values) names.push_back(n);
-               return names;
-             }()},
+            {"key_names", names},
             {"best", r.best ? config_json(*r.best) : json(nullptr)},
             {"best_ns", r.best ? json(r.best_ns) : json(nullptr)},
-            {"method", r.method},
+            {"noise", r.noise},
+            {"method", search_method_name(r.method)},
             {"start", r.start},
             {"reference", r.reference},
+            {"verdict", r.verdict},
             {"when", r.when.empty() ? utc_now() : r.when},
+            {"space", space_json(r.space)},
+            {"timed", r.timed},
+            {"peak_device_bytes", r.peak_device_bytes},
             {"configs", configs}};
-  return j.dump(1);
+  return dump_json(j, 1);
 }
 
-std::optional<TuningRecord> record_from_json(const std::string& text, const TuningKey& expect,
-                                             const ConfigSpace& space) {
+std::string record_to_text(const TuningRecord& r) {
+  std::string body = record_to_json(r);
+  uint64_t sum = hash64(body.data(), body.size());
+  return fmt::format("{} {} {:016x} {}\n", kMagic, TuningRecord::kSchema, sum, body.size()) + body;
+}
+
+std::optional<TuningRecord> record_from_text(std::string_view text, const TuningKey& expect) {
   try {
-    json j = json::parse(text);
+    size_t eol = text.find('\n');
+    if (eol == std::string_view::npos || eol > 200) return std::nullopt;
+    std::string head(text.substr(0, eol));
+    std::string_view body = text.substr(eol + 1);
+    char magic[32] = {};
+    int schema = 0;
+    unsigned long long sum = 0, len = 0;
+    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &schema, &sum, &len) != 4) return std::nullopt;
+    if (kMagic != magic || schema != TuningRecord::kSchema || len != body.size()) return std::nullopt;
+    if (hash64(body.data(), body.size()) != sum) return std::nullopt;
+    json j = json::parse(body);
     if (j.at("schema").get<int>() != TuningRecord::kSchema) return std::nullopt;
     if (j.at("tuning_format").get<int>() != TuningKey::kFormatVersion) return std::nullopt;
     if (!kiln_version_compatible(j.at("kiln_version").get<std::string>())) return std::nullopt;
@@ -171,42 +302,58 @@ std::optional<TuningRecord> record_from_json(const std::string& text, const Tuni
     r.kernel = j.at("kernel").get<std::string>();
     r.key.backend = j.at("backend").get<std::string>();
     r.key.device = j.at("device").get<std::string>();
+    r.key.toolchain = j.at("toolchain").get<std::string>();
     r.key.source_hash = j.at("source_hash").get<std::string>();
-    r.key.space_hash = j.at("config_space_hash").get<std::string>();
+    r.key.semantics = j.at("semantics").get<std::string>();
     for (const auto& n : j.at("key_names")) {
       std::string name = n.get<std::string>();
       r.key.values.push_back({name, j.at("key").at(name).get<int64_t>()});
     }
-    if (r.key.backend != expect.backend || r.key.device != expect.device ||
-        r.key.source_hash != expect.source_hash || r.key.space_hash != expect.space_hash ||
-        r.key.space_hash != space.hash().hex())
+    if (r.key.backend != expect.backend || r.key.device != expect.device || r.key.toolchain != expect.toolchain ||
+        r.key.source_hash != expect.source_hash || r.key.semantics != expect.semantics ||
+        r.key.values != expect.values)
       return std::nullopt;
-    if (r.key.values.size() != expect.values.size()) return std::nullopt;
-    for (size_t i = 0; i < r.key.values.size(); ++i)
-      if (r.key.values[i].first != expect.values[i].first) return std::nullopt;
+    auto space = space_from(j.at("space"));
+    if (!space) return std::nullopt;
+    r.space = std::move(*space);
     if (!j.at("best").is_null()) {
-      r.best = config_from(j["best"], space);
+      r.best = config_from(j["best"], r.space);
       if (!r.best) return std::nullopt;
       r.best_ns = j.at("best_ns").get<double>();
     }
-    r.method = j.at("method").get<std::string>();
+    r.noise = j.at("noise").get<double>();
+    auto method = search_method_from_name(j.at("method").get<std::string>());
+    if (!method) return std::nullopt;
+    r.method = *method;
     r.start = j.at("start").get<std::string>();
     r.reference = j.at("reference").get<std::string>();
+    r.verdict = j.at("verdict").get<std::string>();
     r.when = j.at("when").get<std::string>();
     r.kiln_version = j.at("kiln_version").get<std::string>();
+    r.timed = j.at("timed").get<size_t>();
+    r.peak_device_bytes = j.at("peak_device_bytes").get<int64_t>();
+    if (!(r.noise >= 0 && r.noise < 10)) return std::nullopt;
     for (const auto& c : j.at("configs")) {
       ConfigResult cr;
-      auto cfg = config_from(c.at("params"), space);
+      auto cfg = config_from(c.at("params"), r.space);
       if (!cfg) return std::nullopt;
       cr.config = *cfg;
+      cr.binary = c.at("binary").get<std::string>();
       if (!c.at("ns").is_null()) cr.ns = c["ns"].get<double>();
       cr.min_ns = c.at("min_ns").get<double>();
       cr.max_ns = c.at("max_ns").get<double>();
       cr.reps = c.at("reps").get<int>();
-      if (!c.at("error").is_null()) cr.error = c["error"].get<std::string>();
-      if (!c.at("error_kind").is_null()) cr.error_kind = c["error_kind"].get<std::string>();
+      auto kind = fail_kind_from_name(c.at("kind").get<std::string>());
+      if (!kind) return std::nullopt;
+      cr.kind = *kind;
+      cr.error = c.at("error").get<std::string>();
+      // A result is a time (with its binary) or a reason, never neither.
+      if (cr.kind == FailKind::none && (!cr.ns || !(*cr.ns > 0) || (!is_hex32(cr.binary) && cr.config.library.empty())))
+        return std::nullopt;
+      if (cr.kind != FailKind::none && cr.ns) return std::nullopt;
       r.configs.push_back(std::move(cr));
     }
+    if (r.best && !r.find(*r.best)) return std::nullopt;
     return r;
   } catch (const std::exception& e) {
     log::debug("a tuning record does not parse: {}", e.what());
@@ -214,58 +361,101 @@ std::optional<TuningRecord> record_from_json(const std::string& text, const Tuni
   }
 }
 
-TuningCache::TuningCache(fs::path root) {
-  ensure_private_dir(root);
-  dir_ = root / "tune";
-  ensure_private_dir(dir_);
+struct TuningCache::Dirs {
+  SafeDir root, tune, locks;
+};
+
+TuningCache::TuningCache(fs::path root) : dirs_(std::make_unique<Dirs>()) {
+  dirs_->root = SafeDir::open(root, true);
+  dirs_->tune = dirs_->root.sub("tune", true);
+  dirs_->locks = dirs_->root.sub("locks", true);
 }
 
-std::optional<TuningRecord> TuningCache::get(const TuningKey& key, const ConfigSpace& space) const {
-  fs::path p = dir_ / key.base_hex() / (key.values_hex() + ".json");
-  std::optional<std::string> text = read_file(p);
+std::unique_ptr<TuningCache> TuningCache::open_existing(const fs::path& root) {
+  std::unique_ptr<TuningCache> c(new TuningCache());
+  c->dirs_ = std::make_unique<Dirs>();
+  c->dirs_->root = SafeDir::open(root, false);
+  if (c->dirs_->root) c->dirs_->tune = c->dirs_->root.sub("tune", false);
+  return c;
+}
+
+TuningCache::~TuningCache() = default;
+
+std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
+  if (!dirs_->tune) return std::nullopt;
+  SafeDir d = dirs_->tune.sub(key.base_hex(), false);
+  if (!d) return std::nullopt;
+  std::string name = key.values_hex() + ".rec";
+  std::optional<std::string> text = d.read(name, kMaxRecordBytes);
   if (!text) return std::nullopt;
-  std::optional<TuningRecord> r = record_from_json(*text, key, space);
-  if (!r) {
-    log::info("tuning record {} does not validate (another kiln, config space or kernel); tuning again", p.string());
-    return std::nullopt;
-  }
-  if (r->key.values != key.values) return std::nullopt;
+  std::optional<TuningRecord> r = record_from_text(*text, key);
+  if (!r)
+    log::info("tuning record {} does not validate (damaged, or from another kiln); tuning again",
+              (d.path() / name).string());
   return r;
 }
 
 void TuningCache::put(const TuningRecord& r) {
-  fs::path d = dir_ / r.key.base_hex();
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec) fail(Errc::cache, "cannot create '{}': {}", d.string(), ec.message());
-  write_file_atomic(d / (r.key.values_hex() + ".json"), record_to_json(r));
+  if (!dirs_->tune) fail(Errc::cache, "the tuning cache is open for reading only");
+  dirs_->tune.sub(r.key.base_hex(), true).write(r.key.values_hex() + ".rec", record_to_text(r));
 }
 
-std::vector<TuningRecord> TuningCache::all(const TuningKey& base, const ConfigSpace& space) const {
+std::vector<TuningRecord> TuningCache::all(const TuningKey& base) const {
   std::vector<TuningRecord> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_ / base.base_hex(), ec)) {
-    if (e.path().extension() != ".json") continue;
-    std::optional<std::string> text = read_file(e.path());
+  if (!dirs_->tune) return out;
+  SafeDir d = dirs_->tune.sub(base.base_hex(), false);
+  if (!d) return out;
+  for (const auto& e : d.entries()) {
+    if (!e.file || e.name.size() < 4 || e.name.substr(e.name.size() - 4) != ".rec") continue;
+    std::optional<std::string> text = d.read(e.name, kMaxRecordBytes);
     if (!text) continue;
-    if (auto r = record_from_json(*text, base, space)) out.push_back(std::move(*r));
+    // Each record carries its own values: read them from the text, then validate against them.
+    try {
+      size_t eol = text->find('\n');
+      if (eol == std::string::npos) continue;
+      json j = json::parse(std::string_view(*text).substr(eol + 1));
+      TuningKey k = base;
+      k.values.clear();
+      for (const auto& n : j.at("key_names")) {
+        std::string name = n.get<std::string>();
+        k.values.push_back({name, j.at("key").at(name).get<int64_t>()});
+      }
+      if (auto r = record_from_text(*text, k)) out.push_back(std::move(*r));
+    } catch (const std::exception&) {
+    }
   }
   return out;
 }
 
+void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& fn) const {
+  if (!dirs_->locks) {
+    fn();
+    return;
+  }
+  std::optional<FileLock> held;
+  try {
+    held.emplace(dirs_->locks.lock("tune-" + key.base_hex().substr(0, 16) + "-" + key.values_hex().substr(0, 16) +
+                                   ".lock"));
+  } catch (const Error& e) {
+    // A read-only cache: tune without the lock (two processes may then both tune).
+    log::warn("cannot lock the tuning record of {}: {}; tuning without the lock", key.values_text(), e.what());
+  }
+  fn();
+}
+
 size_t TuningCache::count() const {
   size_t n = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
-    if (it->path().extension() == ".json") ++n;
+  if (!dirs_->tune) return 0;
+  for (const auto& d : dirs_->tune.entries())
+    if (d.dir)
+      for (const auto& e : dirs_->tune.sub(d.name, false).entries())
+        if (e.file && e.name.size() > 4 && e.name.substr(e.name.size() - 4) == ".rec") ++n;
   return n;
 }
 
 size_t TuningCache::clear() {
   size_t n = count();
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(dir_, ec)) fs::remove_all(e.path(), ec);
+  if (dirs_->tune) dirs_->tune.clear();
   return n;
 }
 

@@ -4,6 +4,7 @@
 // when the other end goes away, even while a kernel is running.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,14 +25,23 @@ using nlohmann::json;
 
 namespace {
 
-// Exits the process when the pool's end of the socket closes (its owner
-// exited or was killed), whatever the main thread is doing.
+// Ends this worker and whatever its kernels started (its process group,
+// when it leads one, as the pool starts it), at once: a worker has nothing to
+// flush, and exit-time work such as a sanitizer's leak check would keep the
+// pool waiting and could be SIGKILLed halfway.
+[[noreturn]] void leave() {
+  if (::getpgrp() == ::getpid()) ::kill(0, SIGKILL);
+  ::_exit(0);
+}
+
+// Leaves when the pool's end of the socket closes (its owner exited or was
+// killed), whatever the main thread is doing.
 void watch_parent(int sock) {
   for (;;) {
     pollfd pf{sock, POLLRDHUP, 0};
     int r = ::poll(&pf, 1, -1);
     if (r < 0 && errno == EINTR) continue;
-    if (r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) ::_exit(0);
+    if (r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) leave();
   }
 }
 
@@ -40,18 +50,32 @@ Options options_from(const json& j) {
   if (j.contains("cxx")) o.cxx = j["cxx"].get<std::string>();
   if (j.contains("compile_timeout_s")) o.compile_timeout_s = j["compile_timeout_s"].get<double>();
   if (j.contains("launch_threads")) o.launch_threads = j["launch_threads"].get<int>();
+  if (j.contains("cuda_device")) o.cuda_device = j["cuda_device"].get<int>();
+  if (j.contains("cuda_arch")) o.cuda_arch = j["cuda_arch"].get<std::string>();
+  if (j.contains("bench_flush")) o.bench_flush = j["bench_flush"].get<bool>();
+  if (j.contains("cuda_flush_l2")) o.cuda_flush_l2 = j["cuda_flush_l2"].get<bool>();
   return o;
 }
 
 struct Worker {
   std::map<std::string, std::shared_ptr<Backend>> backends;  // by backend + options
+  std::map<std::string, std::unique_ptr<BenchExecutor>> executors;  // by backend + options
   std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;
 
+  static std::string id_of(const std::string& name, const Options& o) {
+    return fmt::format("{}|{}|{}|{}|{}", name, o.cxx, o.launch_threads, o.cuda_device, o.cuda_arch);
+  }
   Backend& backend(const std::string& name, const Options& o) {
-    std::string id = fmt::format("{}|{}|{}", name, o.cxx, o.launch_threads);
+    std::string id = id_of(name, o);
     auto it = backends.find(id);
     if (it != backends.end()) return *it->second;
     return *backends.emplace(id, make_backend(name, o)).first->second;
+  }
+  BenchExecutor& executor(const std::string& name, const Options& o) {
+    std::string id = id_of(name, o);
+    auto& e = executors[id];
+    if (!e) e = std::make_unique<BenchExecutor>(backend(name, o).device());
+    return *e;
   }
 
   json handle(const json& req, int fd) {
@@ -71,7 +95,7 @@ struct Worker {
       Binary b = wire::binary_from_json(req.at("binary"));
       std::shared_ptr<LoadedKernel>& k = loaded[b.key];
       if (!k) k = backend(b.backend, o).load(b);
-      BenchResult res = run_bench(*k, plan, arena.data());
+      BenchResult res = executor(b.backend, o).run(*k, plan, arena.data());
       return {{"ok", true}, {"result", to_json(res)}};
     }
     fail(Errc::worker, "unknown request '{}'", op);
@@ -107,10 +131,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kiln-worker: %s\n", e.what());
       return 1;
     }
-    // The pool closed its end: leave at once (_exit: a worker has nothing to
-    // flush, and exit-time work such as a sanitizer's leak check would keep
-    // the pool waiting and could be SIGKILLed halfway).
-    if (r != wire::Recv::ok) ::_exit(0);
+    // The pool closed its end: leave at once.
+    if (r != wire::Recv::ok) leave();
     json reply;
     try {
       reply = w.handle(req, fd);
@@ -120,7 +142,7 @@ int main(int argc, char** argv) {
       reply = {{"ok", false}, {"error", {{"code", "internal"}, {"message", e.what()}}}};
     }
     bool stop = req.value("op", "") == "shutdown";
-    if (!wire::send(sock, reply) || stop) ::_exit(0);
+    if (!wire::send(sock, reply) || stop) leave();
   }
 }
 

@@ -55,17 +55,24 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Reads exactly n bytes; the first read may pick up a passed fd.
-Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point deadline, bool has_deadline) {
+Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point deadline, bool has_deadline,
+                int watch_fd) {
   size_t got = 0;
-  bool wait_first = false;  // with a deadline: try to read, and poll only when nothing is there yet
+  const bool polling = has_deadline || watch_fd >= 0;
+  bool wait_first = false;  // when polling: try to read, and poll only when nothing is there yet
   while (got < n) {
-    if (has_deadline && wait_first) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return Recv::timeout;
-      pollfd pf{sock, POLLIN, 0};
-      int r = ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (polling && wait_first) {
+      long long left = 1 << 30;
+      if (has_deadline) {
+        left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) return Recv::timeout;
+      }
+      pollfd pf[2] = {{sock, POLLIN, 0}, {watch_fd, POLLIN, 0}};
+      int r = ::poll(pf, watch_fd >= 0 ? 2 : 1, has_deadline ? static_cast<int>(std::min<long long>(left, 1 << 30)) : -1);
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) continue;
+      if (!(pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && watch_fd >= 0 && (pf[1].revents & POLLIN))
+        return Recv::died;
       wait_first = false;
     }
     iovec iov{p + got, n - got};
@@ -75,7 +82,7 @@ Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point d
     alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
     mh.msg_control = ctrl;
     mh.msg_controllen = sizeof ctrl;
-    ssize_t r = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (has_deadline ? MSG_DONTWAIT : 0));
+    ssize_t r = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (polling ? MSG_DONTWAIT : 0));
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -100,17 +107,17 @@ Recv read_exact(int sock, uint8_t* p, size_t n, int* fd_out, Clock::time_point d
 
 }  // namespace
 
-Recv recv(int sock, json& out, int* fd_out, int timeout_ms) {
+Recv recv(int sock, json& out, int* fd_out, int timeout_ms, int watch_fd) {
   if (fd_out) *fd_out = -1;
   bool has_deadline = timeout_ms >= 0;
   auto deadline = Clock::now() + std::chrono::milliseconds(has_deadline ? timeout_ms : 0);
   uint8_t head[4];
-  Recv r = read_exact(sock, head, 4, fd_out, deadline, has_deadline);
+  Recv r = read_exact(sock, head, 4, fd_out, deadline, has_deadline, watch_fd);
   if (r != Recv::ok) return r;
   uint32_t n = head[0] | (head[1] << 8) | (head[2] << 16) | (static_cast<uint32_t>(head[3]) << 24);
   if (n > kMaxFrame) fail(Errc::worker, "a worker frame claims {} bytes", n);
   std::vector<uint8_t> body(n);
-  r = read_exact(sock, body.data(), n, fd_out, deadline, has_deadline);
+  r = read_exact(sock, body.data(), n, fd_out, deadline, has_deadline, watch_fd);
   if (r != Recv::ok) return r;
   try {
     out = json::from_cbor(body);
@@ -141,8 +148,7 @@ using nlohmann::json;
 
 namespace {
 DType dtype_of(const std::string& s) {
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64})
-    if (s == dtype_name(t)) return t;
+  if (auto d = dtype_from_name(s)) return *d;
   fail(Errc::worker, "unknown dtype '{}' in a bench plan", s);
 }
 Intent intent_of(const std::string& s) {
@@ -150,41 +156,56 @@ Intent intent_of(const std::string& s) {
     if (s == intent_name(i)) return i;
   fail(Errc::worker, "unknown intent '{}' in a bench plan", s);
 }
+json grid_json(const Grid& g) { return {g.x, g.y, g.z}; }
+Grid grid_from(const json& g) { return {g.at(0).get<int64_t>(), g.at(1).get<int64_t>(), g.at(2).get<int64_t>()}; }
 }  // namespace
 
 json to_json(const BenchPlan& p) {
   json args = json::array();
   for (const auto& a : p.args)
-    args.push_back({{"buffer", a.buffer}, {"dtype", dtype_name(a.dtype)}, {"intent", intent_name(a.intent)},
-                    {"elements", a.elements}, {"pristine", a.pristine}, {"work", a.work}, {"result", a.result},
-                    {"scalar", a.scalar_bits}, {"name", a.name}});
+    args.push_back({{"name", a.name}, {"buffer", a.buffer}, {"dtype", dtype_name(a.dtype)},
+                    {"intent", intent_name(a.intent)}, {"elements", a.elements}, {"scalar", a.scalar_bits},
+                    {"source", static_cast<int>(a.source)}, {"pristine", a.pristine},
+                    {"handle", json::binary(std::vector<uint8_t>(a.handle.begin(), a.handle.end()))},
+                    {"direct", a.direct}, {"result", a.result}, {"alias", a.alias}});
   const BenchSettings& s = p.settings;
   return {{"args", args},
-          {"grid", {p.grid.x, p.grid.y, p.grid.z}},
+          {"grid", grid_json(p.dims.grid)},
+          {"block", grid_json(p.dims.block)},
+          {"shared", p.dims.shared},
           {"arena_bytes", p.arena_bytes},
+          {"arena_id", p.arena_id},
           {"settings",
            {{"budget_ms", s.budget_ms}, {"min_reps", s.min_reps}, {"max_reps", s.max_reps}, {"warmup", s.warmup},
-            {"flush", s.flush}, {"check", s.check}}}};
+            {"flush", s.flush}, {"check", s.check}, {"time", s.time}}}};
 }
 
 BenchPlan bench_plan_from_json(const json& j) {
   BenchPlan p;
   for (const auto& a : j.at("args")) {
     BenchArg b;
+    b.name = a.at("name").get<std::string>();
     b.buffer = a.at("buffer").get<bool>();
     b.dtype = dtype_of(a.at("dtype").get<std::string>());
     b.intent = intent_of(a.at("intent").get<std::string>());
     b.elements = a.at("elements").get<int64_t>();
-    b.pristine = a.at("pristine").get<uint64_t>();
-    b.work = a.at("work").get<uint64_t>();
-    b.result = a.at("result").get<uint64_t>();
     b.scalar_bits = a.at("scalar").get<uint64_t>();
-    b.name = a.at("name").get<std::string>();
+    int src = a.at("source").get<int>();
+    if (src < 0 || src > 2) fail(Errc::worker, "bad buffer source {} in a bench plan", src);
+    b.source = static_cast<BenchArg::Source>(src);
+    b.pristine = a.at("pristine").get<uint64_t>();
+    const auto& h = a.at("handle").get_binary();
+    b.handle.assign(h.begin(), h.end());
+    b.direct = a.at("direct").get<uint64_t>();
+    b.result = a.at("result").get<uint64_t>();
+    b.alias = a.at("alias").get<int>();
     p.args.push_back(std::move(b));
   }
-  const auto& g = j.at("grid");
-  p.grid = {g.at(0).get<int64_t>(), g.at(1).get<int64_t>(), g.at(2).get<int64_t>()};
+  p.dims.grid = grid_from(j.at("grid"));
+  p.dims.block = grid_from(j.at("block"));
+  p.dims.shared = j.at("shared").get<int64_t>();
   p.arena_bytes = j.at("arena_bytes").get<uint64_t>();
+  p.arena_id = j.at("arena_id").get<uint64_t>();
   const auto& s = j.at("settings");
   p.settings.budget_ms = s.at("budget_ms").get<double>();
   p.settings.min_reps = s.at("min_reps").get<int>();
@@ -192,12 +213,14 @@ BenchPlan bench_plan_from_json(const json& j) {
   p.settings.warmup = s.at("warmup").get<int>();
   p.settings.flush = s.at("flush").get<bool>();
   p.settings.check = s.at("check").get<bool>();
+  p.settings.time = s.at("time").get<bool>();
   return p;
 }
 
 json to_json(const BenchResult& r) {
-  return {{"ns", r.ns}, {"median_ns", r.median_ns}, {"min_ns", r.min_ns}, {"max_ns", r.max_ns},
-          {"checksum", r.checksum}};
+  return {{"ns", r.ns},       {"median_ns", r.median_ns},   {"min_ns", r.min_ns},
+          {"max_ns", r.max_ns}, {"checksum", r.checksum},   {"unwritten", r.unwritten},
+          {"device_bytes", r.device_bytes}, {"replayed", r.replayed}};
 }
 
 BenchResult bench_result_from_json(const json& j) {
@@ -207,6 +230,9 @@ BenchResult bench_result_from_json(const json& j) {
   r.min_ns = j.at("min_ns").get<double>();
   r.max_ns = j.at("max_ns").get<double>();
   r.checksum = j.at("checksum").get<std::string>();
+  r.unwritten = j.at("unwritten").get<std::vector<int64_t>>();
+  r.device_bytes = j.at("device_bytes").get<int64_t>();
+  r.replayed = j.at("replayed").get<bool>();
   return r;
 }
 

@@ -46,8 +46,21 @@ void WorkerPool::spawn(Slot& s) {
   SpawnedChild c = spawn_with_socket({exe_.string(), "--socket-fd", "3"});
   s.pid = c.pid;
   s.sock = std::move(c.sock);
+  s.pidfd = std::move(c.pidfd);
   std::lock_guard<std::mutex> g(m_);
   ++counters_.spawned;
+}
+
+void WorkerPool::kill_and_reap(Slot& s, int* status) {
+  pid_t pid = s.pid;
+  ::kill(-pid, SIGKILL);  // the worker and everything it started
+  ::kill(pid, SIGKILL);
+  int st = reap(pid);
+  if (status) *status = st;
+  unregister_child_group(pid);
+  s.pid = -1;
+  s.sock.reset();
+  s.pidfd.reset();
 }
 
 void WorkerPool::stop(Slot& s, bool polite) {
@@ -59,16 +72,16 @@ void WorkerPool::stop(Slot& s, bool polite) {
       int status;
       pid_t r = ::waitpid(s.pid, &status, WNOHANG);
       if (r == s.pid || (r < 0 && errno == ECHILD)) {
+        ::kill(-s.pid, SIGKILL);  // anything it left behind
+        unregister_child_group(s.pid);
         s.pid = -1;
+        s.pidfd.reset();
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  ::kill(s.pid, SIGKILL);
-  reap(s.pid);
-  s.pid = -1;
-  s.sock.reset();
+  kill_and_reap(s, nullptr);
 }
 
 bool WorkerPool::alive(Slot& s) {
@@ -76,8 +89,12 @@ bool WorkerPool::alive(Slot& s) {
   int status;
   pid_t r = ::waitpid(s.pid, &status, WNOHANG);
   if (r == 0) return true;
-  s.pid = -1;  // died while idle (or was killed from outside): reaped now
+  // Died while idle (or was killed from outside): reaped now, with its group.
+  ::kill(-s.pid, SIGKILL);
+  unregister_child_group(s.pid);
+  s.pid = -1;
   s.sock.reset();
+  s.pidfd.reset();
   return false;
 }
 
@@ -96,8 +113,13 @@ void WorkerPool::warm() {
     try {
       if (!alive(*s)) spawn(*s);
       nlohmann::json reply;
-      std::string what = attempt(*s, Request{{{"op", "ping"}}, -1, 10, "ping", ""}, reply);
-      if (!what.empty() && err.empty()) err = what;
+      WorkerFault fault;
+      std::string what;
+      Request ping;
+      ping.msg = {{"op", "ping"}};
+      ping.timeout_s = 10;
+      ping.what = "ping";
+      if (!attempt(*s, ping, reply, fault, what) && err.empty()) err = what;
     } catch (const Error& e) {
       if (err.empty()) err = e.what();
     }
@@ -116,41 +138,62 @@ void WorkerPool::quiesce() {
     if (!s.busy) stop(s, true);
 }
 
-std::string WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out) {
-  auto died = [&](const char* when) {
-    int status = reap(s.pid);
-    s.pid = -1;
-    s.sock.reset();
+namespace {
+// Signals a process raises by itself when the code it runs faults.
+bool self_raised(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT || sig == SIGTRAP ||
+         sig == SIGSYS;
+}
+}  // namespace
+
+bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerFault& fault, std::string& what) {
+  fault = WorkerFault{};
+  auto ended = [&](const char* when, bool running) {
+    int status = 0;
+    kill_and_reap(s, &status);
     std::lock_guard<std::mutex> g(m_);
-    ++counters_.crashed;
-    if (WIFSIGNALED(status))
-      return fmt::format("was killed by {} {}", signal_name(WTERMSIG(status)), when);
-    if (WIFEXITED(status)) return fmt::format("exited with code {} {}", WEXITSTATUS(status), when);
-    return fmt::format("was lost {}", when);
+    if (WIFSIGNALED(status)) {
+      int sig = WTERMSIG(status);
+      fault.signal = sig;
+      if (running && self_raised(sig)) {
+        fault.kind = WorkerFault::Kind::crash;
+        fault.of_request = r.request_faults;
+        ++counters_.crashed;
+      } else {
+        fault.kind = WorkerFault::Kind::lost;
+        ++counters_.lost;
+      }
+      what = fmt::format("was killed by {} {}", signal_name(sig), when);
+    } else {
+      fault.kind = WorkerFault::Kind::lost;
+      ++counters_.lost;
+      what = WIFEXITED(status) ? fmt::format("exited with code {} {}", WEXITSTATUS(status), when)
+                               : fmt::format("was lost {}", when);
+    }
+    return false;
   };
-  if (!wire::send(s.sock.get(), r.msg, r.fd)) {
-    ::kill(s.pid, SIGKILL);
-    return died("before it took the request");
-  }
+  if (!wire::send(s.sock.get(), r.msg, r.fd)) return ended("before it took the request", false);
   int timeout_ms = static_cast<int>(std::min(r.timeout_s * 1000.0, 2.0e9));
   wire::Recv got;
   try {
-    got = wire::recv(s.sock.get(), out, nullptr, timeout_ms);
+    got = wire::recv(s.sock.get(), out, nullptr, timeout_ms, s.pidfd.get());
   } catch (const Error& e) {
-    ::kill(s.pid, SIGKILL);
-    return died(fmt::format("after a malformed reply ({})", e.what()).c_str());
+    bool r2 = ended("after a malformed reply", true);
+    what += fmt::format(" ({})", e.what());
+    return r2;
   }
-  if (got == wire::Recv::ok) return "";
+  if (got == wire::Recv::ok) return true;
   if (got == wire::Recv::timeout) {
-    ::kill(s.pid, SIGKILL);
-    reap(s.pid);
-    s.pid = -1;
-    s.sock.reset();
+    kill_and_reap(s, nullptr);
     std::lock_guard<std::mutex> g(m_);
     ++counters_.timed_out;
-    return fmt::format("timed out after {:g}s and was killed", r.timeout_s);
+    fault.kind = WorkerFault::Kind::timeout;
+    fault.deadline_s = r.timeout_s;
+    fault.of_request = r.request_faults;
+    what = fmt::format("timed out after {:g}s and was killed", r.timeout_s);
+    return false;
   }
-  return died("while running it");
+  return ended("while running it", true);
 }
 
 nlohmann::json WorkerPool::call(const Request& r) {
@@ -183,9 +226,11 @@ nlohmann::json WorkerPool::call(const Request& r) {
   for (int attempt_no = 0; attempt_no < 2; ++attempt_no) {
     if (!alive(*s)) spawn(*s);
     nlohmann::json reply;
-    std::string what = attempt(*s, r, reply);
-    if (what.empty()) return reply;
-    if (attempt_no == 0) {
+    WorkerFault fault;
+    std::string what;
+    if (attempt(*s, r, reply, fault, what)) return reply;
+    const bool retry = attempt_no == 0 && (!fault.of_request || r.retry_request_faults);
+    if (retry) {
       first = what;
       {
         std::lock_guard<std::mutex> g(m_);
@@ -194,9 +239,13 @@ nlohmann::json WorkerPool::call(const Request& r) {
       log::info("{}: the worker {}; retrying once on a fresh worker", r.what, what);
       continue;
     }
-    fail(Errc::worker,
-         "{}: the worker {}; retried once on a fresh worker, which {} too.{}{}", r.what, first, what,
-         r.reproduce.empty() ? "" : " To reproduce in this process: ", r.reproduce);
+    std::string repro = r.reproduce.empty() ? "" : " To reproduce in this process: " + r.reproduce;
+    if (attempt_no == 0)
+      throw WorkerError(fault, fmt::format("{}: the worker {} (not retried: a {} while running the request is its "
+                                           "own and would happen again).{}",
+                                           r.what, what, worker_fault_name(fault.kind), repro));
+    throw WorkerError(fault, fmt::format("{}: the worker {}; retried once on a fresh worker, which {} too.{}", r.what,
+                                         first, what, repro));
   }
   fail(Errc::internal, "unreachable");
 }

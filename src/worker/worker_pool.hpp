@@ -1,9 +1,19 @@
 // WorkerPool: N kiln-worker processes, started on first use or ahead of time
-// (warm). A worker that dies (signal, exit) or misses its deadline is killed
-// at once with SIGKILL and replaced; the request is retried once on a fresh
-// worker, then fails with an error naming what was being done, what happened,
-// and how to reproduce it in-process. Workers exit when the pool goes away,
-// and by themselves when its process dies (they watch their socket).
+// (warm), each in a process group of its own. A worker that dies (signal,
+// exit) or misses its deadline is killed at once with SIGKILL, with all it
+// started, and replaced. What happens to the request depends on whose fault
+// it was (see WorkerFault):
+//   - a fault of the request (a kernel's own crash or time-out while
+//     benchmarking, when Request::request_faults is set) is deterministic:
+//     it is not retried unless the request asks, and the error says so;
+//   - a fault of the machine (a worker killed from outside, a broken socket,
+//     a worker that died before it took the request) is retried once on a
+//     fresh worker.
+// The error names what was being done, what happened, and how to reproduce
+// it in-process. Workers exit when the pool goes away, and by themselves
+// when its process dies (they watch their socket).
+//
+// Thread-safe: call, warm, quiesce and pids may be called from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +27,7 @@
 #include <vector>
 
 #include "core/process.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln {
 
@@ -39,10 +50,16 @@ class WorkerPool {
     double timeout_s = 60;    // from send to reply
     std::string what;         // "compiling kernel 'matmul' (config BM=32)", for errors
     std::string reproduce;    // "KILN_COMPILE_THREADS=1 KILN_COMPILE_MODE=threads", for errors
+    // A crash or time-out while the worker runs this request is the
+    // request's own fault (a kernel being benchmarked)...
+    bool request_faults = false;
+    // ...and is retried once anyway (a compiler that crashed, as the design
+    // asks), or not (a kernel: deterministic, a retry doubles its cost).
+    bool retry_request_faults = true;
   };
   // Runs a request on an idle worker (waiting for one). Returns the reply,
   // which may itself report a failed request (ok = false). Throws
-  // Error(Errc::worker) when the worker crashed or hung twice.
+  // WorkerError when the worker failed it (see above).
   nlohmann::json call(const Request& r);
 
   std::vector<pid_t> pids();  // live workers (dead idle ones are reaped first), for tests and tools
@@ -50,7 +67,7 @@ class WorkerPool {
   const std::filesystem::path& exe() const { return exe_; }
 
   struct Counters {
-    size_t spawned = 0, calls = 0, crashed = 0, timed_out = 0, retried = 0;
+    size_t spawned = 0, calls = 0, crashed = 0, timed_out = 0, lost = 0, retried = 0;
   };
   Counters counters() const;
 
@@ -62,14 +79,17 @@ class WorkerPool {
   struct Slot {
     std::atomic<pid_t> pid{-1};  // written by the thread holding the slot, read by pids()
     UniqueFd sock;
+    UniqueFd pidfd;
     bool busy = false;
   };
   void spawn(Slot& s);
   void stop(Slot& s, bool polite);  // ends and reaps the worker
   bool alive(Slot& s);              // reaps it if it has died
   void reap_idle();                 // alive() on every idle slot; holds m_
-  // One attempt: "" on success (reply in `out`), else what went wrong.
-  std::string attempt(Slot& s, const Request& r, nlohmann::json& out);
+  // One attempt: true on success (reply in `out`), else what went wrong in
+  // `fault` and `what`.
+  bool attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerFault& fault, std::string& what);
+  void kill_and_reap(Slot& s, int* status);
 
   std::filesystem::path exe_;
   mutable std::mutex m_;

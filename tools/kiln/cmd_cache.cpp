@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/serialize.hpp"
 #include "commands.hpp"
 #include "kiln/runtime.hpp"
 
@@ -15,28 +16,31 @@ void add_cache(CLI::App& app, Globals&) {
   auto json = std::make_shared<bool>(false);
   stats->add_flag("--json", *json, "Print one JSON object");
   stats->callback([json] {
+    isolate_stdout();
     Options opts = Options::from_env();
     auto root = opts.resolved_cache_dir();
-    CodeCache cache(root);
-    CodeCache::Stats s = cache.stats();
-    size_t records = TuningCache(root).count();
+    // Reading stats creates nothing: a missing folder is an empty cache.
+    auto code = CodeCache::open_existing(root);
+    CodeCache::Stats s = code->stats();
+    size_t records = TuningCache::open_existing(root)->count();
     if (*json) {
-      nlohmann::json out = {{"folder", root.string()},
-                            {"binaries", {{"entries", s.entries}, {"bytes", s.bytes}}},
-                            {"tuning_records", records}};
-      std::printf("%s\n", out.dump(2).c_str());
+      nlohmann::json j = {{"folder", root.string()},
+                          {"binaries", {{"entries", s.entries}, {"bytes", s.bytes}}},
+                          {"tuning_records", records}};
+      std::fprintf(out(), "%s\n", dump_json(j, 2).c_str());
     } else {
-      std::printf("cache folder    %s\nbinaries        %zu entries, %.1f KiB\ntuning records  %zu\n", root.c_str(),
-                  s.entries, s.bytes / 1024.0, records);
+      std::fprintf(out(), "cache folder    %s\nbinaries        %zu entries, %.1f KiB\ntuning records  %zu\n",
+                   root.c_str(), s.entries, s.bytes / 1024.0, records);
     }
   });
   auto* clear = cmd->add_subcommand("clear", "Remove every cached binary and tuning record");
   clear->callback([] {
+    isolate_stdout();
     Options opts = Options::from_env();
-    CodeCache cache(opts.resolved_cache_dir());
-    size_t n = cache.clear();
-    size_t r = TuningCache(opts.resolved_cache_dir()).clear();
-    std::printf("removed %zu binaries and %zu tuning records from %s\n", n, r, cache.root().c_str());
+    auto root = opts.resolved_cache_dir();
+    size_t n = CodeCache::open_existing(root)->clear();
+    size_t r = TuningCache::open_existing(root)->clear();
+    std::fprintf(out(), "removed %zu binaries and %zu tuning records from %s\n", n, r, root.c_str());
   });
 }
 

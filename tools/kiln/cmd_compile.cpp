@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "backends/serialize.hpp"
 #include "kiln/binary_key.hpp"
 #include "kiln/runtime.hpp"
 
@@ -28,10 +29,23 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> keys;
   std::vector<BinaryFuture> futures;
+  std::vector<nlohmann::json> explained;
+  BinaryKeyer keyer(spec, rt.backend(spec.backend));
   for (const auto& c : configs) {
     CompileRequest req = make_compile_request(spec, c);
-    BinaryKey key = make_binary_key(req, rt.backend(spec.backend));
-    if (explain) std::printf("config %s\n%s\n\n", c.str().c_str(), key.to_string().c_str());
+    BinaryKey key = keyer.key(c);
+    if (explain && !json) std::fprintf(out(), "config %s\n%s\n\n", c.str().c_str(), key.to_string().c_str());
+    if (explain && json)
+      explained.push_back({{"format", BinaryKey::kFormatVersion},
+                           {"backend", key.backend},
+                           {"toolchain", key.toolchain},
+                           {"entry", key.entry},
+                           {"source", key.source.hex()},
+                           {"defines", key.defines},
+                           {"args", key.args},
+                           {"cflags", key.cflags},
+                           {"includes_found", key.includes_found},
+                           {"includes_toolchain", key.includes_external}});
     keys.push_back(key.hex());
     futures.push_back(pool.submit(req, keys.back()));
   }
@@ -73,10 +87,11 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                     {"ok", ok},
                     {"bytes", r ? r->bytes : 0},
                     {"error", ok || !r ? nlohmann::json(nullptr) : nlohmann::json(r->error)}});
+    if (explain && json) rows.back()["explain"] = explained[i];
   }
   if (failed) g.exit_code = 1;
   if (json) {
-    nlohmann::json out = {{"kernel", spec.name},
+    nlohmann::json result = {{"kernel", spec.name},
                           {"backend", spec.backend},
                           {"threads", pool.threads()},
                           {"wall_seconds", wall},
@@ -87,10 +102,10 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                             {"cached", cached},
                             {"failed", failed},
                             {"compiler_seconds", compiler_seconds}}}};
-    return out;
+    return result;
   }
-  std::printf("%s", table.str().c_str());
-  std::printf("%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads)\n",
+  std::fprintf(out(), "%s", table.str().c_str());
+  std::fprintf(out(), "%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads)\n",
               configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
               seconds_text(compiler_seconds).c_str(), pool.threads());
   for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
@@ -98,22 +113,23 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
 }
 
 void run_compile(Globals& g, const std::string& spec_path, bool json, bool explain) {
+  isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
   if (!is_multi_spec(spec_path)) {
-    nlohmann::json out = compile_spec(g, rt, load_spec(spec_path), json, explain);
-    if (json) std::printf("%s\n", out.dump(2).c_str());
+    nlohmann::json result = compile_spec(g, rt, load_spec(spec_path), json, explain);
+    if (json) std::fprintf(out(), "%s\n", dump_json(result, 2).c_str());
     return;
   }
   // A multi-kernel: every variant's config space.
   MultiKernelSpec m = load_multi_spec(spec_path);
   nlohmann::json variants = nlohmann::json::array();
   for (size_t i = 0; i < m.variants.size(); ++i) {
-    if (!json) std::printf("%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.spec_path.c_str());
+    if (!json) std::fprintf(out(), "%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.spec_path.c_str());
     variants.push_back(compile_spec(g, rt, m.variants[i].kernel, json, explain));
   }
-  if (json) std::printf("%s\n", nlohmann::json({{"multi_kernel", m.name}, {"variants", variants}}).dump(2).c_str());
+  if (json) std::fprintf(out(), "%s\n", dump_json(nlohmann::json({{"multi_kernel", m.name}, {"variants", variants}}), 2).c_str());
 }
 
 }  // namespace

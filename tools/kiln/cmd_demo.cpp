@@ -57,8 +57,9 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
                                       int64_t n) {
   HostArgs args(spec, parse_scalars(spec, square(n)));
   args.fill_random(7);
-  BenchArena arena(spec, args.params());
-  Benchmarker bench(nullptr, rt.options());
+  Device& dev = rt.backend(spec.backend).device();
+  BenchInputs inputs(spec, args.params(), dev, true);
+  Benchmarker bench(nullptr, &dev, rt.options());
   BenchSettings st = bench.settings();
   st.budget_ms = 15;
   st.check = false;
@@ -73,8 +74,8 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
   std::vector<std::vector<double>> samples(configs.size());
   for (int round = 0; round < 4; ++round)
     for (size_t i = 0; i < configs.size(); ++i) {
-      BenchResult r = bench.run(*bins[i], ks[i].get(), arena, GridPlan(spec, configs[i]).eval(slots.data()),
-                                "demo " + configs[i].str(), st);
+      BenchResult r = bench.run(*bins[i], ks[i].get(), inputs, LaunchPlan(spec, configs[i]).eval(slots.data()),
+                                "demo " + configs[i].str(), st, rt.options().bench_timeout_s);
       samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
     }
   std::vector<double> ms;
@@ -89,6 +90,7 @@ std::string ms_text(double ms) {
 }
 
 void run_demo(Globals& g, const std::string& backend, const std::string& sizes_text) {
+  isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   bool show = !opts.quiet && stderr_is_terminal();
@@ -100,9 +102,9 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   std::string hint_list, size_list;
   for (const auto& p : points) hint_list += (hint_list.empty() ? "" : ", ") + std::to_string(p[0]);
   for (int64_t s : sizes) size_list += (size_list.empty() ? "" : " ") + std::to_string(s);
-  std::printf("kiln demo: %s on the %s backend, %zu configs (%s)\n", spec.name.c_str(), backend.c_str(),
+  std::fprintf(out(), "kiln demo: %s on the %s backend, %zu configs (%s)\n", spec.name.c_str(), backend.c_str(),
               spec.space.size(), rt.backend(backend).device_identity().c_str());
-  std::printf("hints at M = N = K = %s; run at M = N = K = %s\n\n", hint_list.c_str(), size_list.c_str());
+  std::fprintf(out(), "hints at M = N = K = %s; run at M = N = K = %s\n\n", hint_list.c_str(), size_list.c_str());
   auto t_all = Clock::now();
 
   // 1. Compile every config.
@@ -112,7 +114,7 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   for (const auto& c : spec.space.all()) fs.push_back(pool.submit(make_compile_request(spec, c)));
   wait_all(fs, "compiling", show);
   auto cc = pool.counters();
-  std::printf("compiled %zu configs (%zu from the cache) in %s\n", spec.space.size(), cc.cache_hits,
+  std::fprintf(out(), "compiled %zu configs (%zu from the cache) in %s\n", spec.space.size(), cc.cache_hits,
               seconds_text(since(t0)).c_str());
 
   // 2. One config per hint point, through the size-hint multi-kernel.
@@ -123,9 +125,9 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   SizeHintMultiKernel shmk(rt, spec, sho);
   shmk.prepare();
   const auto& hints = shmk.hint_points();
-  std::printf("tuned at the hint points in %s:", seconds_text(since(t0)).c_str());
-  for (const auto& h : hints) std::printf("  %lld: %s", static_cast<long long>(h.values[0]), h.config.str().c_str());
-  std::printf("\n");
+  std::fprintf(out(), "tuned at the hint points in %s:", seconds_text(since(t0)).c_str());
+  for (const auto& h : hints) std::fprintf(out(), "  %lld: %s", static_cast<long long>(h.values[0]), h.config.str().c_str());
+  std::fprintf(out(), "\n");
 
   // 3. The oracle: each run size tuned exactly.
   t0 = Clock::now();
@@ -136,10 +138,10 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
     HostArgs a(spec, parse_scalars(spec, square(n)));
     a.fill_random(0);
     TuneOutcome o = rt.tune(spec, a.params(), to);
-    if (!o.record.best) throw Error(Errc::tune, o.record.all_failed_message());
-    oracle.push_back(*o.record.best);
+    if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+    oracle.push_back(*o.choice);
   }
-  std::printf("tuned at each run size (the oracle) in %s\n\n", seconds_text(since(t0)).c_str());
+  std::fprintf(out(), "tuned at each run size (the oracle) in %s\n\n", seconds_text(since(t0)).c_str());
 
   // 4. Time everything at each size, side by side.
   t0 = Clock::now();
@@ -166,7 +168,7 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
     oracle_ms[j] = ms[oi];
   }
 
-  std::printf("tuned at one hint, run at each size: ms per matmul (median, side by side)\n");
+  std::fprintf(out(), "tuned at one hint, run at each size: ms per matmul (median, side by side)\n");
   std::vector<std::string> header{"hint \\ size"};
   for (int64_t s : sizes) header.push_back(std::to_string(s));
   std::vector<bool> right(header.size(), true);
@@ -192,16 +194,16 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   t.row(which_row);
   t.row(oracle_row);
   t.row(ratio_row);
-  std::printf("%s", t.str().c_str());
-  std::printf("geometric mean of kiln / oracle: %.3fx   (1.000x = as fast as tuning every size exactly)\n",
+  std::fprintf(out(), "%s", t.str().c_str());
+  std::fprintf(out(), "geometric mean of kiln / oracle: %.3fx   (1.000x = as fast as tuning every size exactly)\n",
               std::exp(log_sum / static_cast<double>(S)));
-  std::printf("each single hint / oracle, geometric mean:");
+  std::fprintf(out(), "each single hint / oracle, geometric mean:");
   for (size_t h = 0; h < H; ++h) {
     double ls = 0;
     for (size_t j = 0; j < S; ++j) ls += std::log(hint_ms[h][j] / oracle_ms[j]);
-    std::printf("  %lld: %.3fx", static_cast<long long>(hints[h].values[0]), std::exp(ls / static_cast<double>(S)));
+    std::fprintf(out(), "  %lld: %.3fx", static_cast<long long>(hints[h].values[0]), std::exp(ls / static_cast<double>(S)));
   }
-  std::printf("\n(timed in %s)\n\n", seconds_text(since(t0)).c_str());
+  std::fprintf(out(), "\n(timed in %s)\n\n", seconds_text(since(t0)).c_str());
 
   // 5. A result, checked against a plain loop.
   int64_t n = sizes[S / 2];
@@ -219,7 +221,7 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
       max_err = std::max(max_err, std::abs(ref - C[i * n + j]));
     }
   bool ok = max_err < 1e-3 * std::sqrt(static_cast<double>(n));
-  std::printf("check: the size-hint multi-kernel at M = N = K = %lld against a plain loop: max error %.2e, %s\n",
+  std::fprintf(out(), "check: the size-hint multi-kernel at M = N = K = %lld against a plain loop: max error %.2e, %s\n",
               static_cast<long long>(n), max_err, ok ? "OK" : "WRONG");
   if (!ok) g.exit_code = 1;
 
@@ -232,15 +234,15 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   void* params[] = {&px, &py, &M, &N};
   softmax.launch(params);
   MultiKernel::Pick p = softmax.pick(params);
-  std::printf("multi-kernel softmax at M = %lld, N = %lld: variant %zu (%s, %s), %s", static_cast<long long>(M),
+  std::fprintf(out(), "multi-kernel softmax at M = %lld, N = %lld: variant %zu (%s, %s), %s", static_cast<long long>(M),
               static_cast<long long>(N), p.variant, softmax.spec().variants[p.variant].kernel.name.c_str(),
               p.config.str().c_str(), p.source.c_str());
   if (!p.results.empty()) {
-    std::printf(":");
+    std::fprintf(out(), ":");
     for (size_t i = 0; i < p.results.size(); ++i)
-      std::printf("  %zu: %s", i, p.results[i].ns ? seconds_text(*p.results[i].ns * 1e-9).c_str() : "failed");
+      std::fprintf(out(), "  %zu: %s", i, p.results[i].ns ? seconds_text(*p.results[i].ns * 1e-9).c_str() : "failed");
   }
-  std::printf("\n\ndemo done in %s\n", seconds_text(since(t_all)).c_str());
+  std::fprintf(out(), "\n\ndemo done in %s\n", seconds_text(since(t_all)).c_str());
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include <charconv>
+
+#include "backends/serialize.hpp"
 #include "core/format.hpp"
 #include "kiln/args.hpp"
 #include "kiln/runtime.hpp"
@@ -26,18 +29,9 @@ json params_json(const Config& c) {
   return j;
 }
 
-std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& s : sets) {
-    auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) fail(Errc::usage, "--set {}: expected NAME=VALUE", s);
-    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
-  }
-  return out;
-}
-
-int kind_rank(const std::string& k) {
-  for (int i = 0; const char* x : {"wrong", "crash", "timeout", "launch", "compile", "pruned"}) {
+int kind_rank(FailKind k) {
+  for (int i = 0; FailKind x : {FailKind::wrong, FailKind::crash, FailKind::timeout, FailKind::launch, FailKind::compile,
+                                FailKind::unavailable, FailKind::pruned}) {
     if (k == x) return i;
     ++i;
   }
@@ -49,49 +43,66 @@ void print_record(const TuningRecord& r) {
   auto ranked = r.ranked();
   Table t({"#", "config", "median", "min", "vs best", "result"}, {true, false, true, true, true, false});
   int rank = 0;
+  double base = r.best ? r.best_ns : (ranked.empty() ? 1 : *ranked[0]->ns);
   for (const ConfigResult* c : ranked) {
     ++rank;
+    bool chosen = r.best && c->config == *r.best;
     t.row({std::to_string(rank), c->config.str(), ns_text(*c->ns), ns_text(c->min_ns),
-           fmt::format("{:.2f}x", *c->ns / r.best_ns), rank == 1 ? "best" : "ok"});
+           fmt::format("{:.3f}x", *c->ns / base), chosen ? "chosen" : "ok"});
   }
   std::vector<const ConfigResult*> failed;
   for (const auto& c : r.configs)
-    if (!c.error.empty()) failed.push_back(&c);
-  std::stable_sort(failed.begin(), failed.end(),
-                   [](auto* a, auto* b) { return kind_rank(a->error_kind) < kind_rank(b->error_kind); });
-  for (const ConfigResult* c : failed) t.row({"-", c->config.str(), "-", "-", "-", c->error_kind});
-  std::printf("%s", t.str().c_str());
+    if (!c.ok()) failed.push_back(&c);
+  std::stable_sort(failed.begin(), failed.end(), [](auto* a, auto* b) { return kind_rank(a->kind) < kind_rank(b->kind); });
+  for (const ConfigResult* c : failed) t.row({"-", c->config.str(), "-", "-", "-", fail_kind_name(c->kind)});
+  std::fprintf(out(), "%s", t.str().c_str());
   for (const ConfigResult* c : failed) {
     std::string e = c->error;
-    if (c->error_kind != "pruned") {  // keep the first lines of long compiler logs
+    if (c->kind != FailKind::pruned) {  // keep the first lines of long compiler logs
       size_t cut = 0;
       for (int i = 0; i < 6 && cut != std::string::npos; ++i) cut = e.find('\n', cut + 1);
       if (cut != std::string::npos) e = e.substr(0, cut) + "\n    ...";
     }
-    std::printf("  %s: %s\n", c->config.str().c_str(), e.c_str());
+    std::fprintf(out(), "  %s: %s\n", c->config.str().c_str(), e.c_str());
   }
+  if (!r.verdict.empty()) std::fprintf(out(), "no choice: %s\n", r.verdict.c_str());
 }
 
-json record_json(const TuningRecord& r, const std::string& source, double seconds) {
+json record_json(const TuningRecord& r, const std::string& source, double seconds, const TuneOutcome* o) {
   json configs = json::array();
   for (const auto& c : r.configs)
     configs.push_back({{"params", params_json(c.config)},
+                       {"binary", c.binary},
                        {"ns", c.ns ? json(*c.ns) : json(nullptr)},
-                       {"error", c.error.empty() ? json(nullptr) : json(c.error)},
-                       {"error_kind", c.error_kind.empty() ? json(nullptr) : json(c.error_kind)}});
+                       {"result", fail_kind_name(c.kind)},
+                       {"error", c.error.empty() ? json(nullptr) : json(c.error)}});
   json key = json::object();
   for (const auto& [n, v] : r.key.values) key[n] = v;
-  return {{"kernel", r.kernel},
-          {"backend", r.key.backend},
-          {"key", key},
-          {"best", r.best ? params_json(*r.best) : json(nullptr)},
-          {"best_ns", r.best ? json(r.best_ns) : json(nullptr)},
-          {"source", source},
-          {"method", r.method},
-          {"reference", r.reference},
-          {"when", r.when},
-          {"seconds", seconds},
-          {"configs", configs}};
+  json j = {{"kernel", r.kernel},
+            {"backend", r.key.backend},
+            {"device", r.key.device},
+            {"key", key},
+            {"best", r.best ? params_json(*r.best) : json(nullptr)},
+            {"best_ns", r.best ? json(r.best_ns) : json(nullptr)},
+            {"noise", r.noise},
+            {"source", source},
+            {"method", search_method_name(r.method)},
+            {"start", r.start},
+            {"reference", r.reference},
+            {"verdict", r.verdict.empty() ? json(nullptr) : json(r.verdict)},
+            {"when", r.when},
+            {"seconds", seconds},
+            {"timed", r.timed},
+            {"space_size", r.space.size()},
+            {"peak_device_bytes", r.peak_device_bytes},
+            {"configs", configs}};
+  if (o) {
+    j["timed_now"] = o->timed_now;
+    j["retimed_now"] = o->retimed_now;
+    j["stored"] = o->stored;
+    j["peak_extra_device_bytes"] = o->peak_device_bytes;
+  }
+  return j;
 }
 
 struct TuneArgs {
@@ -102,9 +113,35 @@ struct TuneArgs {
   bool force = false;
   uint64_t seed = 0;
   int max_configs = 0;
+  bool explain = false;
 };
 
+// Tuning-key values from --set, strictly: every key name, whole numbers, no
+// name that is not a scalar of the kernel.
+std::vector<std::pair<std::string, int64_t>> key_values(const KernelSpec& spec,
+                                                         const std::vector<std::pair<std::string, std::string>>& given) {
+  for (const auto& [name, v] : given) {
+    int i = spec.arg_index(name);
+    if (i < 0 || spec.args[i].pointer)
+      fail(Errc::usage, "--set {}={}: kernel '{}' has no scalar '{}'", name, v, spec.name, name);
+  }
+  std::vector<std::pair<std::string, int64_t>> values;
+  for (const auto& name : spec.tuning.key) {
+    auto it = std::find_if(given.begin(), given.end(), [&](auto& p) { return p.first == name; });
+    if (it == given.end()) fail(Errc::usage, "kernel '{}' is tuned by {}: pass --set {}=VALUE", spec.name,
+                                fmt::join(spec.tuning.key, ", "), name);
+    int64_t v = 0;
+    const std::string& t = it->second;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || p != t.data() + t.size())
+      fail(Errc::usage, "--set {}={}: not a whole number", name, t);
+    values.push_back({name, v});
+  }
+  return values;
+}
+
 void run_tune(Globals& g, const TuneArgs& a) {
+  isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
@@ -122,40 +159,36 @@ void run_tune(Globals& g, const TuneArgs& a) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const TuningRecord& r = o.record;
   std::string source = o.from_cache ? "cache" : "tuned";
-  if (!r.best) g.exit_code = 1;
+  if (!o.choice) g.exit_code = 1;
   if (a.json) {
-    std::printf("%s\n", record_json(r, source, secs).dump(2).c_str());
+    std::fprintf(out(), "%s\n", dump_json(record_json(r, source, secs, &o), 2).c_str());
     return;
   }
-  std::printf("kernel %s at %s (%s search, reference %s)\n", spec.name.c_str(), r.key.values_text().c_str(),
-              r.method.c_str(), r.reference.empty() ? "-" : r.reference.c_str());
+  std::fprintf(out(), "kernel %s at %s (%s search, reference %s)\n", spec.name.c_str(), r.key.values_text().c_str(),
+               search_method_name(r.method), r.reference.empty() ? "-" : r.reference.c_str());
   print_record(r);
-  if (!r.best) {
+  if (!o.choice) {
     std::fprintf(stderr, "kiln: error: %s\n", r.all_failed_message().c_str());
     return;
   }
-  std::printf("chose %s: %s, %s %s\n", r.best->str().c_str(), ns_text(r.best_ns).c_str(),
-              o.from_cache ? "answered from the cache in" : "tuned in", seconds_text(secs).c_str());
+  std::string how = o.from_cache ? fmt::format("answered from the cache in {}", seconds_text(secs))
+                                 : fmt::format("tuned in {} ({} configs timed now, {} re-timed side by side)",
+                                               seconds_text(secs), o.timed_now, o.retimed_now);
+  std::fprintf(out(), "chose %s: %s (noise %.1f%%), %s\n", o.choice->str().c_str(),
+               ns_text(*r.find(*o.choice)->ns).c_str(), r.noise * 100, how.c_str());
+  if (!o.stored) std::fprintf(stderr, "kiln: warning: the record was not stored (see above)\n");
 }
 
-void run_report(const std::string& spec_path, const std::vector<std::string>& sets, bool as_json) {
+void run_report(const std::string& spec_path, const std::vector<std::string>& sets, bool as_json, bool explain) {
+  isolate_stdout();
   Options opts = Options::from_env();
   Runtime rt(opts);
   KernelSpec spec = load_spec(spec_path);
-  auto given = split_sets(sets);
-  std::vector<std::pair<std::string, int64_t>> values;
-  for (const auto& name : spec.tuning.key) {
-    auto it = std::find_if(given.begin(), given.end(), [&](auto& p) { return p.first == name; });
-    if (it == given.end()) fail(Errc::usage, "kernel '{}' is tuned by {}: pass --set {}=VALUE", spec.name, name, name);
-    try {
-      values.push_back({name, std::stoll(it->second)});
-    } catch (const std::exception&) {
-      fail(Errc::usage, "--set {}={}: not a whole number", name, it->second);
-    }
-  }
-  TuningKey key = make_tuning_key(spec, rt.backend(spec.backend).device_identity(), values);
-  auto cache = rt.tuning_cache();
-  std::optional<TuningRecord> r = cache ? cache->get(key, spec.space) : std::nullopt;
+  std::vector<std::pair<std::string, int64_t>> values = key_values(spec, split_sets(sets));
+  TuningKey key = make_tuning_key(spec, rt.backend(spec.backend), values);
+  if (explain) std::fprintf(out(), "%s\n\n", key.to_string().c_str());
+  auto cache = TuningCache::open_existing(opts.resolved_cache_dir());
+  std::optional<TuningRecord> r = opts.no_cache ? std::nullopt : cache->get(key);
   if (!r)
     fail(Errc::usage, "no tuning record for kernel '{}' at {} on this device ({}); run 'kiln tune {}{}' first",
          spec.name, key.values_text(), key.device, spec_path, [&] {
@@ -164,14 +197,17 @@ void run_report(const std::string& spec_path, const std::vector<std::string>& se
            return s;
          }());
   if (as_json) {
-    std::printf("%s\n", record_json(*r, "cache", 0).dump(2).c_str());
+    std::fprintf(out(), "%s\n", dump_json(record_json(*r, "cache", 0, nullptr), 2).c_str());
     return;
   }
-  std::printf("kernel %s at %s: recorded %s by kiln %s (%s search, reference %s)\n", spec.name.c_str(),
-              key.values_text().c_str(), r->when.c_str(), r->kiln_version.c_str(), r->method.c_str(),
-              r->reference.empty() ? "-" : r->reference.c_str());
+  std::fprintf(out(), "kernel %s at %s: recorded %s by kiln %s (%s search, reference %s, %zu of %zu configs timed)\n",
+               spec.name.c_str(), key.values_text().c_str(), r->when.c_str(), r->kiln_version.c_str(),
+               search_method_name(r->method), r->reference.empty() ? "-" : r->reference.c_str(), r->timed,
+               r->space.size());
   print_record(*r);
-  if (r->best) std::printf("chose %s: %s\n", r->best->str().c_str(), ns_text(r->best_ns).c_str());
+  if (r->best)
+    std::fprintf(out(), "chose %s: %s (noise %.1f%%)\n", r->best->str().c_str(), ns_text(r->best_ns).c_str(),
+                 r->noise * 100);
 }
 
 }  // namespace
@@ -186,17 +222,20 @@ void add_tune(CLI::App& app, Globals& g) {
       ->check(CLI::IsMember({"exhaustive", "coordesc"}));
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
-  cmd->add_option("--max-configs", a->max_configs, "Benchmark at most this many configs (default: KILN_TUNE_MAX_CONFIGS)");
+  cmd->add_option("--max-configs", a->max_configs, "Benchmark at most this many configs (default: KILN_TUNE_MAX_CONFIGS)")
+      ->check(CLI::Range(1, 1000000));
   cmd->callback([&g, a] { run_tune(g, *a); });
 
   auto* rep = app.add_subcommand("report", "Print a stored tuning record as a table; runs nothing");
   auto spec = std::make_shared<std::string>();
   auto sets = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
+  auto explain = std::make_shared<bool>(false);
   rep->add_option("spec", *spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
-  rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE");
+  rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE (each key name needs one)");
   rep->add_flag("--json", *json, "Print one JSON object");
-  rep->callback([spec, sets, json] { run_report(*spec, *sets, *json); });
+  rep->add_flag("--explain", *explain, "Print every field of the record's key first");
+  rep->callback([spec, sets, json, explain] { run_report(*spec, *sets, *json, *explain); });
 }
 
 }  // namespace kiln::cli

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -36,5 +37,15 @@ class Table {
 };
 
 std::string seconds_text(double s);  // "0.84s", "12ms", "35us"
+
+// Where the tool's results go: the standard output as it was when kiln
+// started. Once isolate_stdout() has run, file descriptor 1 is the standard
+// error, so whatever else writes to it (a kernel's printf, in this process)
+// cannot mix into results or break --json.
+FILE* out();
+void isolate_stdout();
+
+// NAME=VALUE pairs from --set.
+std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets);
 
 }  // namespace kiln::cli

@@ -1,8 +1,12 @@
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "commands.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::cli {
@@ -45,6 +49,36 @@ std::string Table::str() const {
   return out;
 }
 
+namespace {
+FILE* g_out = nullptr;
+}  // namespace
+
+FILE* out() { return g_out ? g_out : stdout; }
+
+void isolate_stdout() {
+  if (g_out) return;
+  std::fflush(stdout);
+  int fd = ::dup(1);
+  if (fd < 0) return;
+  FILE* f = ::fdopen(fd, "w");
+  if (!f) {
+    ::close(fd);
+    return;
+  }
+  g_out = f;
+  ::dup2(2, 1);
+}
+
+std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw kiln::Error(kiln::Errc::usage, "--set " + s + ": expected NAME=VALUE");
+    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  return out;
+}
+
 std::string seconds_text(double s) {
   char buf[32];
   if (s >= 1) std::snprintf(buf, sizeof buf, "%.2fs", s);
@@ -58,10 +92,14 @@ std::string seconds_text(double s) {
 
 int main(int argc, char** argv) {
   using namespace kiln::cli;
+  // Ctrl-C or SIGTERM kills the compilers and workers kiln started and
+  // removes its temporary folders before kiln ends.
+  kiln::install_interrupt_cleanup();
   CLI::App app{"kiln: compile, autotune, cache and dispatch compute kernels for shapes that change at run time.\n"
                "Settings come from KILN_* environment variables (see docs/settings.md)."};
   app.name("kiln");
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (-q) work after the subcommand too
   Globals g;
   app.add_flag("-q,--quiet", g.quiet, "No progress bars");
   app.add_flag_callback("--version", [] {
@@ -72,6 +110,20 @@ int main(int argc, char** argv) {
   add_cache(app, g);
   add_tune(app, g);
   add_demo(app, g);
+  // A first word that is no command and no flag is a typo: say so.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: %s; see kiln --help)\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,21 +6,26 @@
 #include <mutex>
 #include <string>
 
-#include "core/fsutil.hpp"
 #include "core/thread_pool.hpp"
 #include "kiln/backend.hpp"
 
 namespace kiln {
 
+class CpuDevice;
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const Options& opts);
+  ~CpuBackend() override;
   const char* name() const override { return "cpu"; }
+  std::string unavailable_reason() override;
   std::string toolchain_identity() override;
   std::string device_identity() override;
   Binary compile(const CompileRequest& req, const std::string& key) override;
+  Device& device() override;
   std::shared_ptr<LoadedKernel> load(const Binary& bin) override;
   bool compiles_out_of_process() const override { return true; }
+  LaunchLimits limits() override;
 
   // The C++ file kiln compiles for a request: prelude, parameter defines, the
   // user's source (with #line so messages name it), and the generated entry.
@@ -41,9 +46,37 @@ class CpuBackend final : public Backend {
   Toolchain toolchain_;
   std::string toolchain_error_;
   std::shared_ptr<ThreadPool> pool_;
-  std::mutex load_mutex_;
-  std::unique_ptr<TempDir> load_dir_;  // where binaries wait to be mapped
-  uint64_t loads_ = 0;
+  std::unique_ptr<CpuDevice> device_;
 };
+
+// The host as a Device: buffers are host memory, the timer is the steady
+// clock, streams are ignored.
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int threads);
+  const DeviceInfo& info() override { return info_; }
+  bool host_addressable() const override { return true; }
+  void* alloc(size_t bytes) override;
+  void free(void* p) noexcept override;
+  void to_device(void* dst, const void* src, size_t bytes, Stream) override;
+  void to_host(void* dst, const void* src, size_t bytes, Stream) override;
+  void copy(void* dst, const void* src, size_t bytes, Stream) override;
+  void fill(void* dst, uint32_t pattern, int pattern_bytes, size_t count, Stream) override;
+  void sync(Stream) override {}
+  std::unique_ptr<Timer> timer() override;
+  size_t flush_caches(Stream) override;
+  std::string export_buffer(const void*, std::string* why) override;
+  void* import_buffer(const std::string& handle) override;
+  void close_import(void*) noexcept override {}
+  void bind() override {}
+
+ private:
+  DeviceInfo info_;
+  std::vector<char> junk_;
+  std::mutex junk_m_;
+};
+
+// The CPU's model and a hash of its feature flags: "Intel(R) Xeon(R) ... (flags 1a2b...)".
+std::string cpu_model();
 
 }  // namespace kiln

@@ -1,0 +1,204 @@
+// The kiln tool as a user meets it: settings, arguments, output, signals.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct CliTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  std::string env() const { return "KILN_CACHE_DIR=" + (dir.path() / "cache").string() + " KILN_BENCH_BUDGET_MS=2 "; }
+  // Runs kiln; stdout and stderr apart.
+  struct Out {
+    int code = -1;
+    std::string out, err;
+  };
+  Out kiln(const std::string& args, const std::string& extra_env = "") const {
+    fs::path o = dir.path() / "stdout", e = dir.path() / "stderr";
+    ProcessResult r = run_process({"bash", "-c", env() + extra_env + " " + test::kiln_exe() + " " + args + " >" +
+                                                     o.string() + " 2>" + e.string()},
+                                  300);
+    return {r.signal ? 128 + r.signal : r.exit_code, read_file(o).value_or(""), read_file(e).value_or("")};
+  }
+  std::string fill_spec() const {
+    test::write(dir.path() / "fill.cpp", test::kFillSource);
+    test::write(dir.path() / "k.toml", test::kFillSpec);
+    return (dir.path() / "k.toml").string();
+  }
+};
+
+std::set<std::string> tmp_entries(const std::string& prefix) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.insert(e.path().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_F(CliTest, ArgumentsAreCheckedStrictly) {
+  std::string spec = fill_spec();
+  Out bogus = kiln("bogus");
+  EXPECT_EQ(bogus.code, 2);
+  EXPECT_NE(bogus.err.find("unknown command 'bogus'"), std::string::npos) << bogus.err;
+  Out tail = kiln("report " + spec + " --set N=10abc");
+  EXPECT_EQ(tail.code, 2);
+  EXPECT_NE(tail.err.find("N=10abc: not a whole number"), std::string::npos) << tail.err;
+  Out unknown = kiln("report " + spec + " --set N=10 --set bogus=1");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("has no scalar 'bogus'"), std::string::npos) << unknown.err;
+  Out negative = kiln("tune " + spec + " --set N=10 --max-configs -5");
+  EXPECT_EQ(negative.code, 2) << negative.err;
+  // -q works after the subcommand too.
+  Out quiet = kiln("tune " + spec + " --set N=10 -q");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+}
+
+TEST_F(CliTest, SettingsAreCheckedStrictly) {
+  std::string spec = fill_spec();
+  for (const char* bad : {"KILN_COMPILE_TIMEOUT=inf", "KILN_COMPILE_TIMEOUT=1e300", "KILN_BENCH_BUDGET_MS=' 1'",
+                          "KILN_BENCH_BUDGET_MS=0x10", "KILN_BENCH_TIMEOUT=nan", "KILN_LOG=abc"}) {
+    Out r = kiln("compile " + spec, bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+    std::string var = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(r.err.find(var), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(CliTest, ExplainAsJsonIsJson) {
+  Out r = kiln("compile --explain --json " + fill_spec());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["configs"].size(), 6u);
+  EXPECT_TRUE(j["configs"][0]["explain"]["toolchain"].is_string());
+  EXPECT_EQ(j["configs"][0]["explain"]["defines"], "BLOCK=1;SCALE=1;");
+}
+
+TEST_F(CliTest, CacheStatsCreatesNothingAndSpeaksJsonForAnyFolderName) {
+  fs::path nowhere = dir.path() / "not-yet";
+  Out r = kiln("cache stats", "KILN_CACHE_DIR=" + nowhere.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(nowhere));
+  fs::path odd = dir.path() / "caf\xe9-\xff";  // not UTF-8
+  Out j = kiln("cache stats --json", "KILN_CACHE_DIR='" + odd.string() + "'");
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto parsed = nlohmann::json::parse(j.out);
+  EXPECT_EQ(parsed["binaries"]["entries"], 0);
+}
+
+// A kernel's printf goes to stderr, never into kiln's results.
+TEST_F(CliTest, AKernelsOutputNeverMixesIntoStdout) {
+  test::write(dir.path() / "noisy.cpp", R"SRC(#include <cstdio>
+void noisy(kiln::program_id, int64_t* out, int64_t n) {
+  std::printf("noise from the kernel\n");
+  std::fflush(stdout);
+  for (int64_t i = 0; i < n; ++i) out[i] = i;
+}
+)SRC");
+  test::write(dir.path() / "n.toml", R"SPEC(name = "noisy"
+backend = "cpu"
+source = "noisy.cpp"
+entry = "noisy"
+grid = ["1"]
+args = [ { name = "out", type = "i64*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+[params]
+V = [0, 1]
+)SPEC");
+  for (const char* mode : {"", "KILN_TUNE_IN_PROCESS=1"}) {
+    Out r = kiln("tune --json --force " + (dir.path() / "n.toml").string() + " --set n=10", mode);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NO_THROW(nlohmann::json::parse(r.out)) << mode << ": " << r.out.substr(0, 200);
+    EXPECT_NE(r.err.find("noise from the kernel"), std::string::npos) << mode;
+  }
+}
+
+// A compiler warning that is not UTF-8 must not fail the cache's metadata.
+TEST_F(CliTest, ACompilerMessageThatIsNotUtf8IsKept) {
+  test::write(dir.path() / "fill.cpp", std::string("#warning \"bad byte \xff\"\n") + test::kFillSource);
+  test::write(dir.path() / "k.toml", test::kFillSpec);
+  for (const char* cache : {"", "KILN_NO_CACHE=1"}) {
+    Out r = kiln("compile --json " + (dir.path() / "k.toml").string(), cache);
+    ASSERT_EQ(r.code, 0) << cache << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["totals"]["failed"], 0);
+  }
+}
+
+TEST_F(CliTest, AConfigSpaceTooLargeToCountIsASpecError) {
+  std::string params = "[params]\n";
+  for (int i = 0; i < 64; ++i) params += "P" + std::to_string(i) + " = [0, 1]\n";
+  test::write(dir.path() / "fill.cpp", test::kFillSource);
+  std::string toml = test::kFillSpec;
+  toml = toml.substr(0, toml.find("[params]")) + params;
+  test::write(dir.path() / "k.toml", toml);
+  Out r = kiln("tune " + (dir.path() / "k.toml").string() + " --set N=4 --search coordesc");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("more configs than a 64-bit count holds"), std::string::npos) << r.err;
+}
+
+// Tuning leaves nothing in /tmp: binaries load from memory.
+TEST_F(CliTest, TuningLeavesNoTemporaryFolders) {
+  auto before = tmp_entries("kiln-so-");
+  auto cc_before = tmp_entries("kiln-cc-");
+  Out r = kiln("tune " + fill_spec() + " --set N=100");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(tmp_entries("kiln-so-"), before);
+  EXPECT_EQ(tmp_entries("kiln-cc-"), cc_before);
+}
+
+// SIGTERM (or Ctrl-C) during a compile: the compilers die with kiln, and its
+// temporary folders go.
+TEST_F(CliTest, InterruptingACompileLeavesNoCompilersOrFolders) {
+  fs::path pids = dir.path() / "pids";
+  fs::path cxx = dir.path() / "slow-cxx";
+  test::write(cxx, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\necho $$ >> " + pids.string() +
+                       "\nsleep 60\n");
+  ::chmod(cxx.c_str(), 0755);
+  std::string spec = fill_spec();
+  auto cc_before = tmp_entries("kiln-cc-");
+  std::string cmd = env() + "KILN_NO_CACHE=1 KILN_CXX=" + cxx.string() + " exec " + test::kiln_exe() + " compile " + spec;
+  pid_t pid = -1;
+  {
+    // Started as a child of ours, so we can signal and reap it.
+    std::vector<char*> argv = {const_cast<char*>("bash"), const_cast<char*>("-c"), cmd.data(), nullptr};
+    pid = ::fork();
+    if (pid == 0) {
+      ::execvp("bash", argv.data());
+      ::_exit(127);
+    }
+  }
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 500 && !(fs::exists(pids) && fs::file_size(pids) > 0); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(fs::exists(pids)) << "no compiler started";
+  std::this_thread::sleep_for(200ms);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  std::this_thread::sleep_for(200ms);
+  std::string text = *read_file(pids);
+  size_t start = 0;
+  int seen = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    pid_t c = std::stoi(text.substr(start, end - start));
+    ++seen;
+    auto stat = read_file("/proc/" + std::to_string(c) + "/stat");
+    EXPECT_TRUE(!stat || stat->find(") Z ") != std::string::npos) << "compiler " << c << " outlived kiln";
+    start = end + 1;
+  }
+  EXPECT_GE(seen, 1);
+  EXPECT_EQ(tmp_entries("kiln-cc-"), cc_before) << "temporary compile folders left behind";
+}
