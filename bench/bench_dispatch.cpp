@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 
+#include "bench_util.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
@@ -46,7 +47,7 @@ struct Fixture {
     opts.bench_budget_ms = 1;
     opts.quiet = true;
     rt = std::make_unique<Runtime>(opts);
-    std::string kdir = KILN_SOURCE_DIR "/bench/kernels";
+    std::string kdir = bench_kernels_dir();
     spec = load_spec(kdir + "/empty.toml");
     kernel = std::make_unique<Kernel>(*rt, spec);
     kernel->launch(params);  // tunes, memoises

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   opts.bench_budget_ms = 1;
   opts.quiet = true;
   Runtime rt(opts);
-  SizeHintMultiKernel k(rt, load_spec(KILN_SOURCE_DIR "/bench/kernels/small.toml"));
+  SizeHintMultiKernel k(rt, load_spec(bench_kernels_dir() + "/small.toml"));
   std::vector<float> buf(64, 0.f);
   float* p = buf.data();
   int64_t n = 1;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   opts.bench_budget_ms = 1;
   opts.quiet = true;
   Runtime rt(opts);
-  Kernel k(rt, load_spec(KILN_SOURCE_DIR "/bench/kernels/small.toml"));
+  Kernel k(rt, load_spec(bench_kernels_dir() + "/small.toml"));
   std::printf("%-10s %14s %16s %16s %8s\n", "grid", "us/launch", "1 thread /s", "2 threads /s", "2 / 1");
   for (int64_t programs : {1, 2, 64}) {
     int64_t n = programs * 64;

@@ -9,7 +9,7 @@ rank() {  # the layer of a source file or an included header
     kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp) echo 0 ;;
     include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
     include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
-    src/backends/*|backends/*|kiln/backend.hpp|include/kiln/backend.hpp) echo 1 ;;
+    src/backends/*|backends/*|kiln/backend.hpp|include/kiln/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
     src/worker/main.cpp) echo 9 ;;  # the kiln-worker executable is a tool
     src/worker/*|worker/*) echo 2 ;;
     src/compile/*|compile/*|kiln/binary_key.hpp|kiln/code_cache.hpp|kiln/compile_pool.hpp) echo 3 ;;
@@ -30,5 +30,10 @@ while IFS= read -r f; do
     if [ "$to" -gt "$from" ]; then echo "check_layers: $f includes $inc, a higher layer"; bad=1; fi
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
 done < <(find src include -name '*.cpp' -o -name '*.hpp' | sort)
-[ $bad -eq 0 ] && echo "check_layers: every include points down"
+# Only src/backends/cuda knows NVRTC and the CUDA driver API.
+while IFS= read -r hit; do
+  echo "check_layers: $hit: NVRTC or the driver API outside src/backends/cuda"; bad=1
+done < <(grep -rnE 'cuda_api\.hpp|#include <(cuda|nvrtc|cuda_runtime)[^>]*>|\bnvrtc[A-Z][a-zA-Z]*\(|\bcu(Launch|Module|Library|Ctx|Mem|Stream|Event|Ipc|Graph|Init)[A-Za-z_]*\(' \
+           src include tools --include='*.cpp' --include='*.hpp' | grep -v '^src/backends/cuda/' || true)
+[ $bad -eq 0 ] && echo "check_layers: every include points down; only src/backends/cuda knows CUDA"
 exit $bad

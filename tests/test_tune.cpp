@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
@@ -415,4 +416,28 @@ void planted(kiln::program_id, const float* x, float* y, int64_t n) {
   EXPECT_EQ(c.crashed, 2u);
   // Not a timing assertion: far below the ceiling, so the deadline was not it.
   EXPECT_LT(secs, 60) << "a loop waited for the ceiling";
+}
+
+// Compile on load: a handle starts compiling its config space when it is
+// made; a first call after that finished runs no compiler, it only tunes.
+TEST_F(TuneTest, AFirstCallAfterTheBackgroundCompileRunsNoCompiler) {
+  Runtime rt(opts);
+  KernelSpec s = load_spec(test::kernels() + "/cpu/matmul.toml");
+  Kernel k(rt, s);
+  k.prepare();  // waits for the background compile the constructor started
+  auto before = rt.compile_pool("cpu").counters();
+  EXPECT_EQ(before.compiled, s.space.size());
+  std::vector<float> A(32 * 32, 1), B(32 * 32, 1), C(32 * 32);
+  k(A.data(), B.data(), C.data(), int64_t{32}, int64_t{32}, int64_t{32});
+  EXPECT_EQ(C[5], 32.0f);
+  auto after = rt.compile_pool("cpu").counters();
+  EXPECT_EQ(after.compiled, before.compiled) << "the first call ran the compiler";
+  // With background compiling off, nothing compiles until the first call.
+  Options o = opts;
+  o.background_compile = false;
+  o.cache_dir = dir.path() / "cache2";
+  Runtime rt2(o);
+  Kernel k2(rt2, s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(rt2.compile_pool("cpu").counters().submitted, 0u);
 }

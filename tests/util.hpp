@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/fsutil.hpp"
+#include "core/process.hpp"
 #include "kiln/options.hpp"
 #include "kiln/spec.hpp"
 
@@ -32,8 +33,20 @@ inline KernelSpec spec_in(const std::filesystem::path& dir, const std::string& t
   return load_spec(dir / "k.toml");
 }
 
-inline std::string kiln_exe() { return std::string(KILN_BINARY_DIR) + "/kiln"; }
-inline std::string kernels() { return std::string(KILN_SOURCE_DIR) + "/kernels"; }
+// The build and source trees, found from the test executable first (a build
+// folder carried to another machine, at another path, still finds them),
+// else where this file was compiled.
+inline std::filesystem::path exe_dir() { return std::filesystem::path(self_exe_dir()); }
+inline std::string kiln_exe() {
+  std::error_code ec;
+  auto p = exe_dir().parent_path() / "kiln";
+  return std::filesystem::exists(p, ec) ? p.string() : std::string(KILN_BINARY_DIR) + "/kiln";
+}
+inline std::string kernels() {
+  std::error_code ec;
+  auto p = exe_dir().parent_path().parent_path() / "kernels";
+  return std::filesystem::exists(p / "cpu", ec) ? p.string() : std::string(KILN_SOURCE_DIR) + "/kernels";
+}
 
 // A one-buffer kernel: out[i] = i * SCALE, over a 1-d grid of cdiv(N, BLOCK).
 inline const char* kFillSpec = R"SPEC(name = "fill"

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -130,6 +131,9 @@ class LoadedKernel {
   virtual void launch(void* const* params, const LaunchDims& dims, Stream stream) = 0;
   const std::string& key() const { return key_; }
   const KernelMeta& meta() const { return meta_; }
+  // The backend's own handle of the loaded code (cuda: the CUkernel), for
+  // benchmarks that launch it raw; nullptr where there is none.
+  virtual void* native_handle() const { return nullptr; }
 
  protected:
   LoadedKernel(std::string key, KernelMeta meta) : key_(std::move(key)), meta_(std::move(meta)) {}
@@ -191,6 +195,17 @@ class Device {
   virtual void close_import(void* p) noexcept = 0;
   // Makes the device current for the calling thread (cuda: its context).
   virtual void bind() = 0;
+  // Times `launch` (which queues one run on the stream it is given) by
+  // capturing `count` of them in a graph and replaying it, so launch gaps are
+  // not counted: ns per run, or -1 where the device has no graphs (cpu).
+  virtual double replay_ns(const std::function<void(Stream)>& launch, int count) {
+    static_cast<void>(launch);
+    static_cast<void>(count);
+    return -1;
+  }
+  // Why the device can no longer be used (a kernel faulted and took its
+  // context down), or "".
+  virtual std::string fault() const { return ""; }
 };
 
 class Backend {

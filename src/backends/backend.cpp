@@ -1,6 +1,7 @@
 #include "kiln/backend.hpp"
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cuda/cuda_backend.hpp"
 #include "core/format.hpp"
 #include "kiln/args.hpp"
 
@@ -100,8 +101,7 @@ std::string Backend::check_resources(const KernelMeta& meta, const LaunchDims& d
 
 std::shared_ptr<Backend> make_backend(const std::string& name, const Options& opts) {
   if (name == "cpu") return std::make_shared<CpuBackend>(opts);
-  if (name == "cuda")
-    fail(Errc::usage, "the cuda backend is not built into this kiln yet; use backend = \"cpu\"");
+  if (name == "cuda") return make_cuda_backend(opts);
   fail(Errc::usage, "unknown backend '{}' (known: cpu, cuda)", name);
 }
 

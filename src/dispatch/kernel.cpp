@@ -28,9 +28,10 @@ struct Kernel::Impl {
   std::vector<BinaryFuture> background;
   bool started = false;
 
-  void start_background() {
+  // `asked`: prepare() was called, so compile even with background compiling off.
+  void start_background(bool asked) {
     std::lock_guard<std::mutex> g(m);
-    if (started) return;
+    if (started || (!asked && !rt.options().background_compile)) return;
     started = true;
     if (spec.space.size() > kBackgroundCompileMax || spec.tuning.search != SearchKind::exhaustive) return;
     CompilePool& pool = rt.compile_pool(spec.backend);
@@ -54,7 +55,7 @@ struct Kernel::Impl {
 
 Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
-  if (rt.options().background_compile) impl_->start_background();
+  impl_->start_background(false);
 }
 
 Kernel::~Kernel() {
@@ -71,7 +72,7 @@ size_t Kernel::shapes_seen() const {
 }
 
 void Kernel::prepare() {
-  impl_->start_background();
+  impl_->start_background(true);
   std::vector<BinaryFuture> fs;
   {
     std::lock_guard<std::mutex> g(impl_->m);
@@ -103,7 +104,15 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   std::lock_guard<std::mutex> g(m.memo.mutex());
   const Choice* found;
   if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
-  prepare();
+  {
+    // Wait for what the background compile has left (none was started with it off).
+    std::vector<BinaryFuture> fs;
+    {
+      std::lock_guard<std::mutex> lk(m.m);
+      fs = m.background;
+    }
+    for (const auto& f : fs) f.wait();
+  }
   TuneOptions to = m.tune;
   to.stream = stream;
   TuneOutcome o = m.rt.tune(m.spec, params, to);

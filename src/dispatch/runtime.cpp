@@ -76,7 +76,7 @@ Benchmarker& Runtime::benchmarker(const std::string& backend) {
   std::shared_ptr<WorkerPool> workers = opts_.tune_in_process ? nullptr : worker_pool();
   Device* dev = opts_.tune_in_process ? &st.backend->device() : nullptr;
   std::lock_guard<std::mutex> g(m_);
-  if (!st.bench) st.bench = std::make_unique<Benchmarker>(workers, dev, opts_);
+  if (!st.bench) st.bench = std::make_unique<Benchmarker>(workers, dev, opts_, backend == "cuda");
   return *st.bench;
 }
 

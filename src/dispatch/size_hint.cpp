@@ -9,6 +9,7 @@
 #include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 
@@ -70,8 +71,8 @@ struct SizeHintMultiKernel::Impl {
     for (const auto& c : spec.space.all()) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
-  // Arguments of the kernel at one shape, with seeded random inputs.
-  HostArgs args_at(const std::vector<int64_t>& key) {
+  // Arguments of the kernel at one shape, with seeded random inputs, in the backend's memory.
+  std::unique_ptr<DeviceArgs> args_at(const std::vector<int64_t>& key) {
     std::vector<std::pair<std::string, std::string>> sets;
     for (size_t i = 0; i < spec.tuning.key.size(); ++i) sets.push_back({spec.tuning.key[i], std::to_string(key[i])});
     for (const auto& a : spec.args) {
@@ -83,8 +84,8 @@ struct SizeHintMultiKernel::Impl {
       else
         fail(Errc::usage, "kernel '{}': '{}' is not in the tuning key; give it a value in prepare()", spec.name, a.name);
     }
-    HostArgs h(spec, parse_scalars(spec, sets));
-    h.fill_random(0);
+    auto h = std::make_unique<DeviceArgs>(spec, parse_scalars(spec, sets), rt.backend(spec.backend).device());
+    h->fill_random(0);
     return h;
   }
 
@@ -99,8 +100,8 @@ struct SizeHintMultiKernel::Impl {
     start_background();
     wait_all(background, "compiling " + spec.name, opts.tune.show_progress);
     for (const auto& pt : list) {
-      HostArgs a = args_at(pt);
-      TuneOutcome o = rt.tune(spec, a.params(), opts.tune);
+      auto a = args_at(pt);
+      TuneOutcome o = rt.tune(spec, a->params(), opts.tune);
       if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
       points.push_back({pt, *o.choice, *o.record.find(*o.choice)->ns});
       point_variant.push_back(variant_for(*o.choice));
@@ -176,11 +177,11 @@ struct SizeHintMultiKernel::Impl {
     threads.emplace_back([this, k] {
       try {
         std::vector<int64_t> tkey(k.begin(), k.begin() + static_cast<ptrdiff_t>(spec.tuning.key.size()));
-        HostArgs a = [&] {
+        auto a = [&] {
           std::lock_guard<std::mutex> lk(m);
           return args_at(tkey);
         }();
-        TuneOutcome o = rt.tune(spec, a.params(), opts.tune);
+        TuneOutcome o = rt.tune(spec, a->params(), opts.tune);
         if (!o.choice) return;
         const Variant* v;
         {

@@ -98,8 +98,9 @@ class BenchInputs {
 // Runs benchmarks in a kiln-worker (default) or in this process.
 class Benchmarker {
  public:
-  // workers == nullptr: in-process, on `device`.
-  Benchmarker(std::shared_ptr<WorkerPool> workers, Device* device, const Options& opts);
+  // workers == nullptr: in-process, on `device`. `gpu`: the backend's
+  // device is a GPU (its L2 is flushed between timed runs by default).
+  Benchmarker(std::shared_ptr<WorkerPool> workers, Device* device, const Options& opts, bool gpu = false);
   ~Benchmarker();
 
   // Benchmarks one compiled config within `timeout_s`. `loaded` is used
@@ -116,6 +117,7 @@ class Benchmarker {
   std::shared_ptr<WorkerPool> workers_;
   std::unique_ptr<BenchExecutor> local_;
   Options opts_;
+  bool gpu_ = false;
 };
 
 }  // namespace kiln

@@ -301,27 +301,30 @@ class Session {
     return true;
   }
 
-  // Re-times configs that ran and agreed, in interleaved rounds, so that the
-  // machine's drift over time falls on all of them alike; each one's time
-  // becomes the median of its samples from these rounds. Returns the noise:
-  // the median, over the configs, of the relative range of their per-round medians.
+  // Re-times configs that ran and agreed, side by side in interleaved
+  // rounds, and compares them within each round: a contender's score in a
+  // round is its median over the round's fastest median, so drift that falls
+  // on a whole round (another tenant, a clock change) cancels. Its time
+  // becomes its median score over the rounds times the median of the rounds'
+  // fastest medians. Returns the noise: the median, over the contenders, of
+  // the spread (p75 - p25) of their per-round scores.
   double refine(std::vector<ConfigResult*> contenders, int rounds) {
     BenchSettings st = p_.bench->settings();
     st.check = false;
-    st.budget_ms = st.budget_ms / 2;
-    std::vector<std::vector<double>> samples(contenders.size());
-    std::vector<std::vector<double>> round_medians(contenders.size());
-    std::vector<bool> failed(contenders.size(), false);
-    ProgressBar bar(fmt::format("re-timing the {} fastest of {}", contenders.size(), spec_.name),
-                    contenders.size() * rounds, show_);
+    st.budget_ms = st.budget_ms / 3;
+    const size_t n = contenders.size();
+    std::vector<std::vector<double>> med(rounds, std::vector<double>(n, 0));
+    std::vector<std::vector<double>> samples(n);
+    std::vector<bool> failed(n, false);
+    ProgressBar bar(fmt::format("re-timing the {} fastest of {}", n, spec_.name), n * rounds, show_);
     size_t done = 0;
     for (int round = 0; round < rounds; ++round) {
-      for (size_t i = 0; i < contenders.size(); ++i) {
+      for (size_t i = 0; i < n; ++i) {
         if (failed[i]) continue;
         double wall = 0;
         try {
           BenchResult r = bench(contenders[i]->config, st, &wall);
-          round_medians[i].push_back(r.median_ns);
+          med[round][i] = r.median_ns;
           samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
         } catch (const WorkerError& e) {
           if (!e.fault().of_request) throw;
@@ -333,23 +336,40 @@ class Session {
         bar.set(++done);
       }
     }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    std::vector<double> base;  // each round's fastest median
+    std::vector<std::vector<double>> score(n);
+    for (int round = 0; round < rounds; ++round) {
+      double best = 0;
+      for (size_t i = 0; i < n; ++i)
+        if (!failed[i] && med[round][i] > 0 && (best == 0 || med[round][i] < best)) best = med[round][i];
+      if (best == 0) continue;
+      base.push_back(best);
+      for (size_t i = 0; i < n; ++i)
+        if (!failed[i] && med[round][i] > 0) score[i].push_back(med[round][i] / best);
+    }
+    const double base_ns = median(base);
     std::vector<double> spreads;
-    for (size_t i = 0; i < contenders.size(); ++i) {
-      if (failed[i] || samples[i].empty()) continue;
+    for (size_t i = 0; i < n; ++i) {
+      if (failed[i] || score[i].empty()) continue;
       BenchResult r = summarize(std::move(samples[i]));
-      contenders[i]->ns = r.median_ns;
+      contenders[i]->ns = median(score[i]) * base_ns;
       contenders[i]->min_ns = r.min_ns;
       contenders[i]->max_ns = r.max_ns;
       contenders[i]->reps = static_cast<int>(r.ns.size());
-      auto& m = round_medians[i];
-      if (m.size() >= 2) {
-        auto [lo, hi] = std::minmax_element(m.begin(), m.end());
-        spreads.push_back((*hi - *lo) / r.median_ns);
-      }
+      spreads.push_back(spread_of_scores(score[i]));
     }
-    if (spreads.empty()) return 0;
-    std::sort(spreads.begin(), spreads.end());
-    return spreads[spreads.size() / 2];
+    return spreads.empty() ? 0 : median(spreads);
+  }
+
+  static double spread_of_scores(std::vector<double> v) {
+    if (v.size() < 2) return 0;
+    std::sort(v.begin(), v.end());
+    size_t q1 = (v.size() - 1) / 4, q3 = (3 * (v.size() - 1) + 3) / 4;
+    return (v[q3] - v[q1]) / v[v.size() / 2];
   }
 
   double spread_of(const std::string& binary) const {
@@ -631,7 +651,7 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
       }
     rec.noise = existing ? existing->noise : 0;
     if (contenders.size() > 1 && any_fresh && rec.verdict.empty()) {
-      rec.noise = s.refine(contenders, 4);
+      rec.noise = s.refine(contenders, 6);
       outcome.retimed_now = contenders.size();
     } else if (contenders.size() == 1 && any_fresh) {
       rec.noise = s.spread_of(contenders[0]->binary);

@@ -78,6 +78,17 @@ struct Worker {
     return *e;
   }
 
+  std::string device_fault() {
+    for (auto& [id, e] : executors) {
+      auto it = backends.find(id);
+      if (it != backends.end()) {
+        std::string f = it->second->device().fault();
+        if (!f.empty()) return f;
+      }
+    }
+    return "";
+  }
+
   json handle(const json& req, int fd) {
     const std::string op = req.at("op").get<std::string>();
     if (op == "ping") return {{"ok", true}, {"pid", ::getpid()}};
@@ -141,7 +152,14 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       reply = {{"ok", false}, {"error", {{"code", "internal"}, {"message", e.what()}}}};
     }
-    bool stop = req.value("op", "") == "shutdown";
+    // A kernel that faulted on a GPU took this process's context down: say
+    // so (the fault is the request's), then leave, to be replaced.
+    std::string fault = w.device_fault();
+    bool stop = req.value("op", "") == "shutdown" || !fault.empty();
+    if (!fault.empty()) {
+      std::string msg = reply.value("ok", false) ? fault : reply["error"].value("message", fault);
+      reply = {{"ok", false}, {"error", {{"code", "device-fault"}, {"message", msg}}}};
+    }
     if (!wire::send(sock, reply) || stop) leave();
   }
 }

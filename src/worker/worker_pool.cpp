@@ -27,6 +27,9 @@ fs::path WorkerPool::find_exe(const fs::path& configured) {
   }
   fs::path beside = fs::path(self_exe_dir()) / "kiln-worker";
   if (ok(beside)) return beside;
+  // A test or benchmark one folder below the build folder.
+  fs::path above = fs::path(self_exe_dir()).parent_path() / "kiln-worker";
+  if (ok(above)) return above;
 #ifdef KILN_WORKER_BUILD_PATH
   if (ok(KILN_WORKER_BUILD_PATH)) return KILN_WORKER_BUILD_PATH;
 #endif

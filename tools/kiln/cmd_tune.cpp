@@ -13,6 +13,7 @@
 #include "backends/serialize.hpp"
 #include "core/format.hpp"
 #include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {
@@ -146,7 +147,8 @@ void run_tune(Globals& g, const TuneArgs& a) {
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
-  HostArgs args(spec, parse_scalars(spec, split_sets(a.sets)));
+  // Seeded random inputs in the backend's memory (the GPU's, on cuda).
+  DeviceArgs args(spec, parse_scalars(spec, split_sets(a.sets)), rt.backend(spec.backend).device());
   args.fill_random(a.seed);
   TuneOptions to;
   if (a.search == "exhaustive") to.search = SearchKind::exhaustive;

@@ -19,6 +19,7 @@ void add_compile(CLI::App& app, Globals& g);
 void add_cache(CLI::App& app, Globals& g);
 void add_demo(CLI::App& app, Globals& g);
 void add_tune(CLI::App& app, Globals& g);  // tune and report
+void add_backends(CLI::App& app, Globals& g);
 
 // Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
 // executable, else the source tree kiln was built from.

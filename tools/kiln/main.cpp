@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   add_cache(app, g);
   add_tune(app, g);
   add_demo(app, g);
+  add_backends(app, g);
   // A first word that is no command and no flag is a typo: say so.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

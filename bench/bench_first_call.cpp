@@ -1,0 +1,68 @@
+// Time to the first launch in a fresh process: a handle is made for a spec
+// (a kernel or a multi-kernel), its arguments are allocated with random
+// inputs, and the first call runs (compiling, tuning or reading the caches
+// as needed) and is waited for. Run it twice against one KILN_CACHE_DIR:
+// the first run is cold (empty caches), the second warm.
+// Usage: kiln_bench_first_call SPEC --set NAME=VALUE ...
+// Prints one line: "<seconds to first launch> <handle> <what the first call did>".
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/device_args.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/multi_kernel.hpp"
+#include "kiln/runtime.hpp"
+
+using namespace kiln;
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: kiln_bench_first_call SPEC --set NAME=VALUE ...\n");
+    return 2;
+  }
+  std::vector<std::pair<std::string, std::string>> sets;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--set") != 0) continue;
+    std::string s = argv[i + 1];
+    sets.push_back({s.substr(0, s.find('=')), s.substr(s.find('=') + 1)});
+  }
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    Options opts = Options::from_env();
+    opts.quiet = true;
+    Runtime rt(opts);
+    std::string what;
+    if (is_multi_spec(argv[1])) {
+      MultiKernelSpec m = load_multi_spec(argv[1]);
+      KernelSpec shape;
+      shape.name = m.name;
+      shape.args = m.args;
+      MultiKernel k(rt, m);
+      Device& dev = rt.backend(m.backend).device();
+      DeviceArgs a(shape, parse_scalars(shape, sets), dev);
+      a.fill_random(1);
+      k.launch(a.params());
+      dev.sync(nullptr);
+      auto p = k.pick(a.params());
+      what = "variant " + std::to_string(p.variant) + " (" + p.source + ")";
+    } else {
+      KernelSpec s = load_spec(argv[1]);
+      Kernel k(rt, s);
+      Device& dev = rt.backend(s.backend).device();
+      DeviceArgs a(s, parse_scalars(s, sets), dev);
+      a.fill_random(1);
+      k.launch(a.params());
+      dev.sync(nullptr);
+      what = k.choice(a.params()).config.str() + " (" + k.choice(a.params()).source + ")";
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%.3f %s\n", secs, what.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln_bench_first_call: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

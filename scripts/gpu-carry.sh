@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Copies what the GPU scripts run, stripped, from build-gpu into
+# build-gpu-carry (same layout), small enough to take to the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf build-gpu-carry
+mkdir -p build-gpu-carry/tests build-gpu-carry/bench
+for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/kiln_bench_first_call; do
+  [ -f "build-gpu/$f" ] && strip -o "build-gpu-carry/$f" "build-gpu/$f"
+done
+du -sh build-gpu-carry

@@ -1,0 +1,161 @@
+// The parts of the CUDA driver API and NVRTC that kiln uses, opened with
+// dlopen at run time, so kiln builds and runs (CPU-only) where CUDA is
+// absent. The types and constants are the driver's ABI, declared here so no
+// CUDA header is needed to build kiln. Only src/backends/cuda uses this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kiln::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+using CUcontext = CUctx_st*;
+struct CUstream_st;
+using CUstream = CUstream_st*;
+struct CUevent_st;
+using CUevent = CUevent_st*;
+struct CUlib_st;
+using CUlibrary = CUlib_st*;
+struct CUkern_st;
+using CUkernel = CUkern_st*;
+struct CUfunc_st;
+using CUfunction = CUfunc_st*;
+struct CUgraph_st;
+using CUgraph = CUgraph_st*;
+struct CUgraphExec_st;
+using CUgraphExec = CUgraphExec_st*;
+struct CUipcMemHandle {
+  unsigned char data[64];
+};
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
+constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
+constexpr CUresult CUDA_ERROR_STUB_LIBRARY = 34;
+constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+constexpr CUresult CUDA_ERROR_ALREADY_MAPPED = 208;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+constexpr CUresult CUDA_ERROR_INSUFFICIENT_DRIVER = 35;
+
+// Errors after which a context cannot be used again (a kernel faulted).
+inline bool sticky(CUresult r) {
+  switch (r) {
+    case 700: case 702: case 710: case 714: case 715: case 716: case 718: case 719: case 999: return true;
+    default: return false;
+  }
+}
+
+enum DeviceAttr : int {
+  MAX_THREADS_PER_BLOCK = 1,
+  MAX_BLOCK_DIM_X = 2,
+  MAX_BLOCK_DIM_Y = 3,
+  MAX_BLOCK_DIM_Z = 4,
+  MAX_GRID_DIM_X = 5,
+  MAX_GRID_DIM_Y = 6,
+  MAX_GRID_DIM_Z = 7,
+  MAX_REGISTERS_PER_BLOCK = 12,
+  MULTIPROCESSOR_COUNT = 16,
+  L2_CACHE_SIZE = 38,
+  COMPUTE_CAPABILITY_MAJOR = 75,
+  COMPUTE_CAPABILITY_MINOR = 76,
+  MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+};
+enum FuncAttr : int {
+  FUNC_MAX_THREADS_PER_BLOCK = 0,
+  FUNC_SHARED_SIZE_BYTES = 1,
+  FUNC_LOCAL_SIZE_BYTES = 3,
+  FUNC_NUM_REGS = 4,
+  FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+inline CUstream per_thread_stream() { return reinterpret_cast<CUstream>(0x2); }
+
+// The driver (libcuda.so.1), or why it is not usable.
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuLibraryLoadData)(CUlibrary*, const void*, void*, void**, unsigned, void*, void**, unsigned);
+  CUresult (*cuLibraryUnload)(CUlibrary);
+  CUresult (*cuLibraryGetKernel)(CUkernel*, CUlibrary, const char*);
+  CUresult (*cuKernelGetAttribute)(int*, int, CUkernel, CUdevice);
+  CUresult (*cuKernelSetAttribute)(int, int, CUkernel, CUdevice);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  int version = 0;  // cuDriverGetVersion: 13000 for CUDA 13.0
+
+  // The driver, opened once; nullptr with `why` set when there is none
+  // (no libcuda, a missing symbol, a driver too old, cuInit failing).
+  static const Driver* get(std::string* why);
+  std::string error_text(CUresult r) const;  // "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access...)"
+};
+
+using nvrtcProgram = struct _nvrtcProgram*;
+using nvrtcResult = int;
+
+// NVRTC (libnvrtc.so), or why it is not usable.
+struct Nvrtc {
+  nvrtcResult (*nvrtcVersion)(int*, int*);
+  const char* (*nvrtcGetErrorString)(nvrtcResult);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char*);
+  nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char*, const char**);
+  int major = 0, minor = 0;
+  std::string path;          // the library's file
+  std::string include_dir;   // the toolkit's headers (cuda_fp16.h...), "" if not found
+
+  static const Nvrtc* get(std::string* why);
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,809 @@
+#include "backends/cuda/cuda_backend.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "core/format.hpp"
+#include "core/log.hpp"
+
+namespace kiln {
+
+using namespace cuda;
+
+namespace {
+
+// Bump when the generated source around a kernel changes: old binaries no longer fit.
+constexpr int kCudaAbiVersion = 1;
+
+// The largest shared memory a block can opt in to, by architecture, for
+// pruning when there is no device to ask.
+int64_t arch_shared_optin(const std::string& arch) {
+  int cc = 0;
+  std::sscanf(arch.c_str(), "sm_%d", &cc);
+  if (cc >= 100) return 232448;
+  if (cc >= 90) return 232448;
+  if (cc == 80 || cc == 87) return 166912;
+  if (cc >= 86) return 101376;
+  if (cc >= 75) return 65536;
+  if (cc >= 70) return 98304;
+  return 49152;
+}
+
+LaunchLimits arch_limits(const std::string& arch) {
+  LaunchLimits l;
+  l.grid[0] = (int64_t{1} << 31) - 1;
+  l.grid[1] = l.grid[2] = 65535;
+  l.block[0] = l.block[1] = 1024;
+  l.block[2] = 64;
+  l.block_threads = 1024;
+  l.shared = arch_shared_optin(arch);
+  return l;
+}
+
+// The most threads per block a kernel using `regs` registers a thread can
+// have (registers are given out 256 to a warp; 64K a block).
+int max_threads_for(int regs) {
+  if (regs <= 0) return 1024;
+  int per_warp = (regs * 32 + 255) / 256 * 256;
+  int warps = 65536 / per_warp;
+  return std::min(1024, warps * 32);
+}
+
+// The ptxas resource lines NVRTC logs for one entry function.
+std::optional<KernelMeta> parse_resources(const std::string& log, const std::string& lowered) {
+  std::string head = "Compiling entry function '" + lowered + "'";
+  size_t at = log.find(head);
+  if (at == std::string::npos) return std::nullopt;
+  size_t end = log.find("Compiling entry function '", at + head.size());
+  std::string part = log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  KernelMeta m;
+  m.symbol = lowered;
+  bool have_regs = false, have_frame = false;
+  std::istringstream in(part);
+  std::string line;
+  while (std::getline(in, line)) {
+    int a = 0, b = 0, c = 0;
+    if (auto p = line.find("bytes stack frame"); p != std::string::npos) {
+      if (std::sscanf(line.c_str() + line.find('.') + 1, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads",
+                      &a, &b, &c) == 3) {
+        m.local_bytes = a;
+        m.spill_bytes = b + c;
+        have_frame = true;
+      }
+    }
+    if (auto p = line.find("Used "); p != std::string::npos) {
+      if (std::sscanf(line.c_str() + p, "Used %d registers", &a) == 1) {
+        m.registers = a;
+        have_regs = true;
+      }
+      if (auto s = line.find(" bytes smem"); s != std::string::npos) {
+        size_t k = line.rfind(", ", s);
+        if (k != std::string::npos) m.static_shared = std::atoi(line.c_str() + k + 2);
+      }
+    }
+  }
+  if (!have_regs || !have_frame) return std::nullopt;
+  m.max_threads = max_threads_for(m.registers);
+  return m;
+}
+
+template <class T>
+bool read_at(const std::vector<uint8_t>& b, size_t off, T* out) {
+  if (off > b.size() || b.size() - off < sizeof(T)) return false;
+  std::memcpy(out, b.data() + off, sizeof(T));
+  return true;
+}
+
+}  // namespace
+
+// The launch metadata of kernel `symbol` read from a cubin (an ELF file):
+// registers (.nv.info attribute 0x2f), stack frame (0x11) and launch bounds
+// (0x05) per function, and the size of its .nv.shared section (which, where
+// the architecture reserves shared memory for the system, as sm_90 does,
+// includes that reserved kilobyte). Spills are not recorded in a cubin.
+std::optional<KernelMeta> cubin_meta(const std::vector<uint8_t>& b, const std::string& symbol) {
+  struct Sec {
+    uint32_t name, type;
+    uint64_t off, size;
+    uint32_t link, info;
+  };
+  uint64_t shoff = 0;
+  uint16_t shentsize = 0, shnum = 0, shstrndx = 0;
+  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0 || b[4] != 2) return std::nullopt;
+  if (!read_at(b, 0x28, &shoff) || !read_at(b, 0x3A, &shentsize) || !read_at(b, 0x3C, &shnum) ||
+      !read_at(b, 0x3E, &shstrndx) || shentsize < 64 || shstrndx >= shnum)
+    return std::nullopt;
+  std::vector<Sec> secs(shnum);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    size_t o = shoff + static_cast<size_t>(i) * shentsize;
+    Sec& x = secs[i];
+    if (!read_at(b, o, &x.name) || !read_at(b, o + 4, &x.type) || !read_at(b, o + 24, &x.off) ||
+        !read_at(b, o + 32, &x.size) || !read_at(b, o + 40, &x.link) || !read_at(b, o + 44, &x.info))
+      return std::nullopt;
+  }
+  auto cstr = [&](uint64_t off) -> std::string {
+    if (off >= b.size()) return "";
+    const char* p = reinterpret_cast<const char*>(b.data() + off);
+    size_t n = strnlen(p, b.size() - off);
+    return std::string(p, n);
+  };
+  auto name_of = [&](const Sec& x) { return cstr(secs[shstrndx].off + x.name); };
+  // The symbol table, to find the function's index.
+  int64_t sym_index = -1;
+  bool reserved = false;
+  int64_t shared_section = -1;
+  for (const Sec& x : secs) {
+    std::string n = name_of(x);
+    if (n == ".nv.shared.reserved.0") reserved = true;
+    if (n == ".nv.shared." + symbol) shared_section = static_cast<int64_t>(x.size);
+    if (x.type != 2 || x.link >= secs.size()) continue;  // SHT_SYMTAB
+    const Sec& strs = secs[x.link];
+    for (uint64_t j = 0; j * 24 + 24 <= x.size; ++j) {
+      uint32_t st_name = 0;
+      if (!read_at(b, x.off + j * 24, &st_name)) break;
+      if (cstr(strs.off + st_name) == symbol) sym_index = static_cast<int64_t>(j);
+    }
+  }
+  if (sym_index < 0) return std::nullopt;
+  KernelMeta m;
+  m.symbol = symbol;
+  bool have_regs = false;
+  auto scan = [&](const Sec& x, bool per_function) {
+    uint64_t o = x.off, end = x.off + x.size;
+    while (o + 4 <= end && end <= b.size()) {
+      uint8_t fmt = b[o], attr = b[o + 1];
+      uint16_t size = 0;
+      read_at(b, o + 2, &size);
+      if (fmt != 0x04) {  // a value in the size field, or none
+        o += 4;
+        continue;
+      }
+      uint32_t a = 0, v = 0;
+      if (!per_function && size == 8 && read_at(b, o + 4, &a) && read_at(b, o + 8, &v) && a == sym_index) {
+        if (attr == 0x2f) m.registers = static_cast<int>(v), have_regs = true;
+        if (attr == 0x11) m.local_bytes = static_cast<int>(v);
+      }
+      if (per_function && attr == 0x05 && size == 12 && read_at(b, o + 4, &a)) {
+        uint32_t y = 1, z = 1;
+        read_at(b, o + 8, &y);
+        read_at(b, o + 12, &z);
+        m.max_threads = static_cast<int>(a * y * z);
+      }
+      o += 4 + size;
+    }
+  };
+  for (const Sec& x : secs) {
+    std::string n = name_of(x);
+    if (n == ".nv.info") scan(x, false);
+    if (n == ".nv.info." + symbol) scan(x, true);
+  }
+  if (!have_regs) return std::nullopt;
+  if (shared_section > 0) m.static_shared = static_cast<int>(shared_section - (reserved ? 1024 : 0));
+  int by_regs = max_threads_for(m.registers);
+  m.max_threads = m.max_threads > 0 ? std::min(m.max_threads, by_regs) : by_regs;
+  return m;
+}
+
+namespace {
+
+// The compile log without ptxas' resource report (kept as the binary's warnings).
+std::string warnings_only(const std::string& log) {
+  std::istringstream in(log);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("ptxas", 0) != 0 && !line.empty()) out += line + "\n";
+  return out;
+}
+
+class CudaDevice;
+
+class CudaKernel final : public LoadedKernel {
+ public:
+  CudaKernel(std::string key, KernelMeta meta, CudaDevice& dev, CUlibrary lib, CUkernel k, std::string what);
+  ~CudaKernel() override;
+  void launch(void* const* params, const LaunchDims& d, Stream s) override;
+  void* native_handle() const override { return k_; }
+
+ private:
+  [[noreturn]] void failed(CUresult r, const LaunchDims& d);
+  void raise_shared(int64_t bytes);
+  CudaDevice& dev_;
+  const Driver* drv_;
+  CUlibrary lib_;
+  CUkernel k_;
+  std::string what_;
+  std::atomic<int64_t> raised_{48 * 1024};
+  std::mutex raise_m_;
+};
+
+class CudaTimer final : public Timer {
+ public:
+  CudaTimer(const Driver* d, CudaDevice& dev);
+  ~CudaTimer() override;
+  void start(Stream s) override;
+  void stop(Stream s) override;
+  double elapsed_ns() override;
+
+ private:
+  const Driver* d_;
+  CudaDevice& dev_;
+  CUevent a_ = nullptr, b_ = nullptr;
+};
+
+CUstream stream_of(Stream s) { return s ? static_cast<CUstream>(s) : per_thread_stream(); }
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(const Driver* d, int ordinal) : d_(d), ordinal_(ordinal) {
+    check(d_->cuDeviceGet(&dev_, ordinal), "getting the device");
+    check(d_->cuDevicePrimaryCtxRetain(&ctx_, dev_), "retaining the device's primary context");
+    char name[256] = {};
+    d_->cuDeviceGetName(name, sizeof name, dev_);
+    info_.name = name;
+    info_.ordinal = ordinal;
+    int major = attr(COMPUTE_CAPABILITY_MAJOR), minor = attr(COMPUTE_CAPABILITY_MINOR);
+    info_.arch = fmt::format("sm_{}{}", major, minor);
+    info_.multiprocessors = attr(MULTIPROCESSOR_COUNT);
+    info_.l2_bytes = attr(L2_CACHE_SIZE);
+    size_t mem = 0;
+    d_->cuDeviceTotalMem(&mem, dev_);
+    info_.memory_bytes = static_cast<int64_t>(mem);
+    info_.driver = fmt::format("CUDA driver {}.{}", d_->version / 1000, d_->version % 1000 / 10);
+    LaunchLimits& l = info_.limits;
+    l.grid[0] = attr(MAX_GRID_DIM_X);
+    l.grid[1] = attr(MAX_GRID_DIM_Y);
+    l.grid[2] = attr(MAX_GRID_DIM_Z);
+    l.block[0] = attr(MAX_BLOCK_DIM_X);
+    l.block[1] = attr(MAX_BLOCK_DIM_Y);
+    l.block[2] = attr(MAX_BLOCK_DIM_Z);
+    l.block_threads = attr(MAX_THREADS_PER_BLOCK);
+    l.shared = attr(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    info_.registers_per_block = attr(MAX_REGISTERS_PER_BLOCK);
+  }
+  ~CudaDevice() override {
+    if (flush_) d_->cuMemFree(flush_);
+    if (capture_) d_->cuStreamDestroy(capture_);
+    d_->cuDevicePrimaryCtxRelease(dev_);
+  }
+
+  const Driver* driver() const { return d_; }
+  CUdevice handle() const { return dev_; }
+  int ordinal() const { return ordinal_; }
+
+  // The context every call of kiln's needs: the caller's current one if it
+  // has one, else this device's primary context. Cheap: a thread-local read.
+  void ensure_current() {
+    CUcontext cur = nullptr;
+    d_->cuCtxGetCurrent(&cur);
+    if (!cur) check(d_->cuCtxSetCurrent(ctx_), "making the device's context current");
+  }
+
+  // Throws Error(Errc::launch) for a failed call; notes a fault that took the context down.
+  void check(CUresult r, const char* what) {
+    if (r == CUDA_SUCCESS) return;
+    std::string text = d_->error_text(r);
+    if (sticky(r)) {
+      std::lock_guard<std::mutex> g(m_);
+      if (fault_.empty()) fault_ = text;
+    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) fail(Errc::io, "{} on GPU {}: {}", what, ordinal_, text);
+    fail(Errc::launch, "{} on GPU {}: {}{}", what, ordinal_, text,
+         sticky(r) ? " (a kernel faulted; this process's context on the GPU can no longer be used)" : "");
+  }
+
+  const DeviceInfo& info() override { return info_; }
+  bool host_addressable() const override { return false; }
+
+  void* alloc(size_t bytes) override {
+    ensure_current();
+    CUdeviceptr p = 0;
+    size_t n = (bytes + 255) / 256 * 256;
+    check(d_->cuMemAlloc(&p, n ? n : 256), fmt::format("allocating {} bytes", bytes).c_str());
+    CUresult r = d_->cuMemsetD8Async(p, 0, n ? n : 256, per_thread_stream());
+    if (r == CUDA_SUCCESS) r = d_->cuStreamSynchronize(per_thread_stream());
+    if (r != CUDA_SUCCESS) {
+      d_->cuMemFree(p);
+      check(r, "zeroing new memory");
+    }
+    return reinterpret_cast<void*>(p);
+  }
+  void free(void* p) noexcept override {
+    if (!p) return;
+    CUcontext cur = nullptr;
+    d_->cuCtxGetCurrent(&cur);
+    if (!cur) d_->cuCtxSetCurrent(ctx_);
+    d_->cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+  }
+  void to_device(void* dst, const void* src, size_t bytes, Stream s) override {
+    if (!bytes) return;
+    ensure_current();
+    check(d_->cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, stream_of(s)), "copying to the GPU");
+  }
+  void to_host(void* dst, const void* src, size_t bytes, Stream s) override {
+    if (!bytes) return;
+    ensure_current();
+    check(d_->cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, stream_of(s)), "copying from the GPU");
+    check(d_->cuStreamSynchronize(stream_of(s)), "waiting for a copy from the GPU");
+  }
+  void copy(void* dst, const void* src, size_t bytes, Stream s) override {
+    if (!bytes) return;
+    ensure_current();
+    check(d_->cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
+                                stream_of(s)),
+          "copying on the GPU");
+  }
+  void fill(void* dst, uint32_t pattern, int pattern_bytes, size_t count, Stream s) override {
+    if (!count) return;
+    ensure_current();
+    auto p = reinterpret_cast<CUdeviceptr>(dst);
+    CUresult r = pattern_bytes == 1   ? d_->cuMemsetD8Async(p, static_cast<unsigned char>(pattern), count, stream_of(s))
+                 : pattern_bytes == 2 ? d_->cuMemsetD16Async(p, static_cast<unsigned short>(pattern), count, stream_of(s))
+                                      : d_->cuMemsetD32Async(p, pattern, count, stream_of(s));
+    check(r, "filling GPU memory");
+  }
+  void sync(Stream s) override {
+    ensure_current();
+    check(d_->cuStreamSynchronize(stream_of(s)), "waiting for the GPU");
+  }
+  std::unique_ptr<Timer> timer() override {
+    ensure_current();
+    return std::make_unique<CudaTimer>(d_, *this);
+  }
+  size_t flush_caches(Stream s) override {
+    ensure_current();
+    std::lock_guard<std::mutex> g(m_);
+    if (!flush_) {
+      flush_bytes_ = static_cast<size_t>(std::max<int64_t>(info_.l2_bytes * 2, 8 << 20));
+      check(d_->cuMemAlloc(&flush_, flush_bytes_), "allocating the L2 flush buffer");
+    }
+    check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
+    return flush_bytes_;
+  }
+
+  // A handle: the 64-byte IPC handle of the allocation, then the offset of
+  // the pointer inside it (8 bytes).
+  std::string export_buffer(const void* p, std::string* why) override {
+    ensure_current();
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = d_->cuMemGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(p));
+    CUipcMemHandle h{};
+    if (r == CUDA_SUCCESS) r = d_->cuIpcGetMemHandle(&h, base);
+    if (r != CUDA_SUCCESS) {
+      if (why)
+        *why = fmt::format("the buffer cannot be shared with another process ({}; memory from a stream-ordered pool, "
+                           "managed or host memory cannot be)",
+                           d_->error_text(r));
+      return "";
+    }
+    uint64_t off = reinterpret_cast<CUdeviceptr>(p) - base;
+    std::string out(reinterpret_cast<const char*>(h.data), sizeof h.data);
+    out.append(reinterpret_cast<const char*>(&off), sizeof off);
+    return out;
+  }
+  void* import_buffer(const std::string& handle) override {
+    if (handle.size() != 72) fail(Errc::worker, "a shared GPU buffer handle of {} bytes (72 expected)", handle.size());
+    ensure_current();
+    std::lock_guard<std::mutex> g(m_);
+    std::string key = handle.substr(0, 64);
+    uint64_t off = 0;
+    std::memcpy(&off, handle.data() + 64, sizeof off);
+    auto it = imports_.find(key);
+    if (it == imports_.end()) {
+      CUipcMemHandle h{};
+      std::memcpy(h.data, key.data(), 64);
+      CUdeviceptr base = 0;
+      check(d_->cuIpcOpenMemHandle(&base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "opening a shared GPU buffer");
+      it = imports_.emplace(key, Import{base, 0}).first;
+    }
+    ++it->second.refs;
+    void* p = reinterpret_cast<void*>(it->second.base + off);
+    import_of_[p] = key;
+    return p;
+  }
+  void close_import(void* p) noexcept override {
+    std::lock_guard<std::mutex> g(m_);
+    auto k = import_of_.find(p);
+    if (k == import_of_.end()) return;
+    auto it = imports_.find(k->second);
+    import_of_.erase(k);
+    if (it == imports_.end() || --it->second.refs > 0) return;
+    d_->cuIpcCloseMemHandle(it->second.base);
+    imports_.erase(it);
+  }
+  void bind() override { ensure_current(); }
+
+  double replay_ns(const std::function<void(Stream)>& launch, int count) override {
+    ensure_current();
+    if (!capture_) check(d_->cuStreamCreate(&capture_, CU_STREAM_NON_BLOCKING), "creating a stream");
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    check(d_->cuStreamBeginCapture(capture_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing a graph");
+    try {
+      for (int i = 0; i < count; ++i) launch(reinterpret_cast<Stream>(capture_));
+    } catch (...) {
+      d_->cuStreamEndCapture(capture_, &graph);
+      if (graph) d_->cuGraphDestroy(graph);
+      throw;
+    }
+    check(d_->cuStreamEndCapture(capture_, &graph), "capturing a graph");
+    CUresult r = d_->cuGraphInstantiate(&exec, graph, 0);
+    d_->cuGraphDestroy(graph);
+    check(r, "instantiating a graph");
+    struct Exec {
+      const Driver* d;
+      CUgraphExec e;
+      ~Exec() { d->cuGraphExecDestroy(e); }
+    } held{d_, exec};
+    check(d_->cuGraphLaunch(exec, capture_), "replaying a graph");  // warm
+    CudaTimer t(d_, *this);
+    t.start(reinterpret_cast<Stream>(capture_));
+    check(d_->cuGraphLaunch(exec, capture_), "replaying a graph");
+    t.stop(reinterpret_cast<Stream>(capture_));
+    return t.elapsed_ns() / count;
+  }
+
+  std::string fault() const override {
+    std::lock_guard<std::mutex> g(m_);
+    return fault_;
+  }
+
+ private:
+  int attr(int a) {
+    int v = 0;
+    d_->cuDeviceGetAttribute(&v, a, dev_);
+    return v;
+  }
+  struct Import {
+    CUdeviceptr base;
+    int refs;
+  };
+  const Driver* d_;
+  int ordinal_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  DeviceInfo info_;
+  mutable std::mutex m_;
+  std::string fault_;
+  CUdeviceptr flush_ = 0;
+  size_t flush_bytes_ = 0;
+  unsigned flush_value_ = 0;
+  CUstream capture_ = nullptr;
+  std::map<std::string, Import> imports_;
+  std::map<void*, std::string> import_of_;
+};
+
+CudaTimer::CudaTimer(const Driver* d, CudaDevice& dev) : d_(d), dev_(dev) {
+  dev_.check(d_->cuEventCreate(&a_, 0), "creating an event");
+  dev_.check(d_->cuEventCreate(&b_, 0), "creating an event");
+}
+CudaTimer::~CudaTimer() {
+  if (a_) d_->cuEventDestroy(a_);
+  if (b_) d_->cuEventDestroy(b_);
+}
+void CudaTimer::start(Stream s) { dev_.check(d_->cuEventRecord(a_, stream_of(s)), "recording an event"); }
+void CudaTimer::stop(Stream s) { dev_.check(d_->cuEventRecord(b_, stream_of(s)), "recording an event"); }
+double CudaTimer::elapsed_ns() {
+  dev_.check(d_->cuEventSynchronize(b_), "waiting for the GPU");
+  float ms = 0;
+  dev_.check(d_->cuEventElapsedTime(&ms, a_, b_), "reading a timer");
+  return static_cast<double>(ms) * 1e6;
+}
+
+CudaKernel::CudaKernel(std::string key, KernelMeta meta, CudaDevice& dev, CUlibrary lib, CUkernel k, std::string what)
+    : LoadedKernel(std::move(key), std::move(meta)), dev_(dev), drv_(dev.driver()), lib_(lib), k_(k),
+      what_(std::move(what)) {}
+
+CudaKernel::~CudaKernel() {
+  if (lib_) drv_->cuLibraryUnload(lib_);
+}
+
+void CudaKernel::raise_shared(int64_t bytes) {
+  std::lock_guard<std::mutex> g(raise_m_);
+  if (bytes <= raised_.load()) return;
+  CUresult r = drv_->cuKernelSetAttribute(FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes), k_,
+                                          dev_.handle());
+  if (r != CUDA_SUCCESS)
+    fail(Errc::launch, "{}: raising its dynamic shared memory to {} bytes: {}", what_, bytes, drv_->error_text(r));
+  raised_.store(bytes);
+}
+
+void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
+  if (d.empty()) return;
+  dev_.ensure_current();
+  if (d.shared > raised_.load(std::memory_order_relaxed)) raise_shared(d.shared);
+  CUresult r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), static_cast<unsigned>(d.grid.x),
+                                    static_cast<unsigned>(d.grid.y), static_cast<unsigned>(d.grid.z),
+                                    static_cast<unsigned>(d.block.x), static_cast<unsigned>(d.block.y),
+                                    static_cast<unsigned>(d.block.z), static_cast<unsigned>(d.shared), stream_of(s),
+                                    const_cast<void**>(params), nullptr);
+  if (r != CUDA_SUCCESS) failed(r, d);
+}
+
+void CudaKernel::failed(CUresult r, const LaunchDims& d) {
+  std::string text = drv_->error_text(r);
+  if (sticky(r)) dev_.check(r, "launching");
+  fail(Errc::launch, "{}: the launch with grid ({}, {}, {}), block ({}, {}, {}) and {} bytes of dynamic shared memory "
+       "failed: {}",
+       what_, d.grid.x, d.grid.y, d.grid.z, d.block.x, d.block.y, d.block.z, d.shared, text);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const Options& o) : opts_(o) {}
+  const char* name() const override { return "cuda"; }
+
+  std::string unavailable_reason() override {
+    std::string why;
+    const Driver* d = Driver::get(&why);
+    if (!d) return why;
+    int n = 0;
+    d->cuDeviceGetCount(&n);
+    if (opts_.cuda_device >= n)
+      return n == 0 ? "no GPU: the CUDA driver found no device"
+                    : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs (0 to {})", opts_.cuda_device, n, n - 1);
+    return "";
+  }
+
+  // The architecture kiln compiles for: KILN_CUDA_ARCH, else the device's.
+  std::string arch() {
+    if (!opts_.cuda_arch.empty()) return opts_.cuda_arch;
+    std::string why = unavailable_reason();
+    if (!why.empty())
+      fail(Errc::compile, "the cuda backend has no GPU to take the architecture from ({}): set KILN_CUDA_ARCH "
+           "(e.g. sm_90) to compile without one",
+           why);
+    return cuda_device().info().arch;
+  }
+
+  const Nvrtc& nvrtc() {
+    std::string why;
+    const Nvrtc* n = Nvrtc::get(&why);
+    if (!n) fail(Errc::compile, "the cuda backend cannot compile: {}", why);
+    return *n;
+  }
+
+  std::string toolchain_identity() override {
+    const Nvrtc& n = nvrtc();
+    return fmt::format("cuda-abi {}\nnvrtc {}.{}\narch {}\nflags {}\nheaders {}", kCudaAbiVersion, n.major, n.minor,
+                       arch(), fmt::join(fixed_flags(), " "), n.include_dir);
+  }
+
+  std::string device_identity() override {
+    if (!unavailable_reason().empty()) return fmt::format("cuda (no device) {}", arch());
+    const DeviceInfo& i = cuda_device().info();
+    return fmt::format("cuda {} {} sms={} mem={}MiB", i.name, i.arch, i.multiprocessors, i.memory_bytes >> 20);
+  }
+
+  std::vector<std::string> fixed_flags() { return {"-std=c++17", "--ptxas-options=-v", "-lineinfo"}; }
+
+  // The source NVRTC compiles: parameter defines, the user's source (with
+  // #line so messages name it), and compile-time checks that the entry's
+  // parameters match the spec's arguments in number, pointer-ness and size.
+  std::string generate_source(const CompileRequest& req) {
+    std::string s = fmt::format("// generated by kiln: kernel {}, config {}\n", req.kernel, req.config_text);
+    for (const auto& [n, v] : req.defines) s += fmt::format("#define {} {}\n", n, v);
+    s += fmt::format("#line 1 \"{}\"\n", c_escape(req.source_name));
+    s += req.source_text;
+    if (!req.source_text.empty() && req.source_text.back() != '\n') s += '\n';
+    s += fmt::format("#line 1 \"<kiln entry check for {}>\"\n", c_escape(req.kernel));
+    s += R"(namespace kiln_check {
+template <class T> struct is_ptr { static constexpr bool value = false; };
+template <class T> struct is_ptr<T*> { static constexpr bool value = true; };
+template <class F> struct sig;
+template <class... P> struct sig<void (*)(P...)> {
+  static constexpr int count = sizeof...(P);
+  template <int I, class T, class... R> struct at { using type = typename at<I - 1, R...>::type; };
+  template <class T, class... R> struct at<0, T, R...> { using type = T; };
+  template <int I> using arg = typename at<I, P..., void>::type;
+};
+}  // namespace kiln_check
+)";
+    s += fmt::format("using kiln_sig = kiln_check::sig<decltype(&{})>;\n", req.entry);
+    s += fmt::format("static_assert(kiln_sig::count == {}, \"kiln: the entry '{}' does not take the {} arguments the "
+                     "spec lists\");\n",
+                     req.args.size(), req.entry, req.args.size());
+    for (size_t i = 0; i < req.args.size(); ++i) {
+      const ArgSig& a = req.args[i];
+      s += fmt::format("static_assert(kiln_check::is_ptr<kiln_sig::arg<{}>>::value == {} && sizeof(kiln_sig::arg<{}>) "
+                       "== {}, \"kiln: argument {} ('{}') of the spec is {}{}, which the entry's parameter {} does not "
+                       "match\");\n",
+                       i, a.pointer ? "true" : "false", i, a.pointer ? 8 : dtype_size(a.dtype), i, a.name,
+                       dtype_name(a.dtype), a.pointer ? "*" : "", i);
+    }
+    return s;
+  }
+
+  Binary compile(const CompileRequest& req, const std::string& key) override {
+    const Nvrtc& n = nvrtc();
+    const std::string target = arch();
+    auto t0 = std::chrono::steady_clock::now();
+    std::string src = generate_source(req);
+    nvrtcProgram prog = nullptr;
+    int rc = n.nvrtcCreateProgram(&prog, src.c_str(), req.source_name.c_str(), 0, nullptr, nullptr);
+    if (rc != 0) fail(Errc::compile, "kernel '{}': NVRTC cannot create a program: {}", req.kernel, n.nvrtcGetErrorString(rc));
+    struct Destroy {
+      const Nvrtc& n;
+      nvrtcProgram* p;
+      ~Destroy() { n.nvrtcDestroyProgram(p); }
+    } destroy{n, &prog};
+    std::string expr = "&" + req.entry;
+    n.nvrtcAddNameExpression(prog, expr.c_str());
+    std::vector<std::string> opts = {"--gpu-architecture=" + target};
+    for (const auto& f : fixed_flags()) opts.push_back(f);
+    for (const auto& d : req.include_dirs) opts.push_back("-I" + d);
+    if (!n.include_dir.empty()) opts.push_back("-I" + n.include_dir);
+    for (const auto& f : req.cflags) opts.push_back(f);
+    std::vector<const char*> argv;
+    for (const auto& o : opts) argv.push_back(o.c_str());
+    rc = n.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+    size_t log_size = 0;
+    n.nvrtcGetProgramLogSize(prog, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size) n.nvrtcGetProgramLog(prog, log.data());
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+    if (rc != 0)
+      fail(Errc::compile, "kernel '{}' (config {}) failed to compile with NVRTC {}.{} for {}:\n{}\noptions: {}",
+           req.kernel, req.config_text, n.major, n.minor, target, warnings_only(log), fmt::join(opts, " "));
+    const char* lowered = nullptr;
+    if (n.nvrtcGetLoweredName(prog, expr.c_str(), &lowered) != 0 || !lowered)
+      fail(Errc::compile, "kernel '{}' (config {}): NVRTC found no __global__ function '{}' to launch", req.kernel,
+           req.config_text, req.entry);
+    size_t size = 0;
+    n.nvrtcGetCUBINSize(prog, &size);
+    if (size == 0)
+      fail(Errc::compile, "kernel '{}' (config {}): NVRTC made no cubin for {} (an architecture such as sm_90 is "
+           "needed, not compute_90)",
+           req.kernel, req.config_text, target);
+    Binary b;
+    b.bytes.resize(size);
+    n.nvrtcGetCUBIN(prog, reinterpret_cast<char*>(b.bytes.data()));
+    // The metadata comes from the cubin itself; ptxas' report, when NVRTC
+    // logs one (it does not when a compile is answered from a compute cache),
+    // adds the spill counts and must agree.
+    std::optional<KernelMeta> meta = cubin_meta(b.bytes, lowered);
+    if (!meta)
+      fail(Errc::compile, "kernel '{}' (config {}): the cubin NVRTC made has no resource attributes for '{}', "
+           "which kiln needs (registers, shared memory)",
+           req.kernel, req.config_text, lowered);
+    if (std::optional<KernelMeta> reported = parse_resources(log, lowered)) {
+      if (reported->registers != meta->registers || reported->static_shared != meta->static_shared ||
+          reported->local_bytes != meta->local_bytes)
+        fail(Errc::compile, "kernel '{}' (config {}): ptxas reports {} registers, {} bytes shared, {} bytes local, "
+             "but the cubin says {}, {}, {}; kiln will not guess which is right",
+             req.kernel, req.config_text, reported->registers, reported->static_shared, reported->local_bytes,
+             meta->registers, meta->static_shared, meta->local_bytes);
+      meta->spill_bytes = reported->spill_bytes;
+    }
+    meta->target = target;
+    b.key = key;
+    b.backend = "cuda";
+    b.kernel = req.kernel;
+    b.config_text = req.config_text;
+    b.entry = req.entry;
+    b.meta = *meta;
+    b.log = warnings_only(log);
+    b.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return b;
+  }
+
+  CudaDevice& cuda_device() {
+    std::lock_guard<std::mutex> g(m_);
+    if (!device_) {
+      std::string why;
+      const Driver* d = Driver::get(&why);
+      if (!d) fail(Errc::launch, "the cuda backend cannot run here: {}", why);
+      int n = 0;
+      d->cuDeviceGetCount(&n);
+      if (opts_.cuda_device >= n)
+        fail(Errc::launch, "the cuda backend cannot run here: {}",
+             n == 0 ? std::string("no GPU: the CUDA driver found no device")
+                    : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs", opts_.cuda_device, n));
+      device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device);
+    }
+    return *device_;
+  }
+  Device& device() override { return cuda_device(); }
+
+  std::shared_ptr<LoadedKernel> load(const Binary& bin) override {
+    if (bin.backend != "cuda")
+      fail(Errc::launch, "kernel '{}': a {} binary cannot be loaded by the cuda backend", bin.kernel, bin.backend);
+    std::string what = fmt::format("kernel '{}' (config {})", bin.kernel, bin.config_text);
+    if (bin.meta.symbol.empty() || bin.meta.target.empty())
+      fail(Errc::launch, "{}: its binary has no launch metadata (entry symbol, target)", what);
+    CudaDevice& dev = cuda_device();
+    const std::string& arch = dev.info().arch;
+    if (bin.meta.target != arch && bin.meta.target != arch + "a")
+      fail(Errc::launch, "{}: its binary is for {}, but GPU {} is {}", what, bin.meta.target, dev.ordinal(), arch);
+    dev.ensure_current();
+    const Driver* d = dev.driver();
+    CUlibrary lib = nullptr;
+    dev.check(d->cuLibraryLoadData(&lib, bin.bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+              ("loading " + what).c_str());
+    CUkernel k = nullptr;
+    CUresult r = d->cuLibraryGetKernel(&k, lib, bin.meta.symbol.c_str());
+    if (r != CUDA_SUCCESS) {
+      d->cuLibraryUnload(lib);
+      fail(Errc::launch, "{}: its binary has no kernel '{}': {}", what, bin.meta.symbol, d->error_text(r));
+    }
+    // The driver's word on what was compiled must match what was stored.
+    auto get = [&](int a) {
+      int v = 0;
+      d->cuKernelGetAttribute(&v, a, k, dev.handle());
+      return v;
+    };
+    int regs = get(FUNC_NUM_REGS), smem = get(FUNC_SHARED_SIZE_BYTES), local = get(FUNC_LOCAL_SIZE_BYTES);
+    if (regs != bin.meta.registers || smem != bin.meta.static_shared || local != bin.meta.local_bytes) {
+      d->cuLibraryUnload(lib);
+      fail(Errc::launch, "{}: its stored metadata ({} registers, {} bytes shared, {} bytes local) does not match the "
+           "binary ({}, {}, {}); the cache entry is inconsistent",
+           what, bin.meta.registers, bin.meta.static_shared, bin.meta.local_bytes, regs, smem, local);
+    }
+    KernelMeta meta = bin.meta;
+    meta.max_threads = get(FUNC_MAX_THREADS_PER_BLOCK);
+    return std::make_shared<CudaKernel>(bin.key, meta, dev, lib, k, what);
+  }
+
+  bool compiles_out_of_process() const override { return false; }
+
+  LaunchLimits limits() override {
+    if (unavailable_reason().empty()) return cuda_device().info().limits;
+    return arch_limits(opts_.cuda_arch.empty() ? "sm_90" : opts_.cuda_arch);
+  }
+
+  std::string check_resources(const KernelMeta& meta, const LaunchDims& dims) override {
+    std::string why = Backend::check_resources(meta, dims);
+    if (!why.empty() || dims.empty()) return why;
+    int64_t threads = dims.block.x * dims.block.y * dims.block.z;
+    int64_t per_block = unavailable_reason().empty() ? cuda_device().info().registers_per_block : 65536;
+    if (meta.registers > 0 && int64_t(meta.registers) * threads > per_block)
+      return fmt::format("{} threads of {} registers each need more than the {} registers a block has", threads,
+                         meta.registers, per_block);
+    return "";
+  }
+
+ private:
+  Options opts_;
+  std::mutex m_;
+  std::unique_ptr<CudaDevice> device_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_cuda_backend(const Options& opts) { return std::make_shared<CudaBackend>(opts); }
+
+nlohmann::json describe_cuda(const Options& opts) {
+  nlohmann::json j = {{"backend", "cuda"}};
+  std::string why;
+  const Nvrtc* n = Nvrtc::get(&why);
+  j["nvrtc"] = n ? nlohmann::json(fmt::format("{}.{}", n->major, n->minor)) : nlohmann::json(nullptr);
+  j["nvrtc_path"] = n ? nlohmann::json(n->path) : nlohmann::json(nullptr);
+  if (!n) j["nvrtc_unavailable"] = why;
+  why.clear();
+  const Driver* d = Driver::get(&why);
+  j["driver"] = d ? nlohmann::json(fmt::format("{}.{}", d->version / 1000, d->version % 1000 / 10)) : nlohmann::json(nullptr);
+  auto backend = make_cuda_backend(opts);
+  std::string reason = backend->unavailable_reason();
+  j["available"] = reason.empty();
+  j["reason"] = reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(reason);
+  j["compile_arch"] = opts.cuda_arch.empty() ? nlohmann::json(nullptr) : nlohmann::json(opts.cuda_arch);
+  if (reason.empty()) {
+    const DeviceInfo& i = backend->device().info();
+    j["device"] = {{"ordinal", i.ordinal},
+                   {"name", i.name},
+                   {"arch", i.arch},
+                   {"multiprocessors", i.multiprocessors},
+                   {"l2_bytes", i.l2_bytes},
+                   {"memory_bytes", i.memory_bytes},
+                   {"max_shared_per_block", i.limits.shared},
+                   {"registers_per_block", i.registers_per_block}};
+  }
+  return j;
+}
+
+}  // namespace kiln

@@ -1,0 +1,301 @@
+// The cuda backend. Compiling needs NVRTC only (the CI machine has the
+// toolkit and no GPU): those tests run everywhere NVRTC is. Tests that
+// launch need a GPU and skip, saying so, where there is none.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "kiln/binary_key.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/multi_kernel.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+#include "worker/worker_pool.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CudaTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  std::shared_ptr<Backend> cuda;
+  void SetUp() override {
+    opts.bench_budget_ms = 5;
+    opts.workers = 2;
+    if (!gpu()) opts.cuda_arch = "sm_90";  // compile for an H100 where there is no GPU
+    cuda = make_backend("cuda", opts);
+  }
+  static bool gpu() { return make_backend("cuda", Options::from_env())->unavailable_reason().empty(); }
+  // Skips a test that needs NVRTC when it is absent, saying why.
+  bool nvrtc_missing() {
+    try {
+      cuda->toolchain_identity();
+      return false;
+    } catch (const Error& e) {
+      std::cout << "[  SKIPPED ] no NVRTC here: " << e.what() << "\n";
+      return true;
+    }
+  }
+  std::vector<fs::path> builtin_specs() {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(test::kernels() + "/cuda"))
+      if (e.path().extension() == ".toml" && !is_multi_spec(e.path())) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+#define NEEDS_GPU()                                                                                     \
+  do {                                                                                                  \
+    std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();                 \
+    if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine"; \
+  } while (0)
+
+}  // namespace
+
+// Every config of every built-in cuda kernel compiles for sm_90, and its
+// launch metadata is read from NVRTC's report.
+TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
+  if (nvrtc_missing()) return;
+  Runtime rt(opts);
+  auto specs = builtin_specs();
+  ASSERT_GE(specs.size(), 3u);
+  size_t configs = 0;
+  for (const auto& p : specs) {
+    KernelSpec s = load_spec(p);
+    ASSERT_EQ(s.backend, "cuda");
+    std::vector<BinaryFuture> fs;
+    for (const auto& c : s.space.all()) fs.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+    for (size_t i = 0; i < fs.size(); ++i) {
+      std::shared_ptr<const Binary> b;
+      ASSERT_NO_THROW(b = fs[i].get()) << s.name << " " << s.space.at(i).str();
+      EXPECT_GT(b->meta.registers, 0) << s.name;
+      EXPECT_EQ(b->meta.target, opts.cuda_arch.empty() ? rt.backend("cuda").device().info().arch : opts.cuda_arch);
+      EXPECT_FALSE(b->meta.symbol.empty());
+      EXPECT_GT(b->meta.max_threads, 0);
+      EXPECT_GT(b->bytes.size(), 100u);
+      ++configs;
+    }
+  }
+  EXPECT_GT(configs, 10u);
+  // NVRTC runs in worker processes by default: a crash in it cannot take this process down.
+  EXPECT_EQ(rt.compile_mode("cuda"), CompileMode::subprocess);
+  EXPECT_GE(rt.worker_pool()->counters().calls, configs);
+}
+
+TEST_F(CudaTest, MetadataRoundTripsThroughTheCache) {
+  if (nvrtc_missing()) return;
+  KernelSpec s = load_spec(test::kernels() + "/cuda/softmax_rowwise.toml");
+  Binary first;
+  {
+    Runtime rt(opts);
+    first = *rt.compile_pool("cuda").submit(make_compile_request(s, s.space.at(2))).get();
+    EXPECT_FALSE(first.from_cache);
+  }
+  Runtime rt(opts);
+  auto again = rt.compile_pool("cuda").submit(make_compile_request(s, s.space.at(2))).get();
+  EXPECT_TRUE(again->from_cache);
+  EXPECT_EQ(again->meta, first.meta);
+  EXPECT_EQ(again->meta.static_shared, 128) << "32 floats of reduction scratch";
+  EXPECT_EQ(again->bytes, first.bytes);
+  // Another architecture is another binary.
+  Options o2 = opts;
+  o2.cuda_arch = "sm_80";
+  Runtime rt2(o2);
+  BinaryKey k1 = make_binary_key(make_compile_request(s, s.space.at(2)), rt.backend("cuda"));
+  BinaryKey k2 = make_binary_key(make_compile_request(s, s.space.at(2)), rt2.backend("cuda"));
+  EXPECT_NE(k1.hex(), k2.hex());
+}
+
+TEST_F(CudaTest, CompileErrorsNameTheUsersFileAndLineAndTheEntryIsChecked) {
+  if (nvrtc_missing()) return;
+  std::string toml = R"(name = "k"
+backend = "cuda"
+source = "k.cu"
+entry = "k"
+grid = ["1"]
+block = ["32"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+)";
+  KernelSpec bad = test::spec_in(dir.path() / "a", toml, "k.cu",
+                                 "extern \"C\" __global__ void k(float* x, long long n) {\n  x[0] = n;\n  not cuda;\n}\n");
+  Runtime rt(opts);
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(bad, bad.space.at(0))).get();
+    FAIL() << "compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::compile);
+    std::string m = e.what();
+    EXPECT_NE(m.find("k.cu(3)"), std::string::npos) << m;
+    EXPECT_NE(m.find("NVRTC"), std::string::npos) << m;
+  }
+  KernelSpec wrong = test::spec_in(dir.path() / "b", toml, "k.cu",
+                                   "extern \"C\" __global__ void k(float* x, int n) { x[0] = n; }\n");
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(wrong, wrong.space.at(0))).get();
+    FAIL() << "a 4-byte int was accepted for an i64";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 1 ('n') of the spec is i64"), std::string::npos) << e.what();
+  }
+}
+
+// Without a GPU the backend says why, in every error that needs a device,
+// and `kiln backends` says so too; compiling still works (above).
+TEST_F(CudaTest, WithoutAGpuTheBackendSaysWhy) {
+  std::string why = cuda->unavailable_reason();
+  ProcessResult r = run_process({test::kiln_exe(), "backends", "--json"}, 60);
+  ASSERT_TRUE(r.ok()) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  auto c = j["backends"][1];
+  EXPECT_EQ(c["backend"], "cuda");
+  EXPECT_EQ(c["available"], why.empty());
+  if (why.empty()) {
+    EXPECT_TRUE(c["device"]["name"].is_string());
+    std::cout << "[  NOTE    ] a GPU is here: " << c["device"]["name"] << "\n";
+    return;
+  }
+  EXPECT_EQ(c["reason"], why);
+  try {
+    cuda->device();
+    FAIL() << "a device without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::launch);
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  // Tuning or calling needs the device: a clear error, not a crash.
+  Runtime rt(opts);
+  Kernel k(rt, load_spec(test::kernels() + "/cuda/axpy.toml"));
+  unsigned long long x = 0, y = 0, out = 0;
+  float alpha = 1;
+  int64_t n = 16;
+  try {
+    k(x, y, out, alpha, n);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+// ---- on the GPU ----
+
+TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
+  NEEDS_GPU();
+  Runtime rt(opts);
+  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
+  Device& dev = rt.backend("cuda").device();
+  const int64_t n = 1 << 20;
+  std::vector<float> hx(n), hy(n), hout(n);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(hx)), 1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(hy)), 2);
+  DeviceBuffer x(dev, n * 4), y(dev, n * 4), out(dev, n * 4);
+  dev.to_device(x.get(), hx.data(), n * 4, nullptr);
+  dev.to_device(y.get(), hy.data(), n * 4, nullptr);
+  Kernel k(rt, s);
+  float alpha = 2.5f;
+  auto* px = static_cast<float*>(x.get());
+  auto* py = static_cast<float*>(y.get());
+  auto* po = static_cast<float*>(out.get());
+  k(px, py, po, alpha, n);  // tunes on these very buffers (shared with the worker, never written)
+  dev.sync(nullptr);
+  dev.to_host(hout.data(), out.get(), n * 4, nullptr);
+  // The GPU fuses the multiply-add: compare within rounding of the terms, not of the result.
+  for (int64_t i = 0; i < n; i += 997)
+    ASSERT_NEAR(hout[i], 2.5f * hx[i] + hy[i], 1e-6 * (std::abs(2.5f * hx[i]) + std::abs(hy[i]))) << i;
+  std::vector<float> check(n);
+  dev.to_host(check.data(), x.get(), n * 4, nullptr);
+  EXPECT_EQ(check, hx) << "tuning wrote to an input";
+  // The second call only launches.
+  size_t calls = rt.worker_pool()->counters().calls;
+  k.on(nullptr)(px, py, po, alpha, n);
+  dev.sync(nullptr);
+  EXPECT_EQ(rt.worker_pool()->counters().calls, calls);
+}
+
+// A faulting config (an out-of-bounds write, a trap) or one that never ends
+// poisons only its worker's context: the host survives, a correct config is
+// picked, and each fault is recorded with its CUDA error or time-out.
+TEST_F(CudaTest, FaultingConfigsCostTheirWorkerNotThisProcess) {
+  NEEDS_GPU();
+  std::string toml = R"SPEC(name = "planted"
+backend = "cuda"
+source = "planted.cu"
+entry = "planted"
+grid = ["cdiv(n, 256)"]
+block = ["256"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+[params]
+MODE = [0, 1, 2, 3, 4]
+[tuning]
+key = ["n"]
+)SPEC";
+  KernelSpec s = test::spec_in(dir.path(), toml, "planted.cu", R"SRC(
+extern "C" __global__ void planted(const float* x, float* y, long long n) {
+  long long i = blockIdx.x * 256LL + threadIdx.x;
+#if MODE == 1
+  if (i == 0) y[1LL << 40] = 1.f;   // far out of bounds
+#elif MODE == 2
+  if (i == 0) __trap();
+#elif MODE == 3
+  if (i == 0) { volatile int k = 0; while (true) k = k + 1; }
+#endif
+  if (i < n) y[i] = x[i] * 2.f + (MODE == 4 ? 0.f : 0.f);
+}
+)SRC");
+  opts.bench_deadline_floor_s = 1;
+  opts.bench_timeout_s = 20;
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  const int64_t n = 100000;
+  DeviceArgs args(s, parse_scalars(s, {{"n", std::to_string(n)}}), dev);
+  args.fill_random(3);
+  auto t0 = std::chrono::steady_clock::now();
+  TuneOutcome o = rt.tune(s, args.params());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(o.choice);
+  int chosen = static_cast<int>(*o.choice->get("MODE"));
+  EXPECT_TRUE(chosen == 0 || chosen == 4) << o.choice->str();
+  auto result = [&](int m) { return *o.record.find(s.space.at(static_cast<size_t>(m))); };
+  EXPECT_EQ(result(1).kind, FailKind::crash) << result(1).error;
+  EXPECT_NE(result(1).error.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << result(1).error;
+  EXPECT_EQ(result(2).kind, FailKind::crash) << result(2).error;
+  EXPECT_EQ(result(3).kind, FailKind::timeout) << result(3).error;
+  std::cout << "[  NOTE    ] the planted run tuned in " << secs << " s\n";
+  // This process's context is untouched: it still launches.
+  Kernel k(rt, s);
+  k.launch(args.params());
+  dev.sync(nullptr);
+  EXPECT_EQ(dev.fault(), "");
+}
+
+// The metadata read from a cubin (what kiln uses when NVRTC logs no report,
+// as when a compile is answered from a compute cache) agrees with ptxas'
+// report, for every built-in config, on two architectures.
+TEST_F(CudaTest, CubinMetadataAgreesWithPtxasReport) {
+  if (nvrtc_missing()) return;
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    Options o = opts;
+    o.cuda_arch = arch;
+    o.no_cache = true;
+    auto b = make_backend("cuda", o);
+    for (const auto& p : builtin_specs()) {
+      KernelSpec s = load_spec(p);
+      Config c = s.space.at(s.space.size() - 1);
+      CompileRequest req = make_compile_request(s, c);
+      Binary bin = b->compile(req, make_binary_key(req, *b).hex());  // throws if the two disagree
+      auto m = cubin_meta(bin.bytes, bin.meta.symbol);
+      ASSERT_TRUE(m) << s.name << " " << arch;
+      EXPECT_EQ(m->registers, bin.meta.registers) << s.name << " " << arch;
+      EXPECT_EQ(m->static_shared, bin.meta.static_shared) << s.name << " " << arch;
+      EXPECT_EQ(m->local_bytes, bin.meta.local_bytes) << s.name << " " << arch;
+    }
+  }
+}
