@@ -129,6 +129,19 @@ class LoadedKernel {
   // faults inside the kernel surface at the next synchronisation. An empty
   // grid launches nothing.
   virtual void launch(void* const* params, const LaunchDims& dims, Stream stream) = 0;
+  // The variant contract, in the shape of CUTLASS's operations: whether this
+  // variant can run a call ("" when it can, else why not), the scratch bytes
+  // it needs for it, then launch() on a stream. A compiled template answers
+  // through its spec (constraints and launch limits: Tuner::why_not); a
+  // library call through the library's own rules.
+  virtual std::string can_implement(void* const* params) const {
+    static_cast<void>(params);
+    return "";
+  }
+  virtual size_t workspace_bytes(void* const* params) const {
+    static_cast<void>(params);
+    return 0;
+  }
   const std::string& key() const { return key_; }
   const KernelMeta& meta() const { return meta_; }
   // The backend's own handle of the loaded code (cuda: the CUkernel), for
@@ -238,7 +251,20 @@ class Backend {
   // Why a compiled config cannot launch with these dims on this device
   // (threads, registers or shared memory beyond what it has), or "".
   virtual std::string check_resources(const KernelMeta& meta, const LaunchDims& dims);
+
+  // Library choices (LibraryCall in kiln/spec.hpp). "" when the library call
+  // `name` can be made here, else why not (the library is not installed, no
+  // device): the choice is then skipped, with that reason, never an error.
+  virtual std::string library_unavailable(const std::string& name);
+  // The library's name and version: what its results are kept by.
+  virtual std::string library_identity(const std::string& name);
 };
+
+// A binary standing for a library call: no code; its metadata names the
+// call ("library:cublas_sgemm"), and the backend's load() makes it launchable.
+Binary library_binary(const std::string& backend, const std::string& name, const std::string& kernel,
+                      const std::string& key);
+bool is_library_binary(const Binary& b);
 
 // "cpu" or "cuda"; throws Error(Errc::usage) for an unknown name.
 std::shared_ptr<Backend> make_backend(const std::string& name, const Options& opts);

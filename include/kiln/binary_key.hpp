@@ -34,15 +34,19 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend);
 
 // The binary keys of one spec's configs: the toolchain and the source tree
 // are read once, so a key per config costs a hash of its defines.
+// A library choice's key names the backend, the call and the library's
+// identity (its version): its results are kept by that.
 class BinaryKeyer {
  public:
   BinaryKeyer(const KernelSpec& spec, Backend& backend);
   std::string hex(const Config& c) const;
-  BinaryKey key(const Config& c) const;
+  BinaryKey key(const Config& c) const;  // a template config's key
 
  private:
   BinaryKey base_;
+  Backend* backend_;
 };
+std::string library_key(Backend& backend, const std::string& name);
 
 // A source file with everything it includes that kiln can find: quoted
 // includes resolve against the including file's folder, then `include_dirs`

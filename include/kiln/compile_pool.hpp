@@ -82,6 +82,9 @@ class CompilePool {
   // An identical request already submitted shares its future.
   BinaryFuture submit(const CompileRequest& req);
   BinaryFuture submit(const CompileRequest& req, const std::string& key);
+  // One config of a spec: a template config is compiled as above; a library
+  // choice gets its stand-in binary at once (or its reason for being unavailable).
+  BinaryFuture submit(const KernelSpec& spec, const Config& config);
 
   struct Counters {
     size_t submitted = 0, deduped = 0, cache_hits = 0, compiled = 0, failed = 0;

@@ -109,6 +109,9 @@ struct KernelSpec {
   std::vector<Expr> constraints;  // a config is pruned when one evaluates to 0
   std::vector<std::filesystem::path> include_dirs;  // resolved
   std::vector<std::string> cflags;
+  // Library choices tuned beside the templates (calls into a vendor library
+  // that compute the same thing with the same arguments): see LibraryCall.
+  std::vector<std::string> libraries;
   TuningSpec tuning;
 
   int arg_index(std::string_view name) const;  // -1 when absent
@@ -128,6 +131,17 @@ KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& s
                       const SourceReader& read_source);
 
 bool is_identifier(std::string_view s);
+
+// A library call kiln knows how to make with a kernel's arguments, and the
+// argument list it takes (types and intents, in order).
+struct LibraryCall {
+  const char* name;     // "cublas_sgemm"
+  const char* backend;  // "cuda"
+  std::vector<std::pair<std::string, Intent>> args;  // ("f32*", in), ..., ("i64", in)
+  const char* what;     // for messages and docs
+};
+const std::vector<LibraryCall>& library_calls();
+const LibraryCall* find_library_call(std::string_view name);
 // The -I (-isystem, -iquote, -idirafter) folders among compiler flags,
 // relative ones resolved against the working folder as a compiler would.
 std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::string>& flags);

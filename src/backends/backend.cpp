@@ -99,6 +99,28 @@ std::string Backend::check_resources(const KernelMeta& meta, const LaunchDims& d
   return "";
 }
 
+std::string Backend::library_unavailable(const std::string& name) {
+  return fmt::format("the {} backend makes no library call '{}'", this->name(), name);
+}
+
+std::string Backend::library_identity(const std::string& name) { return name; }
+
+Binary library_binary(const std::string& backend, const std::string& name, const std::string& kernel,
+                      const std::string& key) {
+  Binary b;
+  b.key = key;
+  b.backend = backend;
+  b.kernel = kernel;
+  b.config_text = "library:" + name;
+  b.entry = name;
+  b.meta.symbol = "library:" + name;
+  b.meta.target = "library";
+  b.bytes.assign(name.begin(), name.end());
+  return b;
+}
+
+bool is_library_binary(const Binary& b) { return b.meta.symbol.rfind("library:", 0) == 0; }
+
 std::shared_ptr<Backend> make_backend(const std::string& name, const Options& opts) {
   if (name == "cpu") return std::make_shared<CpuBackend>(opts);
   if (name == "cuda") return make_cuda_backend(opts);

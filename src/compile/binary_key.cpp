@@ -136,7 +136,16 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
 }
 
 BinaryKeyer::BinaryKeyer(const KernelSpec& spec, Backend& backend)
-    : base_(make_binary_key(make_compile_request(spec, Config{}), backend)) {}
+    : base_(make_binary_key(make_compile_request(spec, Config{}), backend)), backend_(&backend) {}
+
+std::string library_key(Backend& backend, const std::string& name) {
+  Hasher h;
+  h.add("format", static_cast<int64_t>(BinaryKey::kFormatVersion))
+      .add("library", name)
+      .add("backend", backend.name())
+      .add("identity", backend.library_identity(name));
+  return h.digest().hex();
+}
 
 BinaryKey BinaryKeyer::key(const Config& c) const {
   BinaryKey k = base_;
@@ -145,6 +154,8 @@ BinaryKey BinaryKeyer::key(const Config& c) const {
   return k;
 }
 
-std::string BinaryKeyer::hex(const Config& c) const { return key(c).hex(); }
+std::string BinaryKeyer::hex(const Config& c) const {
+  return c.library.empty() ? key(c).hex() : library_key(*backend_, c.library);
+}
 
 }  // namespace kiln

@@ -68,6 +68,20 @@ BinaryFuture CompilePool::submit(const CompileRequest& req) {
   return submit(req, make_binary_key(req, *backend_).hex());
 }
 
+BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config) {
+  if (config.library.empty()) return submit(make_compile_request(spec, config));
+  std::promise<std::shared_ptr<const Binary>> p;
+  try {
+    std::string why = backend_->library_unavailable(config.library);
+    if (!why.empty()) throw Error(Errc::compile, fmt::format("library call '{}' is unavailable: {}", config.library, why));
+    p.set_value(std::make_shared<const Binary>(
+        library_binary(backend_->name(), config.library, spec.name, library_key(*backend_, config.library))));
+  } catch (...) {
+    p.set_exception(std::current_exception());
+  }
+  return p.get_future().share();
+}
+
 BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key) {
   std::lock_guard<std::mutex> g(m_);
   ++counters_.submitted;

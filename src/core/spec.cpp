@@ -260,6 +260,26 @@ std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::
 }
 
 
+const std::vector<LibraryCall>& library_calls() {
+  static const std::vector<LibraryCall> calls = {
+      {"openblas_sgemm", "cpu",
+       {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
+        {"i64", Intent::in}},
+       "C[M,N] = A[M,K] @ B[K,N], row-major fp32, through OpenBLAS's cblas_sgemm (args A, B, C, M, N, K)"},
+      {"cublas_sgemm", "cuda",
+       {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
+        {"i64", Intent::in}},
+       "C[M,N] = A[M,K] @ B[K,N], row-major fp32 (no TF32), through cuBLAS's cublasSgemm (args A, B, C, M, N, K)"},
+  };
+  return calls;
+}
+
+const LibraryCall* find_library_call(std::string_view name) {
+  for (const auto& c : library_calls())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
 bool is_identifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
   for (char c : s)
@@ -478,7 +498,7 @@ class SpecReader {
 
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "args", "params", "tuning",
-                     "constraints", "include_dirs", "cflags", "description"},
+                     "constraints", "include_dirs", "cflags", "library", "description"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -610,6 +630,35 @@ class SpecReader {
         Expr e = expr(arr[i], key);
         check(arr[i], key, e);
         s.constraints.push_back(std::move(e));
+      }
+    }
+
+    if (const toml::node* lib = root.get("library")) {
+      for (const auto& el : array(*lib, "library")) {
+        const std::string& name = str(el, "library");
+        const LibraryCall* call = find_library_call(name);
+        if (!call) {
+          std::string known;
+          for (const auto& c : library_calls()) known += (known.empty() ? "" : ", ") + std::string(c.name);
+          error(el, fmt::format("library: '{}' is not a library call kiln knows (known: {})", name, known));
+        }
+        if (s.backend != call->backend)
+          error(el, fmt::format("library: '{}' is a {} library call; this kernel's backend is {}", name, call->backend,
+                                s.backend));
+        if (call->args.size() != s.args.size())
+          error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, call->args.size(),
+                                call->what, s.args.size()));
+        for (size_t i = 0; i < s.args.size(); ++i) {
+          const ArgSpec& a = s.args[i];
+          const auto& [type, intent] = call->args[i];
+          if (a.type_text() != type || (a.pointer && a.intent != intent))
+            error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
+                                  a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),
+                                  a.pointer ? std::string(" ") + intent_name(a.intent) : ""));
+        }
+        if (std::find(s.libraries.begin(), s.libraries.end(), name) != s.libraries.end())
+          error(el, fmt::format("library: '{}' appears twice", name));
+        s.libraries.push_back(name);
       }
     }
 

@@ -45,9 +45,9 @@ struct Kernel::Impl {
     auto x = std::make_unique<Choice>();
     x->config = c;
     x->source = source;
-    auto bin = rt.compile_pool(spec.backend).submit(make_compile_request(spec, c)).get();
+    auto bin = rt.compile_pool(spec.backend).submit(spec, c).get();
     x->kernel = rt.load(*bin);
-    x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
+    if (c.library.empty()) x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     choices.push_back(std::move(x));
     return choices.back().get();
   }

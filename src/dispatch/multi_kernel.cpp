@@ -168,8 +168,8 @@ struct MultiKernel::Impl {
     c->variant = variant;
     c->config = config;
     c->source = source;
-    c->kernel = rt.load(*rt.compile_pool(spec.backend).submit(make_compile_request(v.kernel, config)).get());
-    c->plan = LaunchPlan(v.kernel, config, rt.backend(spec.backend).limits());
+    c->kernel = rt.load(*rt.compile_pool(spec.backend).submit(v.kernel, config).get());
+    if (config.library.empty()) c->plan = LaunchPlan(v.kernel, config, rt.backend(spec.backend).limits());
     chosen.push_back(std::move(c));
     return chosen.back().get();
   }
@@ -260,7 +260,7 @@ struct MultiKernel::Impl {
         TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
         if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
         best[i] = *o.choice;
-        bins[i] = rt.compile_pool(spec.backend).submit(make_compile_request(v.kernel, best[i])).get();
+        bins[i] = rt.compile_pool(spec.backend).submit(v.kernel, best[i]).get();
         if (rt.options().tune_in_process) loaded[i] = rt.load(*bins[i]);
         inputs[i] = std::make_unique<BenchInputs>(v.kernel, vp.data(), backend.device(), rt.options().tune_in_process,
                                                   stream);
@@ -286,7 +286,8 @@ struct MultiKernel::Impl {
         std::string what = fmt::format("multi-kernel '{}' variant {} ('{}', config {})", spec.name, i,
                                        v.kernel.name, best[i].str());
         try {
-          LaunchDims dims = LaunchPlan(v.kernel, best[i], backend.limits()).eval(vslots.data());
+          LaunchDims dims = best[i].library.empty() ? LaunchPlan(v.kernel, best[i], backend.limits()).eval(vslots.data())
+                                                    : LaunchDims{};
           BenchResult r = bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
           samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
         } catch (const WorkerError& e) {

@@ -124,7 +124,10 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
   if (!r.verdict.empty()) return std::nullopt;  // the record refused to choose, and says why
   std::vector<const ConfigResult*> cands;
   for (const ConfigResult* c : r.ranked()) {
-    if (c->config.library.empty() && !spec.space.index_of(c->config)) continue;  // no longer in the spec
+    const std::string& lib = c->config.library;
+    if (lib.empty() ? !spec.space.index_of(c->config)
+                    : std::find(spec.libraries.begin(), spec.libraries.end(), lib) == spec.libraries.end())
+      continue;  // no longer in the spec
     if (!why_not(spec, c->config, slots, limits).empty()) continue;
     cands.push_back(c);
   }
@@ -133,7 +136,9 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
   const double limit = *cands[0]->ns * (1 + window);
   auto order = [&](const Config& c) -> size_t {
     auto i = spec.space.index_of(c);
-    return i ? *i : SIZE_MAX;  // library choices after templates
+    if (i) return *i;
+    auto l = std::find(spec.libraries.begin(), spec.libraries.end(), c.library);
+    return spec.space.size() + static_cast<size_t>(l - spec.libraries.begin());  // library choices after templates
   };
   const ConfigResult* pick = cands[0];
   for (const ConfigResult* c : cands)
@@ -180,7 +185,12 @@ class Session {
     std::string key = keyer_.hex(c);
     auto it = futures_.find(key);
     if (it != futures_.end()) return it->second;
+    if (!c.library.empty()) return futures_[key] = p_.compiler->submit(spec_, c);
     return futures_[key] = p_.compiler->submit(make_compile_request(spec_, c), key);
+  }
+
+  LaunchDims dims_of(const Config& c) const {
+    return c.library.empty() ? LaunchPlan(spec_, c, limits_).eval(slots_.data()) : LaunchDims{};
   }
 
   // The deadline of the next benchmark: the ceiling until a config has been
@@ -200,7 +210,7 @@ class Session {
   // Benchmarks one config; the caller classifies. Fills `res` or throws.
   BenchResult bench(const Config& c, const BenchSettings& st, double* wall_s) {
     std::shared_ptr<const Binary> bin = compile(c).get();
-    LaunchDims dims = LaunchPlan(spec_, c, limits_).eval(slots_.data());
+    LaunchDims dims = dims_of(c);
     std::string what = fmt::format("kernel '{}' (config {})", spec_.name, c.str());
     std::shared_ptr<LoadedKernel> loaded = p_.bench->in_process() ? p_.load(*bin) : nullptr;
     auto t0 = Clock::now();
@@ -230,8 +240,8 @@ class Session {
       r.error = e.what();
       return r;
     }
-    LaunchDims dims = LaunchPlan(spec_, c, limits_).eval(slots_.data());
-    if (std::string why = p_.backend->check_resources(bin->meta, dims); !why.empty()) {
+    LaunchDims dims = dims_of(c);
+    if (std::string why = c.library.empty() ? p_.backend->check_resources(bin->meta, dims) : ""; !why.empty()) {
       r.kind = FailKind::pruned;
       r.error = "pruned: " + why;
       return r;
@@ -431,23 +441,53 @@ class Session {
   int64_t peak_device_bytes_ = 0;
 };
 
-// What a tuning works from: the current space's configs, which can run, and
-// which already have results (from a record).
+// The candidates of a tuning: the space's configs (index i < space size),
+// then the spec's library choices (index space size + k).
+Config candidate(const KernelSpec& spec, size_t i) {
+  if (i < spec.space.size()) return spec.space.at(i);
+  Config c;
+  c.library = spec.libraries.at(i - spec.space.size());
+  return c;
+}
+
+// What a tuning works from: the candidates, which can run, and which
+// already have results (from a record).
 struct Plan {
   std::vector<size_t> runnable;            // space indices
-  std::vector<std::string> pruned;         // per space index: why not ("" if runnable)
-  std::map<size_t, ConfigResult> reused;   // space index -> a result from the record
+  std::vector<size_t> libraries;           // candidate indices of library choices that are available
+  std::vector<std::string> pruned;         // per candidate: why not ("" if runnable)
+  std::vector<bool> unavailable;           // per candidate: a library choice that cannot be made here
+  std::map<size_t, ConfigResult> reused;   // candidate index -> a result from the record
 };
 
 Plan make_plan(const KernelSpec& spec, const std::optional<TuningRecord>& rec, const BinaryKeyer* keyer,
-               const int64_t* slots, const LaunchLimits& limits) {
+               const int64_t* slots, const LaunchLimits& limits, Backend& backend) {
   Plan p;
-  const size_t n = spec.space.size();
-  p.pruned.resize(n);
+  const size_t n = spec.space.size(), total = n + spec.libraries.size();
+  p.pruned.resize(total);
+  p.unavailable.assign(total, false);
   std::map<std::string, const ConfigResult*> by_binary;
   if (rec)
     for (const auto& c : rec->configs)
-      if (!c.binary.empty() && c.kind != FailKind::pruned) by_binary[c.binary] = &c;
+      if (!c.binary.empty() && c.kind != FailKind::pruned && c.kind != FailKind::unavailable) by_binary[c.binary] = &c;
+  for (size_t i = n; i < total; ++i) {
+    Config c = candidate(spec, i);
+    std::string why = backend.library_unavailable(c.library);
+    if (!why.empty()) {
+      p.pruned[i] = why;
+      p.unavailable[i] = true;
+      continue;
+    }
+    p.libraries.push_back(i);
+    if (rec && keyer) {
+      auto it = by_binary.find(keyer->hex(c));
+      if (it != by_binary.end()) {
+        ConfigResult r = *it->second;
+        r.config = c;
+        p.reused[i] = std::move(r);
+      }
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     Config c = spec.space.at(i);
     p.pruned[i] = Tuner::why_not(spec, c, slots, limits);
@@ -467,6 +507,8 @@ Plan make_plan(const KernelSpec& spec, const std::optional<TuningRecord>& rec, c
 
 // Whether a record already answers: every config the search would evaluate has a result.
 bool complete(const Plan& p, const TuningRecord& rec, const KernelSpec& spec) {
+  for (size_t i : p.libraries)
+    if (!p.reused.count(i)) return false;
   for (size_t i : p.runnable) {
     if (p.reused.count(i)) continue;
     // A config the record's search chose not to evaluate is not missing;
@@ -489,7 +531,7 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
   auto answer = [&](std::optional<TuningRecord> rec) -> std::optional<TuneOutcome> {
     if (!rec || o.force) return std::nullopt;
     BinaryKeyer keyer(spec, *p_.backend);
-    Plan plan = make_plan(spec, rec, &keyer, slots.data(), limits);
+    Plan plan = make_plan(spec, rec, &keyer, slots.data(), limits, *p_.backend);
     if (!complete(plan, *rec, spec)) return std::nullopt;
     TuneOutcome out;
     out.choice = choose(*rec, spec, slots.data(), limits);
@@ -512,7 +554,7 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
     SearchKind search = o.search.value_or(spec.tuning.search);
     int cap = o.max_configs > 0 ? o.max_configs : p_.opts.tune_max_configs;
     Session s(p_, spec, params, o);
-    Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits);
+    Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits, *p_.backend);
     std::map<size_t, ConfigResult> done = plan.reused;
     std::set<size_t> fresh;  // evaluated by this tuning
 
@@ -537,9 +579,12 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
         ref_declared = false;
       }
     }
-    if (ref == none && existing && !existing->reference.empty())
-      for (size_t i : plan.runnable)
-        if (spec.space.at(i).str() == existing->reference && done.count(i) && done[i].ok()) ref = i;
+    if (ref == none && existing && !existing->reference.empty()) {
+      std::vector<size_t> all = plan.runnable;
+      all.insert(all.end(), plan.libraries.begin(), plan.libraries.end());
+      for (size_t i : all)
+        if (candidate(spec, i).str() == existing->reference && done.count(i) && done[i].ok()) ref = i;
+    }
 
     // The search.
     std::unique_ptr<SearchStrategy> strategy;
@@ -586,7 +631,7 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
       if (todo.empty()) return;
       // The reference's outputs must be at hand before anything is compared with them.
       if (!s.have_reference() && ref != none && done.count(ref) && !fresh.count(ref)) {
-        if (!s.check_reference(spec.space.at(ref))) ref = none;
+        if (!s.check_reference(candidate(spec, ref))) ref = none;
       }
       if (!s.have_reference() && ref != none && !done.count(ref)) {
         auto it = std::find(todo.begin(), todo.end(), ref);
@@ -594,15 +639,24 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
         todo.insert(todo.begin(), ref);
       }
       std::vector<BinaryFuture> fs;
-      for (size_t i : todo) fs.push_back(s.compile(spec.space.at(i)));
+      for (size_t i : todo) fs.push_back(s.compile(candidate(spec, i)));
       wait_all(fs, fmt::format("compiling {} {}", spec.name, what), s.show());
       ProgressBar bar(fmt::format("benchmarking {} {}", spec.name, what), todo.size(), s.show());
       for (size_t k = 0; k < todo.size(); ++k) {
-        done[todo[k]] = s.evaluate(spec.space.at(todo[k]));
+        done[todo[k]] = s.evaluate(candidate(spec, todo[k]));
         fresh.insert(todo[k]);
         bar.set(k + 1);
       }
     };
+    // Library choices first: each is one call, and where the spec names no
+    // reference, a vendor library is the one to trust.
+    if (!plan.libraries.empty()) {
+      if (ref == none) {
+        ref = plan.libraries.front();
+        ref_declared = false;
+      }
+      run_batch(plan.libraries, "library choices");
+    }
     for (;;) {
       SearchState st{spec.space, plan.runnable,
                      [&](size_t i) -> const ConfigResult* {
@@ -646,8 +700,7 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
     for (ConfigResult* r : ok)
       if (contenders.size() < 4 && *r->ns <= *ok[0]->ns * 1.15) {
         contenders.push_back(r);
-        auto idx = spec.space.index_of(r->config);
-        any_fresh = any_fresh || (idx && fresh.count(*idx));
+        for (size_t f : fresh) any_fresh = any_fresh || candidate(spec, f) == r->config;
       }
     rec.noise = existing ? existing->noise : 0;
     if (contenders.size() > 1 && any_fresh && rec.verdict.empty()) {
@@ -657,12 +710,12 @@ TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneO
       rec.noise = s.spread_of(contenders[0]->binary);
     }
 
-    for (size_t i = 0; i < spec.space.size(); ++i) {
+    for (size_t i = 0; i < spec.space.size() + spec.libraries.size(); ++i) {
       if (!plan.pruned[i].empty()) {
         ConfigResult r;
-        r.config = spec.space.at(i);
-        r.kind = FailKind::pruned;
-        r.error = "pruned: " + plan.pruned[i];
+        r.config = candidate(spec, i);
+        r.kind = plan.unavailable[i] ? FailKind::unavailable : FailKind::pruned;
+        r.error = plan.unavailable[i] ? "unavailable: " + plan.pruned[i] : "pruned: " + plan.pruned[i];
         rec.configs.push_back(std::move(r));
       } else if (done.count(i)) {
         rec.configs.push_back(done[i]);

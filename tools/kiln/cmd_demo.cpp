@@ -68,13 +68,14 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
   std::vector<std::shared_ptr<const Binary>> bins;
   std::vector<std::shared_ptr<LoadedKernel>> ks;
   for (const auto& c : configs) {
-    bins.push_back(rt.compile_pool(spec.backend).submit(make_compile_request(spec, c)).get());
+    bins.push_back(rt.compile_pool(spec.backend).submit(spec, c).get());
     ks.push_back(rt.load(*bins.back()));
   }
   std::vector<std::vector<double>> samples(configs.size());
   for (int round = 0; round < 4; ++round)
     for (size_t i = 0; i < configs.size(); ++i) {
-      BenchResult r = bench.run(*bins[i], ks[i].get(), inputs, LaunchPlan(spec, configs[i]).eval(slots.data()),
+      LaunchDims dims = configs[i].library.empty() ? LaunchPlan(spec, configs[i]).eval(slots.data()) : LaunchDims{};
+      BenchResult r = bench.run(*bins[i], ks[i].get(), inputs, dims,
                                 "demo " + configs[i].str(), st, rt.options().bench_timeout_s);
       samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
     }

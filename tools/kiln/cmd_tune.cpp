@@ -27,6 +27,7 @@ std::string ns_text(double ns) { return seconds_text(ns * 1e-9); }
 json params_json(const Config& c) {
   json j = json::object();
   for (const auto& [n, v] : c.values) j[n] = v;
+  if (!c.library.empty()) j["library"] = c.library;
   return j;
 }
 

@@ -26,6 +26,8 @@ class CpuBackend final : public Backend {
   std::shared_ptr<LoadedKernel> load(const Binary& bin) override;
   bool compiles_out_of_process() const override { return true; }
   LaunchLimits limits() override;
+  std::string library_unavailable(const std::string& name) override;
+  std::string library_identity(const std::string& name) override;
 
   // The C++ file kiln compiles for a request: prelude, parameter defines, the
   // user's source (with #line so messages name it), and the generated entry.
