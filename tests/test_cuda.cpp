@@ -73,10 +73,15 @@ TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
     KernelSpec s = load_spec(p);
     ASSERT_EQ(s.backend, "cuda");
     std::vector<BinaryFuture> fs;
-    for (const auto& c : s.space.all()) fs.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+    std::vector<Config> cs;
+    for (const auto& c : s.space.all())
+      if (statically_pruned(s, c, rt.backend("cuda").limits()).empty()) {
+        cs.push_back(c);
+        fs.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+      }
     for (size_t i = 0; i < fs.size(); ++i) {
       std::shared_ptr<const Binary> b;
-      ASSERT_NO_THROW(b = fs[i].get()) << s.name << " " << s.space.at(i).str();
+      ASSERT_NO_THROW(b = fs[i].get()) << s.name << " " << cs[i].str();
       EXPECT_GT(b->meta.registers, 0) << s.name;
       EXPECT_EQ(b->meta.target, opts.cuda_arch.empty() ? rt.backend("cuda").device().info().arch : opts.cuda_arch);
       EXPECT_FALSE(b->meta.symbol.empty());

@@ -138,6 +138,30 @@ TEST(Expr, ConstantsFoldAndBindingsSubstitute) {
   EXPECT_THROW(CompiledExpr::compile(e, [](std::string_view) { return std::nullopt; }), ExprError);
 }
 
+TEST(Expr, LogicalOperatorsShortCircuitAndBindLooserThanComparisons) {
+  auto ev = [](const char* text, int64_t b, int64_t n) {
+    auto c = CompiledExpr::compile(Expr::parse(text), [](std::string_view s) -> std::optional<SymbolBinding> {
+      if (s == "B") return SymbolBinding::slot(0);
+      if (s == "N") return SymbolBinding::slot(1);
+      return std::nullopt;
+    });
+    int64_t slots[2] = {b, n};
+    return c.eval(slots);
+  };
+  EXPECT_EQ(ev("B == 0 || N % B == 0", 0, 7), 1);  // no division by zero
+  EXPECT_EQ(ev("B == 0 || N % B == 0", 3, 7), 0);
+  EXPECT_EQ(ev("B != 0 && N % B == 0", 0, 7), 0);
+  EXPECT_EQ(ev("B != 0 && N % B == 0", 7, 14), 1);
+  EXPECT_EQ(ev("B == 1 || B == 2 && N == 3", 1, 0), 1);   // && binds tighter
+  EXPECT_EQ(ev("(B == 1 || B == 2) && N == 3", 1, 0), 0);
+  EXPECT_EQ(ev("N && B", 5, 2), 1);                       // values as truth, results 0 or 1
+  EXPECT_EQ(Expr::parse("a < b || c && d").str(), "a < b || c && d");
+  EXPECT_EQ(Expr::parse("(a || b) && c").str(), "(a || b) && c");
+  EXPECT_THROW(Expr::parse("a & b"), ExprError);
+  EXPECT_THROW(Expr::parse("a | b"), ExprError);
+  EXPECT_THROW(Expr::parse("a ||"), ExprError);
+}
+
 // ---- property test: random trees print, parse back, and evaluate the same ----
 
 namespace {
@@ -158,7 +182,7 @@ ExprNode random_tree(std::mt19937_64& rng, int depth) {
     return n;
   }
   static const ExprOp binops[] = {ExprOp::Add, ExprOp::Sub, ExprOp::Mul, ExprOp::FloorDiv, ExprOp::Mod,
-                                  ExprOp::Lt,  ExprOp::Ge,  ExprOp::Eq};
+                                  ExprOp::Lt,  ExprOp::Ge,  ExprOp::Eq,  ExprOp::And,      ExprOp::Or};
   if (k == 2 || k == 3) {
     n.op = ExprOp::Neg;
     n.kids.push_back(random_tree(rng, depth - 1));
@@ -171,7 +195,7 @@ ExprNode random_tree(std::mt19937_64& rng, int depth) {
     for (int i = 0; i < args; ++i) n.kids.push_back(random_tree(rng, depth - 1));
     return n;
   }
-  n.op = binops[std::uniform_int_distribution<int>(0, 7)(rng)];
+  n.op = binops[std::uniform_int_distribution<int>(0, 9)(rng)];
   n.kids.push_back(random_tree(rng, depth - 1));
   n.kids.push_back(random_tree(rng, depth - 1));
   return n;
@@ -184,6 +208,14 @@ std::optional<int64_t> eval_tree(const ExprNode& n, const std::map<std::string, 
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
     return q;
   };
+  if (n.op == ExprOp::And || n.op == ExprOp::Or) {  // short-circuit: the right side may be an error
+    auto a = eval_tree(n.kids[0], vars);
+    if (!a) return std::nullopt;
+    if ((n.op == ExprOp::And) == (*a == 0)) return n.op == ExprOp::And ? 0 : 1;
+    auto b = eval_tree(n.kids[1], vars);
+    if (!b) return std::nullopt;
+    return *b != 0 ? 1 : 0;
+  }
   std::vector<int64_t> v;
   for (const auto& k : n.kids) {
     auto x = eval_tree(k, vars);
@@ -218,6 +250,7 @@ std::optional<int64_t> eval_tree(const ExprNode& n, const std::map<std::string, 
     case ExprOp::Ne: r = v[0] != v[1]; break;
     case ExprOp::Min: r = *std::min_element(v.begin(), v.end()); break;
     case ExprOp::Max: r = *std::max_element(v.begin(), v.end()); break;
+    default: return std::nullopt;
   }
   if (r > std::numeric_limits<int64_t>::max() || r < std::numeric_limits<int64_t>::min()) return std::nullopt;
   return static_cast<int64_t>(r);

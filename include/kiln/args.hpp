@@ -32,8 +32,11 @@ std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
 CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config);
 
 // Reads the integer scalar arguments out of a params array into slots (slot i
-// = argument i) for CompiledExpr::eval.
+// = argument i) for CompiledExpr::eval; a buffer argument's slot holds its
+// alignment (see align_target in kiln/spec.hpp).
 void read_int_slots(const KernelSpec& spec, void* const* params, int64_t* slots);
+// The largest power of two, at most 256, that divides `p` (256 for null).
+int64_t pointer_alignment(const void* p);
 
 // The bytes a buffer of `elements` values of `t` takes; throws
 // Error(Errc::usage) naming `what` when that overflows or is negative.

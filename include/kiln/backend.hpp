@@ -85,6 +85,10 @@ struct LaunchDims {
   Grid grid;             // program instances (cuda: blocks)
   Grid block;            // threads per block (cuda); {1,1,1} on cpu
   int64_t shared = 0;    // dynamic shared memory bytes per block (cuda)
+  // Buffers the launch zeroes first, on its stream (the spec's `zero`).
+  int nzero = 0;
+  int zero_arg[4] = {0, 0, 0, 0};
+  int64_t zero_bytes[4] = {0, 0, 0, 0};
   bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
 };
 
@@ -115,6 +119,9 @@ class LaunchPlan {
   std::vector<CompiledExpr> grid_, block_;
   CompiledExpr shared_;
   bool has_shared_ = false;
+  std::vector<std::pair<int, CompiledExpr>> zero_;  // (argument, bytes)
+  CompiledExpr zero_when_;
+  bool has_zero_when_ = false;
   LaunchLimits limits_;
   std::string kernel_, config_;
 };
@@ -259,6 +266,12 @@ class Backend {
   // The library's name and version: what its results are kept by.
   virtual std::string library_identity(const std::string& name);
 };
+
+// Why `config` can never run, whatever the call: a constraint over params
+// alone is false, or a block or shared-memory size the params alone decide
+// exceeds `limits`. "" when some call may run it. Used to prune before
+// compiling, by `kiln compile`, background compiles and the tuner.
+std::string statically_pruned(const KernelSpec& spec, const Config& config, const LaunchLimits& limits);
 
 // A binary standing for a library call: no code; its metadata names the
 // call ("library:cublas_sgemm"), and the backend's load() makes it launchable.

@@ -1,9 +1,11 @@
 // The expression language of sizes, grids and constraints:
 //   integers, symbols, + - * // % (floor division and modulo, as in Python),
 //   unary minus, parentheses, cdiv(a, b), min(a, b, ...), max(a, b, ...),
-//   and one comparison (< <= > >= == !=, value 0 or 1) at the top of a
-//   constraint. Parsed once into a tree (Expr), compiled once into a flat
-//   program (CompiledExpr) that evaluates without allocating.
+//   comparisons (< <= > >= == !=, value 0 or 1; they do not chain), and
+//   && and || (value 0 or 1, short-circuit: `B == 0 || N % B == 0` is safe),
+//   && binding tighter than ||, both looser than comparisons. Parsed once
+//   into a tree (Expr), compiled once into a flat program (CompiledExpr) that
+//   evaluates without allocating.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,11 @@ enum class ExprOp : uint8_t {
   Add, Sub, Mul, FloorDiv, Mod,
   Lt, Le, Gt, Ge, Eq, Ne,
   Cdiv, Min, Max,
+  And, Or,
+  // Instructions of a compiled program only, never in a tree:
+  JumpIfZero,     // top == 0: keep it (0) and jump to arg; else pop
+  JumpIfNonZero,  // top != 0: make it 1 and jump to arg; else pop
+  ToBool,         // top = (top != 0)
 };
 
 struct ExprNode {

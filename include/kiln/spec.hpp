@@ -104,6 +104,11 @@ struct KernelSpec {
   std::vector<Expr> grid;  // 1 to 3
   std::vector<Expr> block; // cuda: threads per block, 1 to 3 (empty: 1); cpu: empty
   std::optional<Expr> shared;  // cuda: dynamic shared memory bytes per block
+  // Buffers zeroed on the launch's stream before each launch (a kernel that
+  // accumulates into its output with atomics, as split-K does), when
+  // zero_when (over params and scalars) is not 0; always, without it.
+  std::vector<std::string> zero;
+  std::optional<Expr> zero_when;
   std::vector<ArgSpec> args;
   ConfigSpace space;
   std::vector<Expr> constraints;  // a config is pruned when one evaluates to 0
@@ -142,6 +147,10 @@ struct LibraryCall {
 };
 const std::vector<LibraryCall>& library_calls();
 const LibraryCall* find_library_call(std::string_view name);
+// Expressions may use align_<buffer>: the largest power of two, at most 256,
+// that divides the buffer's address in the call (256 for a null pointer).
+// "align_A" → "A", or "" when `sym` is no alignment symbol.
+std::string_view align_target(std::string_view sym);
 // The -I (-isystem, -iquote, -idirafter) folders among compiler flags,
 // relative ones resolved against the working folder as a compiler would.
 std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::string>& flags);

@@ -33,6 +33,16 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
     shared_ = compile_expr(spec, *spec.shared, &config);
     has_shared_ = true;
   }
+  for (const auto& name : spec.zero) {
+    int i = spec.arg_index(name);
+    Expr bytes(ExprNode{ExprOp::Mul, 0, "", 0,
+                        {spec.args[i].size.root(), ExprNode{ExprOp::Const, static_cast<int64_t>(dtype_size(spec.args[i].dtype)), "", 0, {}}}});
+    zero_.push_back({i, compile_expr(spec, bytes, &config)});
+  }
+  if (spec.zero_when) {
+    zero_when_ = compile_expr(spec, *spec.zero_when, &config);
+    has_zero_when_ = true;
+  }
 }
 
 LaunchDims LaunchPlan::eval(const int64_t* slots) const {
@@ -43,6 +53,13 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   for (size_t i = 0; i < block_.size(); ++i) *b[i] = block_[i].eval(slots);
   if (has_shared_) d.shared = shared_.eval(slots);
   if (d.empty()) return d;
+  if (!zero_.empty() && (!has_zero_when_ || zero_when_.eval(slots) != 0)) {
+    d.nzero = static_cast<int>(zero_.size());
+    for (size_t i = 0; i < zero_.size(); ++i) {
+      d.zero_arg[i] = zero_[i].first;
+      d.zero_bytes[i] = zero_[i].second.eval(slots);
+    }
+  }
   // Cheap checks every call makes; check() says why in words.
   int64_t total = 0, threads = 0;
   if (__builtin_mul_overflow(d.grid.x, d.grid.y, &total) || __builtin_mul_overflow(total, d.grid.z, &total) ||
@@ -83,6 +100,38 @@ std::string LaunchPlan::check(const LaunchDims& d) const {
   if (d.shared < 0) return where() + ": negative shared memory";
   if (has_shared_ && d.shared > limits_.shared)
     return fmt::format("{}: {} bytes of shared memory, more than the device's {}", where(), d.shared, limits_.shared);
+  return "";
+}
+
+std::string statically_pruned(const KernelSpec& spec, const Config& c, const LaunchLimits& limits) {
+  if (!c.library.empty()) return "";
+  auto params_only = [&](const Expr& e) {
+    for (const auto& sym : e.symbols())
+      if (!spec.space.find(sym)) return false;
+    return true;
+  };
+  try {
+    for (const auto& e : spec.constraints)
+      if (params_only(e) && compile_expr(spec, e, &c).eval(nullptr) == 0)
+        return fmt::format("constraint '{}' is false for every call", e.str());
+    int64_t threads = 1;
+    for (size_t i = 0; i < spec.block.size(); ++i) {
+      if (!params_only(spec.block[i])) return "";
+      int64_t b = compile_expr(spec, spec.block[i], &c).eval(nullptr);
+      if (b < 1 || b > limits.block[i])
+        return fmt::format("block {} = {} is outside the device's 1 to {}", "xyz"[i], b, limits.block[i]);
+      threads *= b;
+    }
+    if (threads > limits.block_threads)
+      return fmt::format("{} threads per block, more than the device's {}", threads, limits.block_threads);
+    if (spec.shared && params_only(*spec.shared)) {
+      int64_t sh = compile_expr(spec, *spec.shared, &c).eval(nullptr);
+      if (sh > limits.shared)
+        return fmt::format("{} bytes of shared memory per block, more than the device's {}", sh, limits.shared);
+    }
+  } catch (const Error& e) {
+    return e.what();
+  }
   return "";
 }
 

@@ -54,16 +54,31 @@ CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* c
   return CompiledExpr::compile(e, [&](std::string_view sym) -> std::optional<SymbolBinding> {
     int i = spec.arg_index(sym);
     if (i >= 0 && !spec.args[i].pointer && !dtype_is_float(spec.args[i].dtype)) return SymbolBinding::slot(i);
+    // align_X reads buffer X's slot, which holds its alignment (read_int_slots).
+    if (std::string_view t = align_target(sym); !t.empty()) {
+      int p = spec.arg_index(t);
+      if (p >= 0 && spec.args[p].pointer) return SymbolBinding::slot(p);
+    }
     if (config)
       if (auto v = config->get(sym)) return SymbolBinding::constant(*v);
     return std::nullopt;
   });
 }
 
+int64_t pointer_alignment(const void* p) {
+  auto v = reinterpret_cast<uint64_t>(p);
+  if (v == 0) return 256;
+  uint64_t low = v & (~v + 1);
+  return low > 256 ? 256 : static_cast<int64_t>(low);
+}
+
 void read_int_slots(const KernelSpec& spec, void* const* params, int64_t* slots) {
   for (size_t i = 0; i < spec.args.size(); ++i) {
     const ArgSpec& a = spec.args[i];
-    if (a.pointer) continue;
+    if (a.pointer) {
+      slots[i] = pointer_alignment(*static_cast<void* const*>(params[i]));
+      continue;
+    }
     if (a.dtype == DType::i64) slots[i] = *static_cast<const int64_t*>(params[i]);
     else if (a.dtype == DType::i32) slots[i] = *static_cast<const int32_t*>(params[i]);
   }

@@ -17,7 +17,7 @@ bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) 
 bool is_function(std::string_view n) { return n == "cdiv" || n == "min" || n == "max"; }
 
 enum class Tok { End, Int, Ident, Plus, Minus, Star, SlashSlash, Percent, LParen, RParen, Comma,
-                 Lt, Le, Gt, Ge, EqEq, Ne };
+                 Lt, Le, Gt, Ge, EqEq, Ne, AndAnd, OrOr };
 
 struct Token {
   Tok kind = Tok::End;
@@ -32,7 +32,7 @@ class Parser {
 
   ExprNode parse_all() {
     if (tok_.kind == Tok::End) error(tok_.column, "empty expression");
-    ExprNode n = comparison();
+    ExprNode n = logic_or();
     if (tok_.kind != Tok::End) {
       if (tok_.kind == Tok::RParen) error(tok_.column, "unbalanced ')'");
       error(tok_.column, fmt::format("unexpected '{}' after a complete expression", tok_.text));
@@ -101,8 +101,18 @@ class Parser {
           i += 2;
           break;
         case '!':
-          if (!two('=')) error(tok_.column, "'!' is not an operator: use != to compare");
+          if (!two('=')) error(tok_.column, "'!' is not an operator: use != to compare, or == 0 to negate");
           tok_.kind = Tok::Ne;
+          i += 2;
+          break;
+        case '&':
+          if (!two('&')) error(tok_.column, "'&' is not an operator: use && for 'and'");
+          tok_.kind = Tok::AndAnd;
+          i += 2;
+          break;
+        case '|':
+          if (!two('|')) error(tok_.column, "'|' is not an operator: use || for 'or'");
+          tok_.kind = Tok::OrOr;
           i += 2;
           break;
         default: {
@@ -138,6 +148,30 @@ class Parser {
     n.kids.push_back(std::move(a));
     n.kids.push_back(std::move(b));
     return n;
+  }
+
+  ExprNode logic_or() {
+    ExprNode lhs = logic_and();
+    while (tok_.kind == Tok::OrOr) {
+      Token op = tok_;
+      DepthGuard g(*this, op.column);
+      next();
+      ExprNode rhs = logic_and();
+      lhs = binary(ExprOp::Or, op.column, std::move(lhs), std::move(rhs));
+    }
+    return lhs;
+  }
+
+  ExprNode logic_and() {
+    ExprNode lhs = comparison();
+    while (tok_.kind == Tok::AndAnd) {
+      Token op = tok_;
+      DepthGuard g(*this, op.column);
+      next();
+      ExprNode rhs = comparison();
+      lhs = binary(ExprOp::And, op.column, std::move(lhs), std::move(rhs));
+    }
+    return lhs;
   }
 
   ExprNode comparison() {
@@ -231,7 +265,7 @@ class Parser {
         DepthGuard g(*this, t.column);
         next();
         if (tok_.kind == Tok::RParen) error(tok_.column, "empty parentheses");
-        ExprNode inner = comparison();
+        ExprNode inner = logic_or();
         if (tok_.kind != Tok::RParen)
           error(tok_.column, fmt::format("expected ')' to close '(' at column {}, found {}", t.column,
                                          describe(tok_)));
@@ -251,7 +285,7 @@ class Parser {
     n.column = fn.column;
     if (tok_.kind == Tok::RParen) error(tok_.column, fmt::format("{}() needs arguments", fn.text));
     for (;;) {
-      n.kids.push_back(comparison());
+      n.kids.push_back(logic_or());
       if (n.kids.size() > 16) error(fn.column, fmt::format("{}() takes at most 16 arguments", fn.text));
       if (tok_.kind == Tok::Comma) {
         next();
@@ -281,19 +315,24 @@ class Parser {
   int depth_ = 0;
 };
 
+constexpr int kCmpPrec = 3, kNegPrec = 6;
 int precedence(const ExprNode& n) {
   switch (n.op) {
+    case ExprOp::Or:
+      return 1;
+    case ExprOp::And:
+      return 2;
     case ExprOp::Lt: case ExprOp::Le: case ExprOp::Gt: case ExprOp::Ge: case ExprOp::Eq:
     case ExprOp::Ne:
-      return 1;
+      return kCmpPrec;
     case ExprOp::Add: case ExprOp::Sub:
-      return 2;
-    case ExprOp::Mul: case ExprOp::FloorDiv: case ExprOp::Mod:
-      return 3;
-    case ExprOp::Neg:
       return 4;
-    default:
+    case ExprOp::Mul: case ExprOp::FloorDiv: case ExprOp::Mod:
       return 5;
+    case ExprOp::Neg:
+      return kNegPrec;
+    default:
+      return 7;
   }
 }
 
@@ -310,6 +349,8 @@ const char* op_text(ExprOp op) {
     case ExprOp::Ge: return " >= ";
     case ExprOp::Eq: return " == ";
     case ExprOp::Ne: return " != ";
+    case ExprOp::And: return " && ";
+    case ExprOp::Or: return " || ";
     case ExprOp::Cdiv: return "cdiv";
     case ExprOp::Min: return "min";
     case ExprOp::Max: return "max";
@@ -336,7 +377,7 @@ void print(const ExprNode& n, std::string& out) {
       return;
     case ExprOp::Neg:
       out += '-';
-      wrapped(n.kids[0], precedence(n.kids[0]) < 4);
+      wrapped(n.kids[0], precedence(n.kids[0]) < kNegPrec);
       return;
     case ExprOp::Cdiv: case ExprOp::Min: case ExprOp::Max:
       out += op_text(n.op);
@@ -350,7 +391,7 @@ void print(const ExprNode& n, std::string& out) {
     default: {
       int p = precedence(n);
       int lp = precedence(n.kids[0]);
-      wrapped(n.kids[0], lp < p || (p == 1 && lp == 1));
+      wrapped(n.kids[0], lp < p || (p == kCmpPrec && lp == kCmpPrec));
       out += op_text(n.op);
       wrapped(n.kids[1], precedence(n.kids[1]) <= p);
       return;
@@ -465,6 +506,18 @@ struct Emitter {
         push();
         return;
       }
+      case ExprOp::And:
+      case ExprOp::Or: {
+        // a && b: a; jump to the end keeping 0 if it is 0, else drop it; b as 0 or 1.
+        emit(n.kids[0], code);
+        size_t jump = code.size();
+        code.push_back({n.op == ExprOp::And ? ExprOp::JumpIfZero : ExprOp::JumpIfNonZero, 0, 0});
+        --depth;
+        emit(n.kids[1], code);
+        code.push_back({ExprOp::ToBool, 0, 0});
+        code[jump].arg = static_cast<int64_t>(code.size());
+        return;
+      }
       default:
         for (const auto& k : n.kids) emit(k, code);
         code.push_back({n.op, static_cast<uint8_t>(n.kids.size()), 0});
@@ -501,8 +554,23 @@ CompiledExpr CompiledExpr::compile(const Expr& e, const Resolver& resolve) {
 int64_t CompiledExpr::eval(const int64_t* slots) const {
   int64_t st[kMaxStack];
   int sp = 0;
-  for (const Ins& ins : code_) {
+  const size_t n = code_.size();
+  for (size_t pc = 0; pc < n; ++pc) {
+    const Ins& ins = code_[pc];
     switch (ins.op) {
+      case ExprOp::JumpIfZero:
+        if (st[sp - 1] == 0) pc = static_cast<size_t>(ins.arg) - 1;
+        else --sp;
+        break;
+      case ExprOp::JumpIfNonZero:
+        if (st[sp - 1] != 0) {
+          st[sp - 1] = 1;
+          pc = static_cast<size_t>(ins.arg) - 1;
+        } else {
+          --sp;
+        }
+        break;
+      case ExprOp::ToBool: st[sp - 1] = st[sp - 1] != 0; break;
       case ExprOp::Const: st[sp++] = ins.arg; break;
       case ExprOp::Var: st[sp++] = slots[ins.arg]; break;
       case ExprOp::Neg:

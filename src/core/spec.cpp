@@ -190,6 +190,10 @@ int KernelSpec::arg_index(std::string_view n) const {
   return -1;
 }
 
+std::string_view align_target(std::string_view sym) {
+  return sym.size() > 6 && sym.substr(0, 6) == "align_" ? sym.substr(6) : std::string_view();
+}
+
 namespace {
 bool is_int_scalar(const KernelSpec& s, std::string_view name) {
   int i = s.arg_index(name);
@@ -197,12 +201,18 @@ bool is_int_scalar(const KernelSpec& s, std::string_view name) {
 }
 // Integer scalars used by the launch shape and constraints (and, with
 // `sizes`, by argument sizes), in argument order.
-std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes) {
+std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool aligns = false) {
   std::set<std::string> used;
+  std::vector<std::string> align_names;
   auto take = [&](const Expr& e) {
-    for (const auto& sym : e.symbols())
+    for (const auto& sym : e.symbols()) {
       if (is_int_scalar(s, sym)) used.insert(sym);
+      if (aligns && !align_target(sym).empty() &&
+          std::find(align_names.begin(), align_names.end(), sym) == align_names.end())
+        align_names.push_back(sym);
+    }
   };
+  if (s.zero_when) take(*s.zero_when);
   for (const auto& e : s.grid) take(e);
   for (const auto& e : s.block) take(e);
   if (s.shared) take(*s.shared);
@@ -213,13 +223,14 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes) {
   std::vector<std::string> out;
   for (const auto& a : s.args)
     if (used.count(a.name)) out.push_back(a.name);
+  out.insert(out.end(), align_names.begin(), align_names.end());
   return out;
 }
 }  // namespace
 
 std::vector<std::string> KernelSpec::unkeyed_launch_scalars() const {
   std::vector<std::string> out;
-  for (const auto& n : scalars_used(*this, false))
+  for (const auto& n : scalars_used(*this, false, true))
     if (std::find(tuning.key.begin(), tuning.key.end(), n) == tuning.key.end()) out.push_back(n);
   return out;
 }
@@ -497,8 +508,8 @@ class SpecReader {
   }
 
   KernelSpec read(const toml::table& root) {
-    only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "args", "params", "tuning",
-                     "constraints", "include_dirs", "cflags", "library", "description"},
+    only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
+                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -543,10 +554,15 @@ class SpecReader {
       error(source, fmt::format("source file '{}' not found (looked at {})", src, s.source_path.string()));
     s.source_text = std::move(*text);
 
-    // Symbols known to expressions: integer scalar args and params.
+    // Symbols known to expressions: integer scalar args, params, and the
+    // alignment of a buffer argument (align_<name>).
     auto known = [&](std::string_view sym) {
       int i = s.arg_index(sym);
       if (i >= 0) return !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+      if (std::string_view t = align_target(sym); !t.empty()) {
+        int p = s.arg_index(t);
+        return p >= 0 && s.args[p].pointer;
+      }
       return s.space.find(sym) != nullptr;
     };
     std::string known_list = known_symbols(s);
@@ -580,7 +596,8 @@ class SpecReader {
       check(sz, key, s.args[i].size);
       // The caller allocates arguments before any config is chosen.
       try {
-        s.args[i].size.check_symbols([&](std::string_view x) { return s.space.find(x) == nullptr; }, "");
+        s.args[i].size.check_symbols([&](std::string_view x) {
+          return s.space.find(x) == nullptr && align_target(x).empty(); }, "");
       } catch (const ExprError& err) {
         expr_error(sz, key,
                    ExprError(err.column(),
@@ -621,6 +638,25 @@ class SpecReader {
       Expr e = expr(*sh, "shared");
       check(*sh, "shared", e);
       s.shared = std::move(e);
+    }
+
+    if (const toml::node* z = root.get("zero")) {
+      for (const auto& el : array(*z, "zero")) {
+        const std::string& name = str(el, "zero");
+        int i = s.arg_index(name);
+        if (i < 0 || !s.args[i].pointer || s.args[i].intent == Intent::in)
+          error(el, fmt::format("zero: '{}' is not an out or inout buffer argument", name));
+        if (std::find(s.zero.begin(), s.zero.end(), name) != s.zero.end())
+          error(el, fmt::format("zero: '{}' appears twice", name));
+        if (s.zero.size() == 4) error(el, "zero: at most 4 buffers");
+        s.zero.push_back(name);
+      }
+    }
+    if (const toml::node* zw = root.get("zero_when")) {
+      if (s.zero.empty()) error(*zw, "zero_when without zero");
+      Expr e = expr(*zw, "zero_when");
+      check(*zw, "zero_when", e);
+      s.zero_when = std::move(e);
     }
 
     if (const toml::node* c = root.get("constraints")) {
@@ -804,6 +840,8 @@ class SpecReader {
     std::string out;
     for (const auto& a : s.args)
       if (!a.pointer && !dtype_is_float(a.dtype)) out += (out.empty() ? "" : ", ") + a.name;
+    for (const auto& a : s.args)
+      if (a.pointer) out += (out.empty() ? "" : ", ") + ("align_" + a.name);
     for (const auto& p : s.space.params) out += (out.empty() ? "" : ", ") + p.name;
     return out.empty() ? "none" : out;
   }

@@ -1,5 +1,6 @@
 #include "dispatch/call_shape.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/format.hpp"
@@ -20,9 +21,12 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
   }
   for (const auto& k : key) {
     int idx = -1;
+    std::string_view name = align_target(k).empty() ? std::string_view(k) : align_target(k);
     for (size_t i = 0; i < args.size(); ++i)
-      if (args[i].name == k) idx = static_cast<int>(i);
+      if (args[i].name == name) idx = static_cast<int>(i);
     if (idx < 0) fail(Errc::usage, "kernel '{}': tuning key '{}' is not an argument", kernel, k);
+    if (args[idx].pointer && std::find(ptr_args_.begin(), ptr_args_.end(), idx) == ptr_args_.end())
+      ptr_args_.push_back(idx);
     key_args_.push_back(idx);
   }
 }

@@ -27,6 +27,11 @@ class CallShape {
   void read(void* const* params, int64_t* slots, int64_t* key) const noexcept {
     for (const auto& [i, is32] : int_args_)
       slots[i] = is32 ? *static_cast<const int32_t*>(params[i]) : *static_cast<const int64_t*>(params[i]);
+    for (int i : ptr_args_) {
+      auto v = *static_cast<const uint64_t*>(params[i]);
+      uint64_t low = v & (~v + 1);
+      slots[i] = v == 0 || low > 256 ? 256 : static_cast<int64_t>(low);
+    }
     for (size_t k = 0; k < key_args_.size(); ++k) key[k] = slots[key_args_[k]];
   }
   size_t key_size() const { return key_args_.size(); }
@@ -39,6 +44,7 @@ class CallShape {
   std::string kernel_;
   std::vector<ArgSpec> args_;
   std::vector<std::pair<int, bool>> int_args_;  // (argument, is i32)
+  std::vector<int> ptr_args_;                   // buffers whose alignment the key holds
   std::vector<int> key_args_;
   std::vector<uint8_t> codes_;
 };

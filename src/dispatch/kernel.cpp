@@ -35,7 +35,9 @@ struct Kernel::Impl {
     started = true;
     if (spec.space.size() > kBackgroundCompileMax || spec.tuning.search != SearchKind::exhaustive) return;
     CompilePool& pool = rt.compile_pool(spec.backend);
-    for (const auto& c : spec.space.all()) background.push_back(pool.submit(make_compile_request(spec, c)));
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    for (const auto& c : spec.space.all())
+      if (statically_pruned(spec, c, limits).empty()) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
   const Choice* choice_for(const Config& c, const std::string& source) {

@@ -365,9 +365,11 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
   if (rt.options().background_compile) {
     CompilePool& pool = rt.compile_pool(impl_->spec.backend);
+    const LaunchLimits limits = rt.backend(impl_->spec.backend).limits();
     for (const auto& v : impl_->spec.variants)
       if (v.kernel.space.size() <= 1024)
-        for (const auto& c : v.kernel.space.all()) pool.submit(make_compile_request(v.kernel, c));
+        for (const auto& c : v.kernel.space.all())
+          if (statically_pruned(v.kernel, c, limits).empty()) pool.submit(make_compile_request(v.kernel, c));
   }
 }
 MultiKernel::~MultiKernel() = default;

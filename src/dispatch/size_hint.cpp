@@ -68,7 +68,9 @@ struct SizeHintMultiKernel::Impl {
   void start_background() {
     if (!background.empty()) return;
     CompilePool& pool = rt.compile_pool(spec.backend);
-    for (const auto& c : spec.space.all()) background.push_back(pool.submit(make_compile_request(spec, c)));
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    for (const auto& c : spec.space.all())
+      if (statically_pruned(spec, c, limits).empty()) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
   // Arguments of the kernel at one shape, with seeded random inputs, in the backend's memory.

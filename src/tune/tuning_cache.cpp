@@ -110,6 +110,8 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   for (const auto& e : s.block) h.add("block", e.str());
   if (s.shared) h.add("shared", s.shared->str());
   for (const auto& e : s.constraints) h.add("constraint", e.str());
+  for (const auto& z : s.zero) h.add("zero", z);
+  if (s.zero_when) h.add("zero_when", s.zero_when->str());
   for (const auto& f : s.cflags) h.add("cflag", f);
   h.add("rtol", fmt::format("{:.17g}", s.tuning.rtol)).add("atol", fmt::format("{:.17g}", s.tuning.atol));
   h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));

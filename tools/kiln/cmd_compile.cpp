@@ -24,7 +24,16 @@ nlohmann::json params_json(const Config& c) {
 nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, bool json, bool explain) {
   const Options& opts = rt.options();
   CompilePool& pool = rt.compile_pool(spec.backend);
-  std::vector<Config> configs = spec.space.all();
+  // Configs no call can run (a constraint over params alone, a block or
+  // shared memory beyond the device) are not compiled.
+  std::vector<Config> configs;
+  std::vector<std::pair<Config, std::string>> pruned;
+  const LaunchLimits limits = rt.backend(spec.backend).limits();
+  for (const auto& c : spec.space.all()) {
+    std::string why = statically_pruned(spec, c, limits);
+    if (why.empty()) configs.push_back(c);
+    else pruned.push_back({c, why});
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> keys;
@@ -64,7 +73,11 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
   size_t compiled = 0, cached = 0, failed = 0;
   double compiler_seconds = 0;
   nlohmann::json rows = nlohmann::json::array();
-  Table table({"config", "key", "time", "result"}, {false, false, true, false});
+  const bool gpu = spec.backend == "cuda";
+  Table table(gpu ? std::vector<std::string>{"config", "key", "time", "regs", "smem", "local", "spill", "result"}
+                  : std::vector<std::string>{"config", "key", "time", "result"},
+              gpu ? std::vector<bool>{false, false, true, true, true, true, true, false}
+                  : std::vector<bool>{false, false, true, false});
   std::vector<std::string> errors;
   for (size_t i = 0; i < configs.size(); ++i) {
     const CompileRecord* r = record_of(keys[i]);
@@ -78,7 +91,14 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
       compiler_seconds += secs;
     }
     std::string result = !ok ? "FAILED" : hit ? "cached" : "compiled";
-    table.row({configs[i].str(), keys[i].substr(0, 12), seconds_text(secs), result});
+    KernelMeta meta;
+    if (ok) meta = futures[i].get()->meta;
+    if (gpu)
+      table.row({configs[i].str(), keys[i].substr(0, 12), seconds_text(secs), std::to_string(meta.registers),
+                 std::to_string(meta.static_shared), std::to_string(meta.local_bytes), std::to_string(meta.spill_bytes),
+                 result});
+    else
+      table.row({configs[i].str(), keys[i].substr(0, 12), seconds_text(secs), result});
     if (!ok && r) errors.push_back(r->error);
     rows.push_back({{"params", params_json(configs[i])},
                     {"key", keys[i]},
@@ -86,6 +106,10 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                     {"cached", hit},
                     {"ok", ok},
                     {"bytes", r ? r->bytes : 0},
+                    {"registers", meta.registers},
+                    {"static_shared", meta.static_shared},
+                    {"local_bytes", meta.local_bytes},
+                    {"spill_bytes", meta.spill_bytes},
                     {"error", ok || !r ? nlohmann::json(nullptr) : nlohmann::json(r->error)}});
     if (explain && json) rows.back()["explain"] = explained[i];
   }
@@ -96,6 +120,7 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                           {"threads", pool.threads()},
                           {"wall_seconds", wall},
                           {"configs", rows},
+                          {"pruned", pruned.size()},
                           {"totals",
                            {{"configs", configs.size()},
                             {"compiled", compiled},
@@ -105,9 +130,10 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
     return result;
   }
   std::fprintf(out(), "%s", table.str().c_str());
-  std::fprintf(out(), "%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads)\n",
-              configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
-              seconds_text(compiler_seconds).c_str(), pool.threads());
+  std::fprintf(out(), "%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads); "
+               "%zu pruned (no call can run them)\n",
+               configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
+               seconds_text(compiler_seconds).c_str(), pool.threads(), pruned.size());
   for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
   return nullptr;
 }

@@ -112,7 +112,9 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   auto t0 = Clock::now();
   CompilePool& pool = rt.compile_pool(backend);
   std::vector<BinaryFuture> fs;
-  for (const auto& c : spec.space.all()) fs.push_back(pool.submit(make_compile_request(spec, c)));
+  const LaunchLimits limits = rt.backend(backend).limits();
+  for (const auto& c : spec.space.all())
+    if (statically_pruned(spec, c, limits).empty()) fs.push_back(pool.submit(make_compile_request(spec, c)));
   wait_all(fs, "compiling", show);
   auto cc = pool.counters();
   std::fprintf(out(), "compiled %zu configs (%zu from the cache) in %s\n", spec.space.size(), cc.cache_hits,

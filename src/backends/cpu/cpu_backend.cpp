@@ -86,6 +86,8 @@ class CpuKernel final : public LoadedKernel {
   void launch(void* const* params, const LaunchDims& d, Stream) override {
     const Grid& grid = d.grid;
     if (grid.x <= 0 || grid.y <= 0 || grid.z <= 0) return;
+    for (int i = 0; i < d.nzero; ++i)
+      if (d.zero_bytes[i] > 0) std::memset(*static_cast<void* const*>(params[d.zero_arg[i]]), 0, d.zero_bytes[i]);
     const int64_t g[3] = {grid.x, grid.y, grid.z};
     int64_t total = 0;
     if (__builtin_mul_overflow(grid.x, grid.y, &total) || __builtin_mul_overflow(total, grid.z, &total))

@@ -519,6 +519,13 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   if (d.empty()) return;
   dev_.ensure_current();
   if (d.shared > raised_.load(std::memory_order_relaxed)) raise_shared(d.shared);
+  for (int i = 0; i < d.nzero; ++i) {
+    auto p = *static_cast<const CUdeviceptr*>(params[d.zero_arg[i]]);
+    size_t bytes = static_cast<size_t>(d.zero_bytes[i]);
+    CUresult r = bytes % 4 == 0 && p % 4 == 0 ? drv_->cuMemsetD32Async(p, 0, bytes / 4, stream_of(s))
+                                              : drv_->cuMemsetD8Async(p, 0, bytes, stream_of(s));
+    if (r != CUDA_SUCCESS) failed(r, d);
+  }
   CUresult r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), static_cast<unsigned>(d.grid.x),
                                     static_cast<unsigned>(d.grid.y), static_cast<unsigned>(d.grid.z),
                                     static_cast<unsigned>(d.block.x), static_cast<unsigned>(d.block.y),
