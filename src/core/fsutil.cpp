@@ -84,14 +84,26 @@ FileLock::~FileLock() {
   if (fd_) ::flock(fd_.get(), LOCK_UN);
 }
 
+namespace {
+std::mutex g_temp_m;
+bool g_temp_closed = false;  // set once registered folders were removed
+std::set<std::string>& temp_dirs() {
+  static std::set<std::string> s;
+  return s;
+}
+}  // namespace
+
 TempDir::TempDir(std::string_view prefix) {
   std::error_code ec;
   fs::path base = fs::temp_directory_path(ec);
   if (ec) base = "/tmp";
   std::string tmpl = (base / (std::string(prefix) + "-XXXXXX")).string();
+  // Made and registered under one lock, so an interrupt's clean-up sees it.
+  std::lock_guard<std::mutex> g(g_temp_m);
+  if (g_temp_closed) fail(Errc::io, "kiln is stopping: no temporary folder is created");
   if (!::mkdtemp(tmpl.data())) fail(Errc::io, "cannot create a temporary folder in '{}': {}", base.string(), errno_text(errno));
   path_ = tmpl;
-  register_temp_dir(path_);
+  temp_dirs().insert(path_.string());
 }
 
 TempDir::~TempDir() {
@@ -99,14 +111,6 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
   unregister_temp_dir(path_);
 }
-
-namespace {
-std::mutex g_temp_m;
-std::set<std::string>& temp_dirs() {
-  static std::set<std::string> s;
-  return s;
-}
-}  // namespace
 
 void register_temp_dir(const fs::path& p) {
   std::lock_guard<std::mutex> g(g_temp_m);
@@ -118,6 +122,7 @@ void unregister_temp_dir(const fs::path& p) {
 }
 void remove_registered_temp_dirs() noexcept {
   std::lock_guard<std::mutex> g(g_temp_m);
+  g_temp_closed = true;
   for (const auto& d : temp_dirs()) {
     std::error_code ec;
     fs::remove_all(d, ec);

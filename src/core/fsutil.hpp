@@ -106,6 +106,7 @@ class TempDir {
 // core/process.hpp's interrupt handling): temporary folders register here.
 void register_temp_dir(const std::filesystem::path& p);
 void unregister_temp_dir(const std::filesystem::path& p);
+// Removes them all; after it, making a TempDir fails (the process is ending).
 void remove_registered_temp_dirs() noexcept;
 
 }  // namespace kiln

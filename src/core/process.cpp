@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -97,6 +98,29 @@ void reset_signals(SpawnAttr& attr, short extra_flags) {
 
 }  // namespace
 
+namespace {
+constexpr int kMaxGroups = 1024;
+std::atomic<pid_t> g_groups[kMaxGroups];
+std::atomic<bool> g_stopping{false};
+std::atomic<int> g_spawning{0};
+
+// Held from before a child is started until its group is registered, so that
+// stopping waits for a child it could not yet see. Refuses to start one once
+// kiln is stopping.
+struct SpawnGuard {
+  SpawnGuard() {
+    g_spawning.fetch_add(1);
+    if (g_stopping.load()) {
+      g_spawning.fetch_sub(1);
+      fail(Errc::io, "kiln is stopping: no new process is started");
+    }
+  }
+  ~SpawnGuard() { g_spawning.fetch_sub(1); }
+  SpawnGuard(const SpawnGuard&) = delete;
+  SpawnGuard& operator=(const SpawnGuard&) = delete;
+};
+}  // namespace
+
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) fail(Errc::io, "pipe: {}", errno_text(errno));
@@ -110,10 +134,13 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   posix_spawnattr_setpgroup(&attr.at, 0);
   pid_t pid = -1;
   auto args = c_argv(argv);
-  int rc = ::posix_spawnp(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
-  if (rc != 0) fail(Errc::io, "cannot start '{}': {}", argv[0], errno_text(rc));
+  {
+    SpawnGuard guard;
+    int rc = ::posix_spawnp(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
+    if (rc != 0) fail(Errc::io, "cannot start '{}': {}", argv[0], errno_text(rc));
+    register_child_group(pid);
+  }
   wr.reset();
-  register_child_group(pid);
   struct Unregister {
     pid_t p;
     ~Unregister() { unregister_child_group(p); }
@@ -162,9 +189,12 @@ SpawnedChild spawn_with_socket(const std::vector<std::string>& argv) {
   posix_spawnattr_setpgroup(&attr.at, 0);
   pid_t pid = -1;
   auto args = c_argv(argv);
-  int rc = ::posix_spawn(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
-  if (rc != 0) fail(Errc::worker, "cannot start worker '{}': {}", argv[0], errno_text(rc));
-  register_child_group(pid);
+  {
+    SpawnGuard guard;
+    int rc = ::posix_spawn(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
+    if (rc != 0) fail(Errc::worker, "cannot start worker '{}': {}", argv[0], errno_text(rc));
+    register_child_group(pid);
+  }
   SpawnedChild c{pid, std::move(parent), UniqueFd(open_pidfd(pid))};
   return c;
 }
@@ -181,16 +211,15 @@ int open_pidfd(pid_t pid) {
   return -1;
 }
 
-namespace {
-constexpr int kMaxGroups = 1024;
-std::atomic<pid_t> g_groups[kMaxGroups];
-}  // namespace
 
 void register_child_group(pid_t pgid) noexcept {
   for (auto& g : g_groups) {
     pid_t none = 0;
-    if (g.compare_exchange_strong(none, pgid)) return;
+    if (g.compare_exchange_strong(none, pgid)) break;
   }
+  // Checked after the insert (both sequentially consistent): either the
+  // stopping thread sees this group, or this sees it stopping.
+  if (g_stopping.load()) ::kill(-pgid, SIGKILL);
 }
 
 void unregister_child_group(pid_t pgid) noexcept {
@@ -207,6 +236,46 @@ void kill_child_groups() noexcept {
   }
 }
 
+namespace {
+// True while `pid` runs: gone or a zombie counts as ended.
+bool running(pid_t pid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[256];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* close_paren = std::strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+}  // namespace
+
+bool stopping() noexcept { return g_stopping.load(); }
+
+void stop_child_groups(double grace_s) noexcept {
+  g_stopping.store(true);
+  // A child being started now is registered (and killed) before we go on.
+  for (int i = 0; i < 2000 && g_spawning.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  for (auto& g : g_groups) {
+    pid_t p = g.load();
+    if (p > 0) ::kill(-p, SIGTERM);
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (std::chrono::steady_clock::now() < until) {
+    bool any = false;
+    for (auto& g : g_groups) {
+      pid_t p = g.load();
+      if (p > 0 && running(p)) any = true;
+    }
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill_child_groups();
+}
+
 void install_interrupt_cleanup() {
   static sigset_t set;
   sigemptyset(&set);
@@ -218,7 +287,7 @@ void install_interrupt_cleanup() {
     int sig = 0;
     while (::sigwait(&set, &sig) != 0) {
     }
-    kill_child_groups();
+    stop_child_groups(0.5);
     remove_registered_temp_dirs();
     ::signal(sig, SIG_DFL);
     ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);

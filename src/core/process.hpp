@@ -71,12 +71,19 @@ int open_pidfd(pid_t pid);
 void register_child_group(pid_t pgid) noexcept;
 void unregister_child_group(pid_t pgid) noexcept;
 void kill_child_groups() noexcept;
+// SIGTERM to every registered group, so that a worker can end what it started
+// and remove its folders; SIGKILL to whatever still runs after `grace_s`.
+void stop_child_groups(double grace_s) noexcept;
 
 // For a program's main(), before it starts any thread: on SIGINT, SIGTERM or
-// SIGHUP, kill every registered child group, remove registered temporary
+// SIGHUP, stop every registered child group (stop_child_groups), remove registered temporary
 // folders (core/fsutil.hpp), then end by that signal. A thread waits for the
 // signals, so the clean-up runs outside a signal handler.
 void install_interrupt_cleanup();
+// True once the clean-up above has begun: a main() about to return should
+// wait instead, so that the process ends by the signal, not by a result
+// computed from compilers that were being killed.
+bool stopping() noexcept;
 
 // "SIGSEGV"; "signal 42" for ones without a name.
 std::string signal_name(int sig);

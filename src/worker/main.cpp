@@ -16,6 +16,8 @@
 
 #include "backends/serialize.hpp"
 #include "core/format.hpp"
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
 #include "tune/benchmarker.hpp"
 #include "worker/arena.hpp"
 #include "worker/protocol.hpp"
@@ -29,9 +31,30 @@ namespace {
 // when it leads one, as the pool starts it), at once: a worker has nothing to
 // flush, and exit-time work such as a sanitizer's leak check would keep the
 // pool waiting and could be SIGKILLed halfway.
+// Compilers run in groups of their own, so they go first, with the folders
+// this worker made for them.
 [[noreturn]] void leave() {
+  kill_child_groups();
+  remove_registered_temp_dirs();
   if (::getpgrp() == ::getpid()) ::kill(0, SIGKILL);
   ::_exit(0);
+}
+
+// SIGTERM, SIGINT or SIGHUP (kiln stopping its workers when it is
+// interrupted): leave as above, outside a signal handler.
+void leave_on_signals() {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([] {
+    int sig = 0;
+    while (::sigwait(&set, &sig) != 0) {
+    }
+    leave();
+  }).detach();
 }
 
 // Leaves when the pool's end of the socket closes (its owner exited or was
@@ -130,6 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-worker: fd %d is not open; kiln-worker is started by kiln, not by hand\n", sock);
     return 2;
   }
+  leave_on_signals();
   std::thread(watch_parent, sock).detach();
   Worker w;
   for (;;) {

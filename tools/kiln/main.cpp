@@ -90,7 +90,19 @@ std::string seconds_text(double s) {
 
 }  // namespace kiln::cli
 
+namespace {
+int run(int argc, char** argv);
+}
+
 int main(int argc, char** argv) {
+  int rc = run(argc, argv);
+  // Interrupted: the clean-up thread ends the process by its signal.
+  while (kiln::stopping()) ::pause();
+  return rc;
+}
+
+namespace {
+int run(int argc, char** argv) {
   using namespace kiln::cli;
   // Ctrl-C or SIGTERM kills the compilers and workers kiln started and
   // removes its temporary folders before kiln ends.
@@ -139,3 +151,4 @@ int main(int argc, char** argv) {
   }
   return g.exit_code;
 }
+}  // namespace
