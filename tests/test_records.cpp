@@ -396,3 +396,64 @@ TEST_F(RecordTest, ConfigsWithinTheNoiseCountAsEqualAndTheEarliestWins) {
   EXPECT_GT(o.record.noise, 0.0);
   EXPECT_LT(o.record.noise, 10.0);
 }
+
+// Alignment specialisation: a config specialised on 32-byte-aligned x (it
+// traps when x is not) is chosen for aligned calls and never launched for a
+// misaligned one, whichever came first; results are right either way.
+TEST_F(RecordTest, AlignmentSpecialisedConfigsRunOnlyWhereTheCallAllowsThem) {
+  const char* toml = R"SPEC(name = "al"
+backend = "cpu"
+source = "al.cpp"
+entry = "al"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" },
+         { name = "n", type = "i64" } ]
+constraints = ["ALIGNED == 0 || align_x % 32 == 0 && align_y % 32 == 0"]
+[params]
+ALIGNED = [0, 1]
+)SPEC";
+  // ALIGNED == 1 is much faster (it skips work), and traps on a misaligned x.
+  const char* src = R"SRC(#include <cstdint>
+void al(kiln::program_id, const float* x, float* y, int64_t n) {
+  if (ALIGNED == 1 && (reinterpret_cast<uintptr_t>(x) % 32 != 0 || reinterpret_cast<uintptr_t>(y) % 32 != 0))
+    __builtin_trap();
+  const int reps = ALIGNED == 1 ? 1 : 30;
+  for (int r = 0; r < reps; ++r)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 3.0f;
+  asm volatile("" ::: "memory");
+}
+)SRC";
+  KernelSpec s = test::spec_in(dir.path(), toml, "al.cpp", src);
+  EXPECT_EQ(s.tuning.key, std::vector<std::string>{"n"}) << "alignment is not in the default key";
+  for (bool aligned_first : {true, false}) {
+    Options o = opts;
+    o.cache_dir = dir.path() / (aligned_first ? "c1" : "c2");
+    Runtime rt(o);
+    Kernel k(rt, s);
+    const int64_t n = 20000;
+    std::vector<float> xs(n + 64), ys(n + 64);
+    float* xa = xs.data();
+    while (reinterpret_cast<uintptr_t>(xa) % 32) ++xa;
+    float* ya = ys.data();
+    while (reinterpret_cast<uintptr_t>(ya) % 32) ++ya;
+    for (int64_t i = 0; i < n + 8; ++i) xa[i] = static_cast<float>(i % 97);
+    auto call = [&](bool aligned) {
+      float* x = aligned ? xa : xa + 1;
+      float* y = aligned ? ya : ya + 1;
+      int64_t nn = n;
+      k(x, y, nn);
+      for (int64_t i = 0; i < n; i += 101)
+        if (y[i] != x[i] * 3.0f) {
+          ADD_FAILURE() << (aligned ? "aligned" : "misaligned") << " call: y[" << i << "] = " << y[i];
+          break;
+        }
+      void* params[] = {&x, &y, &nn};
+      return k.choice(params).config.str();
+    };
+    std::string first = call(aligned_first), second = call(!aligned_first);
+    EXPECT_EQ(aligned_first ? first : second, "ALIGNED=1") << "the aligned call runs the specialised config";
+    EXPECT_EQ(aligned_first ? second : first, "ALIGNED=0");
+    EXPECT_EQ(rt.tuning_cache()->count(), 1u) << "aligned and misaligned calls share one record";
+  }
+}

@@ -36,6 +36,7 @@ struct TuneOptions {
   int max_configs = 0;               // evaluations at most; 0: KILN_TUNE_MAX_CONFIGS, else no cap
   bool show_progress = false;
   Stream stream = nullptr;           // the caller's stream: synchronised before its buffers are read
+  bool libraries = true;             // false: the spec's library choices are left out (templates only)
 };
 
 struct TuneOutcome {

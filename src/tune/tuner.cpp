@@ -521,7 +521,14 @@ bool complete(const Plan& p, const TuningRecord& rec, const KernelSpec& spec) {
 
 }  // namespace
 
-TuneOutcome Tuner::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
+TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOptions& o) {
+  // Templates only: a spec without its library choices (they are not in the key).
+  KernelSpec templates_only;
+  if (!o.libraries && !in.libraries.empty()) {
+    templates_only = in;
+    templates_only.libraries.clear();
+  }
+  const KernelSpec& spec = !o.libraries && !in.libraries.empty() ? templates_only : in;
   TuningKey key = make_tuning_key(spec, *p_.backend, params);
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());

@@ -173,6 +173,11 @@ json to_json(const BenchPlan& p) {
           {"grid", grid_json(p.dims.grid)},
           {"block", grid_json(p.dims.block)},
           {"shared", p.dims.shared},
+          {"zero", [&] {
+             json z = json::array();
+             for (int i = 0; i < p.dims.nzero; ++i) z.push_back({p.dims.zero_arg[i], p.dims.zero_bytes[i]});
+             return z;
+           }()},
           {"arena_bytes", p.arena_bytes},
           {"arena_id", p.arena_id},
           {"settings",
@@ -204,6 +209,16 @@ BenchPlan bench_plan_from_json(const json& j) {
   p.dims.grid = grid_from(j.at("grid"));
   p.dims.block = grid_from(j.at("block"));
   p.dims.shared = j.at("shared").get<int64_t>();
+  const auto& z = j.at("zero");
+  if (z.size() > 4) fail(Errc::worker, "a bench plan zeroes {} buffers (at most 4)", z.size());
+  p.dims.nzero = static_cast<int>(z.size());
+  for (size_t i = 0; i < z.size(); ++i) {
+    p.dims.zero_arg[i] = z[i].at(0).get<int>();
+    p.dims.zero_bytes[i] = z[i].at(1).get<int64_t>();
+    if (p.dims.zero_arg[i] < 0 || static_cast<size_t>(p.dims.zero_arg[i]) >= p.args.size() ||
+        !p.args[p.dims.zero_arg[i]].buffer)
+      fail(Errc::worker, "a bench plan zeroes argument {}, which is no buffer", p.dims.zero_arg[i]);
+  }
   p.arena_bytes = j.at("arena_bytes").get<uint64_t>();
   p.arena_id = j.at("arena_id").get<uint64_t>();
   const auto& s = j.at("settings");

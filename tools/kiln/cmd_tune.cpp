@@ -116,6 +116,7 @@ struct TuneArgs {
   uint64_t seed = 0;
   int max_configs = 0;
   bool explain = false;
+  bool no_library = false;
 };
 
 // Tuning-key values from --set, strictly: every key name, whole numbers, no
@@ -156,6 +157,7 @@ void run_tune(Globals& g, const TuneArgs& a) {
   else if (a.search == "coordesc") to.search = SearchKind::coordesc;
   to.force = a.force;
   to.max_configs = a.max_configs;
+  to.libraries = !a.no_library;
   to.show_progress = !opts.quiet && !a.json && stderr_is_terminal();
   auto t0 = std::chrono::steady_clock::now();
   TuneOutcome o = rt.tune(spec, args.params(), to);
@@ -224,6 +226,7 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("--search", a->search, "exhaustive or coordesc (default: the spec's, else exhaustive)")
       ->check(CLI::IsMember({"exhaustive", "coordesc"}));
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
+  cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: templates only");
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--max-configs", a->max_configs, "Benchmark at most this many configs (default: KILN_TUNE_MAX_CONFIGS)")
       ->check(CLI::Range(1, 1000000));
