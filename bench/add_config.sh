@@ -11,7 +11,7 @@ kiln=$PWD/build/kiln
 work=$(mktemp -d /tmp/kiln-add-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp kernels/cpu/matmul.toml kernels/cpu/matmul.cpp "$work/"
-sed -e 's/^BK = \[8, 32\]/BK = [8, 32, 16]/' kernels/cpu/matmul.toml > "$work/more.toml"
+sed -e 's/^BK = \[128, 512\]/BK = [128, 512, 256]/' kernels/cpu/matmul.toml > "$work/more.toml"
 cp "$work/more.toml" "$work/cold.toml"
 sets=(--set M=$n --set N=$n --set K=$n)
 t() { local a b; a=$(date +%s.%N); KILN_CACHE_DIR=$1 "$kiln" -q tune --json "$2" "${sets[@]}" > "$3"; b=$(date +%s.%N); echo "$b - $a" | bc; }

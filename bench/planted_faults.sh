@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planted-fault run of issue 10: the built-in cpu matmul (18 configs) at
 # M = N = K = 128, with a null dereference planted in the 6 configs with
-# BM == 16 and an endless loop in the 6 with BM == 64. Prints the time of
+# BM == 32 and an endless loop in the 6 with BM == 128. Prints the time of
 # tuning the 6 good configs alone, the time of tuning all 18 with the faults,
 # and what each bad config was recorded as. Each run starts with an empty cache.
 # Usage: bench/planted_faults.sh [build dir, default build]
@@ -14,19 +14,19 @@ trap 'rm -rf "$work"' EXIT
 cp kernels/cpu/matmul.cpp "$work/matmul.cpp"
 cat >> "$work/matmul.cpp" <<'SRC'
 
-// The planted faults: BM == 16 dereferences null, BM == 64 never returns.
+// The planted faults: BM == 32 dereferences null, BM == 128 never returns.
 void matmul_planted(kiln::program_id pid, const float* A, const float* B, float* C,
                     int64_t M, int64_t N, int64_t K) {
-#if BM == 16
+#if BM == 32
   *static_cast<volatile int*>(nullptr) = 0;
-#elif BM == 64
+#elif BM == 128
   for (volatile int i = 0;; i = i + 1) {}
 #endif
   matmul(pid, A, B, C, M, N, K);
 }
 SRC
 sed -e 's/^entry   = "matmul"/entry   = "matmul_planted"/' kernels/cpu/matmul.toml > "$work/planted.toml"
-sed -e 's/^BM = \[16, 32, 64\]/BM = [32]/' "$work/planted.toml" > "$work/good.toml"
+sed -e 's/^BM = \[32, 64, 128\]/BM = [64]/' "$work/planted.toml" > "$work/good.toml"
 run() {  # spec, cache
   local t0 t1
   t0=$(date +%s.%N)
