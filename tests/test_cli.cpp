@@ -202,3 +202,32 @@ TEST_F(CliTest, InterruptingACompileLeavesNoCompilersOrFolders) {
   EXPECT_GE(seen, 1);
   EXPECT_EQ(tmp_entries("kiln-cc-"), cc_before) << "temporary compile folders left behind";
 }
+
+// The main job, small: every row of its table is there, the result checks
+// against a plain loop, and the library choice is timed beside the oracle
+// (or skipped with its reason where OpenBLAS is absent).
+TEST_F(CliTest, TheDemoComparesHintsOracleTemplatesAndTheLibrary) {
+  fs::path js = dir.path() / "demo.json";
+  Out r = kiln("-q demo --sizes 24,37 --json " + js.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row : {"tuned at 64", "size-hint multi-kernel", "oracle: tuned at the size",
+                          "templates only, tuned at the size", "kiln / oracle", "check: ", "OK",
+                          "multi-kernel softmax"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  nlohmann::json j = nlohmann::json::parse(*read_file(js));
+  EXPECT_EQ(j["sizes"], nlohmann::json({24, 37}));
+  EXPECT_TRUE(j["check"]["ok"].get<bool>());
+  ASSERT_EQ(j["oracle"]["ms"].size(), 2u);
+  for (double ms : j["oracle"]["ms"]) EXPECT_GT(ms, 0);
+  for (const auto& c : j["templates_only"]["config"]) EXPECT_EQ(c.get<std::string>().find("library:"), std::string::npos);
+  EXPECT_EQ(j["library"]["name"], "openblas_sgemm");
+  if (j["library"].contains("skipped")) {
+    EXPECT_NE(r.out.find("the library choice is skipped"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(j["ratios"]["oracle_over_library"].size(), 2u);
+    EXPECT_NE(r.out.find("library: openblas_sgemm"), std::string::npos) << r.out;
+  }
+  Out bad = kiln("demo --sizes 24,x");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--sizes: 'x' is not a size"), std::string::npos) << bad.err;
+}
