@@ -53,7 +53,7 @@ void ids(kiln::program_id p, int64_t* out, int64_t X, int64_t Y, int32_t Z) {
   HostArgs args(s, parse_scalars(s, {{"X", "7"}, {"Y", "5"}, {"Z", "3"}}));
   std::vector<int64_t> slots(s.args.size());
   read_int_slots(s, args.params(), slots.data());
-  LaunchDims g = LaunchPlan(s, cfg).eval(slots.data());
+  LaunchDims g = LaunchPlan(s, cfg, LaunchLimits{}).eval(slots.data());
   EXPECT_EQ(g.grid, (Grid{7, 5, 3}));
   k->launch(args.params(), g, nullptr);
   auto* out = reinterpret_cast<int64_t*>(args.buffer(0).data());

@@ -122,7 +122,7 @@ TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn
   s.cflags.push_back("-DPIDFILE=\"" + (dir.path() / "pid").string() + "\"");
   Runtime rt(opts);
   auto pool = rt.worker_pool();
-  Benchmarker bench(pool, nullptr, opts);
+  Benchmarker bench(pool, nullptr, opts, false);
   HostArgs args(s, parse_scalars(s, {{"n", "16"}}));
   args.fill_random(3);
   BenchInputs arena(s, args.params(), rt.backend("cpu").device(), false);
@@ -208,7 +208,7 @@ TEST_F(WorkerTest, AWorkerKilledFromOutsideIsRetriedOnce) {
   Runtime rt(opts);
   auto pool = rt.worker_pool();
   pool->warm();
-  Benchmarker bench(pool, nullptr, opts);
+  Benchmarker bench(pool, nullptr, opts, false);
   HostArgs args(s, parse_scalars(s, {{"n", "16"}}));
   args.fill_random(3);
   BenchInputs in(s, args.params(), rt.backend("cpu").device(), false);

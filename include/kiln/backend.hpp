@@ -107,7 +107,8 @@ struct LaunchLimits {
 class LaunchPlan {
  public:
   LaunchPlan() = default;
-  LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits = {});
+  // `limits`: the device's (Backend::limits()); a block or shared memory past them is refused.
+  LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits);
   // slots[i] holds integer scalar argument i (see read_int_slots). Throws
   // Error(Errc::launch) when a dimension overflows or exceeds the limits;
   // an empty grid (a dimension <= 0) is returned, not thrown.

@@ -100,7 +100,7 @@ class Benchmarker {
  public:
   // workers == nullptr: in-process, on `device`. `gpu`: the backend's
   // device is a GPU (its L2 is flushed between timed runs by default).
-  Benchmarker(std::shared_ptr<WorkerPool> workers, Device* device, const Options& opts, bool gpu = false);
+  Benchmarker(std::shared_ptr<WorkerPool> workers, Device* device, const Options& opts, bool gpu);
   ~Benchmarker();
 
   // Benchmarks one compiled config within `timeout_s`. `loaded` is used

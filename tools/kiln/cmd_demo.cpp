@@ -65,12 +65,13 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
                                       const DeviceArgs& args) {
   Device& dev = rt.backend(spec.backend).device();
   BenchInputs inputs(spec, args.params(), dev, true);
-  Benchmarker bench(nullptr, &dev, rt.options());
+  Benchmarker bench(nullptr, &dev, rt.options(), !dev.host_addressable());  // a GPU: its L2 flushed, as in tuning
   BenchSettings st = bench.settings();
   st.budget_ms = 15;
   st.check = false;
   std::vector<int64_t> slots(spec.args.size());
   read_int_slots(spec, args.params(), slots.data());
+  const LaunchLimits limits = rt.backend(spec.backend).limits();
   std::vector<std::shared_ptr<const Binary>> bins;
   std::vector<std::shared_ptr<LoadedKernel>> ks;
   for (const auto& c : configs) {
@@ -80,7 +81,7 @@ std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const
   std::vector<std::vector<double>> samples(configs.size());
   for (int round = 0; round < 4; ++round)
     for (size_t i = 0; i < configs.size(); ++i) {
-      LaunchDims dims = configs[i].library.empty() ? LaunchPlan(spec, configs[i]).eval(slots.data()) : LaunchDims{};
+      LaunchDims dims = configs[i].library.empty() ? LaunchPlan(spec, configs[i], limits).eval(slots.data()) : LaunchDims{};
       BenchResult r = bench.run(*bins[i], ks[i].get(), inputs, dims, "demo " + configs[i].str(), st,
                                 rt.options().bench_timeout_s);
       samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
