@@ -367,7 +367,7 @@ TEST_F(RecordTest, ConcurrentTuningsOfOneKeyTuneOnce) {
 
 // Records carry the measured noise, and choose() treats configs within it
 // (at most 3%) as equal, taking the earliest in the space: tunings agree.
-TEST_F(RecordTest, ConfigsWithinTheNoiseCountAsEqualAndTheEarliestWins) {
+TEST_F(RecordTest, ConfigsWithinTheNoiseCountAsEqualAndTheLibraryOrElseTheEarliestWins) {
   KernelSpec s = spec(kSpec);
   TuningRecord r;
   r.space = s.space;
@@ -390,6 +390,19 @@ TEST_F(RecordTest, ConfigsWithinTheNoiseCountAsEqualAndTheEarliestWins) {
   r.noise = 0.5;  // the window is capped at 3%
   r.configs[0].ns = 104;
   EXPECT_EQ(Tuner::choose(r, s, slots, l)->str(), "MODE=1");
+  // Within the window a library choice wins; outside it, it does not.
+  s.libraries = {"openblas_sgemm"};
+  ConfigResult lib;
+  lib.config.library = "openblas_sgemm";
+  lib.binary = std::string(32, 'b');
+  lib.ns = 101.5;
+  r.configs.push_back(lib);
+  r.noise = 0.025;
+  EXPECT_EQ(Tuner::choose(r, s, slots, l)->str(), "library:openblas_sgemm");
+  r.noise = 0.005;
+  EXPECT_EQ(Tuner::choose(r, s, slots, l)->str(), "MODE=1");
+  s.libraries.clear();
+  r.configs.pop_back();
   // A real tuning measures and records it.
   Runtime rt(opts);
   TuneOutcome o = tune(rt, s, 100000);

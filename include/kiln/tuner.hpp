@@ -48,6 +48,8 @@ struct TuneOutcome {
   size_t retimed_now = 0;        // configs re-timed side by side by this tuning
   bool stored = true;            // false when the record could not be written (a warning said why)
   int64_t peak_device_bytes = 0; // extra device memory this tuning used at most
+  double compile_wait_s = 0;     // waiting for compiles to finish
+  double bench_s = 0;            // benchmarking: timing, checking and re-timing, workers' round trips included
 };
 
 class Tuner {

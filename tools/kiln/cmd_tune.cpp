@@ -103,6 +103,8 @@ json record_json(const TuningRecord& r, const std::string& source, double second
     j["retimed_now"] = o->retimed_now;
     j["stored"] = o->stored;
     j["peak_extra_device_bytes"] = o->peak_device_bytes;
+    j["compile_wait_seconds"] = o->compile_wait_s;
+    j["bench_seconds"] = o->bench_s;
   }
   return j;
 }
