@@ -119,6 +119,10 @@ class CpuKernel final : public LoadedKernel {
 // OpenBLAS, opened with dlopen (Debian's libopenblas0): absent, the library
 // choice is unavailable. Its own thread count is set to kiln's launch threads
 // (KILN_NUM_THREADS), so a library call and a kiln grid share the cores alike.
+// Its idle threads busy-wait for 2^28 cycles (about 0.1 s) by default, which
+// halves a kiln grid that runs next on the same cores; unless the user set
+// OPENBLAS_THREAD_TIMEOUT, it is set to 17 (2^17 cycles, about 50 us, as long
+// as kiln's own pool spins) before the library is loaded and reads it.
 struct OpenBlas {
   void (*sgemm)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
   void (*set_threads)(int);
@@ -127,6 +131,8 @@ struct OpenBlas {
   static const OpenBlas& get() {
     static OpenBlas b = [] {
       OpenBlas o{};
+      if (!std::getenv("OPENBLAS_THREAD_TIMEOUT") && !std::getenv("GOTO_THREAD_TIMEOUT"))
+        ::setenv("OPENBLAS_THREAD_TIMEOUT", "17", 0);
       void* h = nullptr;
       for (const char* n : {"libopenblas.so.0", "libopenblas.so"})
         if ((h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
