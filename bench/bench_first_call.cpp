@@ -3,7 +3,9 @@
 // inputs, and the first call runs (compiling, tuning or reading the caches
 // as needed) and is waited for. Run it twice against one KILN_CACHE_DIR:
 // the first run is cold (empty caches), the second warm.
-// Usage: kiln_bench_first_call SPEC --set NAME=VALUE ...
+// Usage: kiln_bench_first_call SPEC [--size-hint] --set NAME=VALUE ...
+// (--size-hint: a SizeHintMultiKernel, tuned at the spec's hint points,
+// instead of a Kernel tuned at the call's shape.)
 // Prints one line: "<seconds to first launch> <handle> <what the first call did>".
 #include <chrono>
 #include <cstdio>
@@ -24,10 +26,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::pair<std::string, std::string>> sets;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--set") != 0) continue;
-    std::string s = argv[i + 1];
-    sets.push_back({s.substr(0, s.find('=')), s.substr(s.find('=') + 1)});
+  bool size_hint = false;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--size-hint") == 0) {
+      size_hint = true;
+    } else if (std::strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+      std::string s = argv[++i];
+      if (s.find('=') == std::string::npos) {
+        std::fprintf(stderr, "kiln_bench_first_call: --set %s: expected NAME=VALUE\n", s.c_str());
+        return 2;
+      }
+      sets.push_back({s.substr(0, s.find('=')), s.substr(s.find('=') + 1)});
+    } else {
+      std::fprintf(stderr, "kiln_bench_first_call: unexpected argument '%s'\n", argv[i]);
+      return 2;
+    }
   }
   try {
     auto t0 = std::chrono::steady_clock::now();
@@ -48,6 +61,15 @@ int main(int argc, char** argv) {
       dev.sync(nullptr);
       auto p = k.pick(a.params());
       what = "variant " + std::to_string(p.variant) + " (" + p.source + ")";
+    } else if (size_hint) {
+      KernelSpec s = load_spec(argv[1]);
+      SizeHintMultiKernel k(rt, s);
+      Device& dev = rt.backend(s.backend).device();
+      DeviceArgs a(s, parse_scalars(s, sets), dev);
+      a.fill_random(1);
+      k.launch(a.params());
+      dev.sync(nullptr);
+      what = k.config_for(a.params()).str() + " (size hints)";
     } else {
       KernelSpec s = load_spec(argv[1]);
       Kernel k(rt, s);

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+
 #include "kiln/spec.hpp"
 
 using namespace kiln;
@@ -124,6 +127,26 @@ TEST(Spec, LoadsTheBuiltInKernels) {
     EXPECT_EQ(s.name, k);
     EXPECT_FALSE(s.source_text.empty());
   }
+}
+
+// The cuda matmul declares hints 64, 256, 4096 on the diagonal, and its grid
+// form (every combination) is one line away.
+TEST(Spec, TheCudaMatmulHintsOnTheDiagonalAndAsAGrid) {
+  std::filesystem::path file = std::filesystem::path(KILN_SOURCE_DIR) / "kernels/cuda/matmul.toml";
+  KernelSpec s = load_spec(file);
+  EXPECT_EQ(s.tuning.hint_point_list(),
+            (std::vector<std::vector<int64_t>>{{64, 64, 64}, {256, 256, 256}, {4096, 4096, 4096}}));
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text = replace(text, "[tuning]\n", "[tuning]\nhint_points = \"grid\"\n");
+  KernelSpec g = parse_spec(text, file, [](const std::filesystem::path& p) -> std::optional<std::string> {
+    std::ifstream f(p);
+    if (!f) return std::nullopt;
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  });
+  auto pts = g.tuning.hint_point_list();
+  EXPECT_EQ(pts.size(), 27u);
+  EXPECT_NE(std::find(pts.begin(), pts.end(), std::vector<int64_t>{64, 4096, 256}), pts.end());
 }
 
 TEST(Spec, MissingSpecFileIsAClearError) {
