@@ -40,6 +40,19 @@ struct Options {
                                       // to compile cuda kernels where there is no GPU)
   bool cuda_flush_l2 = true;          // KILN_BENCH_NO_L2_FLUSH=1: time GPU kernels with a warm L2
 
+  // Sharing with a fleet (docs/fleet.md).
+  std::string remote_cache;           // KILN_REMOTE_CACHE=redis://host:port/db: tuning records shared through Redis
+  double remote_timeout_s = 0.05;     // KILN_REMOTE_TIMEOUT: the longest one Redis command may take, connect included
+  bool remote_binaries = false;       // KILN_REMOTE_BINARIES=1: share compiled binaries too (verified by hash on read)
+  double lease_ttl_s = 30;            // KILN_REMOTE_LEASE_TTL: a tuner's lease expires this long after its last renewal
+  double lease_wait_s = 300;          // KILN_REMOTE_LEASE_WAIT: the longest a process waits for another's tuning
+  std::string bundle;                 // KILN_BUNDLE: a name; the records this process uses are kept together
+                                      // under it in Redis and fetched in one round trip by the next process
+  bool serving = false;               // KILN_SERVING=1: cached choices only, never benchmark on the call path
+  std::filesystem::path artifact;     // KILN_ARTIFACT: a packed artifact (kiln pack) loaded at start
+  bool artifact_sources_only = false; // KILN_ARTIFACT_MISMATCH=sources: an artifact for another device or
+                                      // toolchain gives its sources only (then tuned here), not refused
+
   // The longest time-out a setting takes (about 11.6 days): a larger one is
   // a mistake, and would overflow the clocks that measure it.
   static constexpr double kMaxTimeoutSeconds = 1e6;

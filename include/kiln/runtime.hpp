@@ -18,6 +18,7 @@ namespace kiln {
 
 class WorkerPool;
 class Benchmarker;
+class RemoteCache;
 
 class Runtime {
  public:
@@ -38,8 +39,11 @@ class Runtime {
   // The kiln-worker processes (KILN_WORKERS of them, default the compile
   // threads), made on first use; workers themselves start on first request.
   std::shared_ptr<WorkerPool> worker_pool();
-  // The tuning cache, or nullptr with KILN_NO_CACHE.
+  // The tuning cache, or nullptr with KILN_NO_CACHE. With KILN_REMOTE_CACHE
+  // it reads and writes Redis too (docs/fleet.md).
   std::shared_ptr<TuningCache> tuning_cache();
+  // The Redis connection of KILN_REMOTE_CACHE, or nullptr.
+  std::shared_ptr<RemoteCache> remote_cache();
   // Tunes a kernel for the tuning-key values of `params` (see Tuner).
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o = {});
   // The benchmarker of a backend (in a worker, or in-process with KILN_TUNE_IN_PROCESS).
@@ -55,6 +59,7 @@ class Runtime {
   std::map<std::string, std::unique_ptr<BackendState>> backends_;
   std::shared_ptr<WorkerPool> workers_;
   std::shared_ptr<TuningCache> tuning_cache_;
+  std::shared_ptr<RemoteCache> remote_;
 };
 
 }  // namespace kiln

@@ -30,6 +30,7 @@
 namespace kiln {
 
 class Backend;
+class RemoteCache;
 
 // Why a config did not run or was set aside.
 enum class FailKind : uint8_t {
@@ -157,6 +158,36 @@ class TuningCache {
   size_t count() const;
   size_t clear();
   static constexpr size_t kMaxRecordBytes = 64u << 20;
+  // The largest record shared through Redis (a larger one stays local).
+  static constexpr size_t kMaxRemoteRecordBytes = 4u << 20;
+
+  // A remote layer (docs/fleet.md): get() reads the local disk, then
+  // records already fetched this process (a kernel's records come in one
+  // round trip, with the named bundle's), then Redis; a remote record is
+  // validated like a local file and written to the local disk. put() writes
+  // both. with_lock() also holds a lease in Redis, so one process of a fleet
+  // tunes a key and the others wait for its record (at most `lease_wait_s`).
+  struct RemoteSettings {
+    std::shared_ptr<RemoteCache> remote;
+    double lease_ttl_s = 30;
+    double lease_wait_s = 300;
+    std::string bundle;  // empty: none
+  };
+  void attach_remote(RemoteSettings r);
+  // Records from a packed artifact, read after the local disk and never
+  // written to it. Each is validated against the key asked for on use.
+  void add_artifact_records(const std::vector<std::string>& record_texts);
+  // A record this process answered a call with: with a named bundle, it
+  // joins the bundle (once per process) so the next machine fetches it with
+  // the others.
+  void note_used(const TuningRecord& r);
+
+  struct Stats {
+    uint64_t local_hits = 0, artifact_hits = 0, remote_hits = 0, misses = 0;
+    uint64_t remote_rejected = 0;  // remote values that did not validate (each a miss)
+    uint64_t remote_writes = 0, lease_waits = 0, leases_taken = 0;
+  };
+  Stats stats() const;
 
  private:
   TuningCache() = default;

@@ -94,6 +94,26 @@ Options Options::from_env() {
     o.cuda_arch = v;
   }
   o.cuda_flush_l2 = !env("KILN_BENCH_NO_L2_FLUSH") || !env_bool("KILN_BENCH_NO_L2_FLUSH");
+  if (const char* v = env("KILN_REMOTE_CACHE")) o.remote_cache = v;
+  o.remote_timeout_s = env_double("KILN_REMOTE_TIMEOUT", o.remote_timeout_s, 0.001, 60);
+  o.remote_binaries = env_bool("KILN_REMOTE_BINARIES");
+  o.lease_ttl_s = env_double("KILN_REMOTE_LEASE_TTL", o.lease_ttl_s, 0.1, 86400);
+  o.lease_wait_s = env_double("KILN_REMOTE_LEASE_WAIT", o.lease_wait_s, 0, kMaxTimeoutSeconds);
+  if (const char* v = env("KILN_BUNDLE")) {
+    std::string_view b(v);
+    bool ok = b.size() <= 128;
+    for (char c : b) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+    if (!ok) fail(Errc::usage, "KILN_BUNDLE='{}' is not a name (letters, digits, - _ ., at most 128)", v);
+    o.bundle = v;
+  }
+  o.serving = env_bool("KILN_SERVING");
+  if (const char* v = env("KILN_ARTIFACT")) o.artifact = v;
+  if (const char* v = env("KILN_ARTIFACT_MISMATCH")) {
+    std::string_view m(v);
+    if (m == "refuse") o.artifact_sources_only = false;
+    else if (m == "sources") o.artifact_sources_only = true;
+    else fail(Errc::usage, "KILN_ARTIFACT_MISMATCH='{}' is not one of refuse, sources", v);
+  }
   return o;
 }
 

@@ -3,6 +3,7 @@
 #include "compile/worker_compiler.hpp"
 #include "core/format.hpp"
 #include "tune/benchmarker.hpp"
+#include "tune/remote_cache.hpp"
 #include "worker/worker_pool.hpp"
 
 namespace kiln {
@@ -15,7 +16,11 @@ struct Runtime::BackendState {
   std::map<std::string, std::weak_ptr<LoadedKernel>> loaded;
 };
 
-Runtime::Runtime(Options opts) : opts_(std::move(opts)) {}
+Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
+  // A malformed address is the user's mistake: said now, not on the first miss.
+  if (!opts_.remote_cache.empty())
+    remote_ = std::make_shared<RemoteCache>(RemoteCache::Settings{opts_.remote_cache, opts_.remote_timeout_s});
+}
 Runtime::~Runtime() = default;
 
 Runtime::BackendState& Runtime::state(const std::string& name) {
@@ -67,7 +72,11 @@ std::shared_ptr<WorkerPool> Runtime::worker_pool() {
 
 std::shared_ptr<TuningCache> Runtime::tuning_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!tuning_cache_ && !opts_.no_cache) tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+  if (!tuning_cache_ && !opts_.no_cache) {
+    tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+    if (remote_)
+      tuning_cache_->attach_remote({remote_, opts_.lease_ttl_s, opts_.lease_wait_s, opts_.bundle});
+  }
   return tuning_cache_;
 }
 
@@ -86,8 +95,12 @@ TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const Tun
   std::shared_ptr<TuningCache> cache = tuning_cache();
   benchmarker(spec.backend);
   Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
-  return t.tune(spec, params, o);
+  TuneOutcome out = t.tune(spec, params, o);
+  if (cache && out.choice) cache->note_used(out.record);
+  return out;
 }
+
+std::shared_ptr<RemoteCache> Runtime::remote_cache() { return remote_; }
 
 std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {
   BackendState& st = state(bin.backend);

@@ -10,6 +10,16 @@
 #include "kiln/backend.hpp"
 #include "kiln/binary_key.hpp"
 #include "kiln/tuning.hpp"
+#include "tune/remote_cache.hpp"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
 
 namespace kiln {
 
@@ -363,8 +373,53 @@ std::optional<TuningRecord> record_from_text(std::string_view text, const Tuning
   }
 }
 
+namespace {
+
+// The key a record's text says it has (not yet validated: record_from_text does that).
+std::optional<TuningKey> stated_key(std::string_view text) {
+  try {
+    size_t eol = text.find('\n');
+    if (eol == std::string_view::npos) return std::nullopt;
+    json j = json::parse(text.substr(eol + 1));
+    TuningKey k;
+    k.backend = j.at("backend").get<std::string>();
+    k.device = j.at("device").get<std::string>();
+    k.toolchain = j.at("toolchain").get<std::string>();
+    k.source_hash = j.at("source_hash").get<std::string>();
+    k.semantics = j.at("semantics").get<std::string>();
+    for (const auto& n : j.at("key_names")) {
+      std::string name = n.get<std::string>();
+      k.values.push_back({name, j.at("key").at(name).get<int64_t>()});
+    }
+    return k;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string slot_of(const TuningKey& k) { return k.base_hex() + "/" + k.values_hex(); }
+
+std::string remote_prefix() { return fmt::format("kiln:t{}:", TuningKey::kFormatVersion); }
+
+std::string random_token() {
+  std::random_device rd;
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{}:{}:{:08x}{:08x}", host, ::getpid(), rd(), rd());
+}
+
+}  // namespace
+
 struct TuningCache::Dirs {
   SafeDir root, tune, locks;
+  RemoteSettings remote;
+  mutable std::mutex m;
+  std::map<std::string, std::string> artifact;  // slot -> record text
+  std::map<std::string, std::string> fetched;   // slot -> record text from Redis (bundles, kernels' hashes)
+  std::set<std::string> kernels_fetched;        // bases whose hash was fetched whole
+  bool bundle_fetched = false;
+  std::set<std::string> in_bundle;              // slots known to be in the named bundle
+  mutable Stats stats;
 };
 
 TuningCache::TuningCache(fs::path root) : dirs_(std::make_unique<Dirs>()) {
@@ -383,64 +438,264 @@ std::unique_ptr<TuningCache> TuningCache::open_existing(const fs::path& root) {
 
 TuningCache::~TuningCache() = default;
 
+void TuningCache::attach_remote(RemoteSettings r) {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  dirs_->remote = std::move(r);
+}
+
+void TuningCache::add_artifact_records(const std::vector<std::string>& texts) {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  for (const auto& t : texts)
+    if (auto k = stated_key(t)) dirs_->artifact[slot_of(*k)] = t;
+}
+
+TuningCache::Stats TuningCache::stats() const {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  return dirs_->stats;
+}
+
 std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
-  if (!dirs_->tune) return std::nullopt;
-  SafeDir d = dirs_->tune.sub(key.base_hex(), false);
-  if (!d) return std::nullopt;
-  std::string name = key.values_hex() + ".rec";
-  std::optional<std::string> text = d.read(name, kMaxRecordBytes);
-  if (!text) return std::nullopt;
-  std::optional<TuningRecord> r = record_from_text(*text, key);
-  if (!r)
-    log::info("tuning record {} does not validate (damaged, or from another kiln); tuning again",
-              (d.path() / name).string());
-  return r;
+  Dirs& d = *dirs_;
+  const std::string slot = slot_of(key);
+  // 1. The local disk.
+  if (d.tune) {
+    if (SafeDir kd = d.tune.sub(key.base_hex(), false)) {
+      std::string name = key.values_hex() + ".rec";
+      if (std::optional<std::string> text = kd.read(name, kMaxRecordBytes)) {
+        if (std::optional<TuningRecord> r = record_from_text(*text, key)) {
+          std::lock_guard<std::mutex> g(d.m);
+          ++d.stats.local_hits;
+          return r;
+        }
+        log::info("tuning record {} does not validate (damaged, or from another kiln); tuning again",
+                  (kd.path() / name).string());
+      }
+    }
+  }
+  // 2. A packed artifact.
+  std::shared_ptr<RemoteCache> remote;
+  {
+    std::lock_guard<std::mutex> g(d.m);
+    if (auto it = d.artifact.find(slot); it != d.artifact.end())
+      if (auto r = record_from_text(it->second, key)) {
+        ++d.stats.artifact_hits;
+        return r;
+      }
+    remote = d.remote.remote;
+  }
+  // 3. Redis: what this process fetched already, else the kernel's records
+  //    (all of them, once per process, in one round trip), else the one key.
+  std::optional<std::string> text;
+  if (remote) {
+    const std::string hash = remote_prefix() + "rec:" + key.base_hex();
+    bool whole = false;
+    std::string bundle;
+    {
+      std::lock_guard<std::mutex> g(d.m);
+      whole = d.kernels_fetched.insert(key.base_hex()).second;
+      if (!d.remote.bundle.empty() && !d.bundle_fetched) bundle = d.remote.bundle;
+      d.bundle_fetched = true;
+    }
+    if (!bundle.empty()) {
+      auto entries = remote->hgetall(remote_prefix() + "bundle:" + bundle);
+      std::lock_guard<std::mutex> g(d.m);
+      for (auto& [field, value] : entries) {
+        d.in_bundle.insert(field);
+        d.fetched.emplace(field, std::move(value));
+      }
+      log::debug("bundle '{}': {} records fetched", bundle, entries.size());
+    }
+    if (whole) {
+      auto entries = remote->hgetall(hash);
+      std::lock_guard<std::mutex> g(d.m);
+      for (auto& [field, value] : entries) d.fetched[key.base_hex() + "/" + field] = std::move(value);
+    }
+    {
+      std::lock_guard<std::mutex> g(d.m);
+      if (auto it = d.fetched.find(slot); it != d.fetched.end()) text = it->second;
+    }
+    if (!text && !whole) text = remote->hget(hash, key.values_hex());
+  }
+  if (text) {
+    std::optional<TuningRecord> r = record_from_text(*text, key);
+    std::lock_guard<std::mutex> g(d.m);
+    if (r) {
+      ++d.stats.remote_hits;
+      d.fetched[slot] = *text;
+    } else {
+      ++d.stats.remote_rejected;
+      d.fetched.erase(slot);
+      log::info("remote cache: the record of {} at {} does not validate (damaged, oversized, or from another kiln "
+                "or config space); a miss",
+                key.base_hex().substr(0, 12), key.values_text());
+    }
+    if (r) {
+      // Kept locally, so the next process on this machine needs no round trip.
+      if (d.tune) {
+        try {
+          d.tune.sub(key.base_hex(), true).write(key.values_hex() + ".rec", *text);
+        } catch (const Error& e) {
+          log::debug("cannot keep a remote record locally: {}", e.what());
+        }
+      }
+      return r;
+    }
+  }
+  std::lock_guard<std::mutex> g(d.m);
+  ++d.stats.misses;
+  return std::nullopt;
 }
 
 void TuningCache::put(const TuningRecord& r) {
   if (!dirs_->tune) fail(Errc::cache, "the tuning cache is open for reading only");
-  dirs_->tune.sub(r.key.base_hex(), true).write(r.key.values_hex() + ".rec", record_to_text(r));
+  std::string text = record_to_text(r);
+  dirs_->tune.sub(r.key.base_hex(), true).write(r.key.values_hex() + ".rec", text);
+  std::shared_ptr<RemoteCache> remote;
+  std::string bundle;
+  {
+    std::lock_guard<std::mutex> g(dirs_->m);
+    remote = dirs_->remote.remote;
+    bundle = dirs_->remote.bundle;
+  }
+  if (!remote) return;
+  if (text.size() > kMaxRemoteRecordBytes) {
+    log::info("the record of {} is {} bytes, more than the remote cache takes; kept locally only", r.key.values_text(),
+              text.size());
+    return;
+  }
+  bool wrote = remote->hset(remote_prefix() + "rec:" + r.key.base_hex(), r.key.values_hex(), text);
+  if (wrote && !bundle.empty()) remote->hset(remote_prefix() + "bundle:" + bundle, slot_of(r.key), text);
+  std::lock_guard<std::mutex> g(dirs_->m);
+  if (wrote) {
+    ++dirs_->stats.remote_writes;
+    dirs_->fetched[slot_of(r.key)] = text;
+    if (!bundle.empty()) dirs_->in_bundle.insert(slot_of(r.key));
+  }
+}
+
+void TuningCache::note_used(const TuningRecord& r) {
+  std::shared_ptr<RemoteCache> remote;
+  std::string bundle, text;
+  const std::string slot = slot_of(r.key);
+  {
+    std::lock_guard<std::mutex> g(dirs_->m);
+    if (!dirs_->remote.remote || dirs_->remote.bundle.empty() || !dirs_->in_bundle.insert(slot).second) return;
+    remote = dirs_->remote.remote;
+    bundle = dirs_->remote.bundle;
+  }
+  text = record_to_text(r);
+  if (text.size() <= kMaxRemoteRecordBytes) remote->hset(remote_prefix() + "bundle:" + bundle, slot, text);
 }
 
 std::vector<TuningRecord> TuningCache::all(const TuningKey& base) const {
   std::vector<TuningRecord> out;
-  if (!dirs_->tune) return out;
-  SafeDir d = dirs_->tune.sub(base.base_hex(), false);
-  if (!d) return out;
-  for (const auto& e : d.entries()) {
-    if (!e.file || e.name.size() < 4 || e.name.substr(e.name.size() - 4) != ".rec") continue;
-    std::optional<std::string> text = d.read(e.name, kMaxRecordBytes);
-    if (!text) continue;
-    // Each record carries its own values: read them from the text, then validate against them.
-    try {
-      size_t eol = text->find('\n');
-      if (eol == std::string::npos) continue;
-      json j = json::parse(std::string_view(*text).substr(eol + 1));
-      TuningKey k = base;
-      k.values.clear();
-      for (const auto& n : j.at("key_names")) {
-        std::string name = n.get<std::string>();
-        k.values.push_back({name, j.at("key").at(name).get<int64_t>()});
-      }
-      if (auto r = record_from_text(*text, k)) out.push_back(std::move(*r));
-    } catch (const std::exception&) {
+  std::set<std::string> seen;
+  auto take = [&](const std::string& text) {
+    auto k = stated_key(text);
+    if (!k || k->base_hex() != base.base_hex() || seen.count(k->values_hex())) return;
+    TuningKey expect = base;
+    expect.values = k->values;
+    if (auto r = record_from_text(text, expect)) {
+      seen.insert(k->values_hex());
+      out.push_back(std::move(*r));
     }
-  }
+  };
+  if (dirs_->tune)
+    if (SafeDir d = dirs_->tune.sub(base.base_hex(), false))
+      for (const auto& e : d.entries()) {
+        if (!e.file || e.name.size() < 4 || e.name.substr(e.name.size() - 4) != ".rec") continue;
+        if (std::optional<std::string> text = d.read(e.name, kMaxRecordBytes)) take(*text);
+      }
+  std::lock_guard<std::mutex> g(dirs_->m);
+  const std::string prefix = base.base_hex() + "/";
+  for (const auto* m : {&dirs_->artifact, &dirs_->fetched})
+    for (auto it = m->lower_bound(prefix); it != m->end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      take(it->second);
   return out;
 }
 
 void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& fn) const {
-  if (!dirs_->locks) {
+  std::optional<FileLock> held;
+  if (dirs_->locks) {
+    try {
+      held.emplace(dirs_->locks.lock("tune-" + key.base_hex().substr(0, 16) + "-" + key.values_hex().substr(0, 16) +
+                                     ".lock"));
+    } catch (const Error& e) {
+      // A read-only cache: tune without the lock (two processes may then both tune).
+      log::warn("cannot lock the tuning record of {}: {}; tuning without the lock", key.values_text(), e.what());
+    }
+  }
+  RemoteSettings rs;
+  {
+    std::lock_guard<std::mutex> g(dirs_->m);
+    rs = dirs_->remote;
+  }
+  if (!rs.remote) {
     fn();
     return;
   }
-  std::optional<FileLock> held;
-  try {
-    held.emplace(dirs_->locks.lock("tune-" + key.base_hex().substr(0, 16) + "-" + key.values_hex().substr(0, 16) +
-                                   ".lock"));
-  } catch (const Error& e) {
-    // A read-only cache: tune without the lock (two processes may then both tune).
-    log::warn("cannot lock the tuning record of {}: {}; tuning without the lock", key.values_text(), e.what());
+  // One process of the fleet tunes: the one holding the lease. The others
+  // wait for its record, a lease that ends without one (its holder died and
+  // it expired, or it failed), or their patience.
+  const std::string lease = remote_prefix() + "lease:" + slot_of(key);
+  const std::string hash = remote_prefix() + "rec:" + key.base_hex();
+  const std::string token = random_token();
+  const int64_t ttl_ms = std::max<int64_t>(100, static_cast<int64_t>(rs.lease_ttl_s * 1000));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(rs.lease_wait_s * 1e6));
+  bool waited = false;
+  for (;;) {
+    RemoteCache::Lease l = rs.remote->try_lease(lease, token, ttl_ms);
+    if (l == RemoteCache::Lease::unavailable) break;  // tune without the fleet (Redis said why, once)
+    if (l == RemoteCache::Lease::acquired) {
+      {
+        std::lock_guard<std::mutex> g(dirs_->m);
+        ++dirs_->stats.leases_taken;
+      }
+      // Renewed while tuning; released however fn ends. A process killed
+      // while holding it leaves it to expire after ttl.
+      std::mutex m;
+      std::condition_variable cv;
+      bool stop = false;
+      std::thread renew([&] {
+        std::unique_lock<std::mutex> lk(m);
+        while (!cv.wait_for(lk, std::chrono::milliseconds(ttl_ms / 3), [&] { return stop; })) {
+          lk.unlock();
+          rs.remote->renew_lease(lease, token, ttl_ms);
+          lk.lock();
+        }
+      });
+      auto end = [&] {
+        {
+          std::lock_guard<std::mutex> lk(m);
+          stop = true;
+        }
+        cv.notify_all();
+        renew.join();
+        rs.remote->release_lease(lease, token);
+      };
+      try {
+        fn();
+      } catch (...) {
+        end();
+        throw;
+      }
+      end();
+      return;
+    }
+    // Busy: another tunes this key.
+    if (!waited) {
+      waited = true;
+      std::lock_guard<std::mutex> g(dirs_->m);
+      ++dirs_->stats.lease_waits;
+      log::info("kernel records {} at {}: another process is tuning it; waiting for its record (at most {:g} s)",
+                key.base_hex().substr(0, 12), key.values_text(), rs.lease_wait_s);
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      log::warn("waited {:g} s for another process to tune {}; tuning here", rs.lease_wait_s, key.values_text());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (rs.remote->hget(hash, key.values_hex())) break;  // its record: fn() reads (and validates) it
   }
   fn();
 }

@@ -165,10 +165,16 @@ void run_tune(Globals& g, const TuneArgs& a) {
   TuneOutcome o = rt.tune(spec, args.params(), to);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const TuningRecord& r = o.record;
-  std::string source = o.from_cache ? "cache" : "tuned";
+  TuningCache::Stats cs = rt.tuning_cache() ? rt.tuning_cache()->stats() : TuningCache::Stats{};
+  std::string source = !o.from_cache ? "tuned" : cs.remote_hits ? "remote" : cs.artifact_hits ? "artifact" : "cache";
   if (!o.choice) g.exit_code = 1;
   if (a.json) {
-    std::fprintf(out(), "%s\n", dump_json(record_json(r, source, secs, &o), 2).c_str());
+    json j = record_json(r, source, secs, &o);
+    j["records"] = {{"local_hits", cs.local_hits},         {"artifact_hits", cs.artifact_hits},
+                    {"remote_hits", cs.remote_hits},       {"remote_rejected", cs.remote_rejected},
+                    {"remote_writes", cs.remote_writes},   {"lease_waits", cs.lease_waits},
+                    {"leases_taken", cs.leases_taken}};
+    std::fprintf(out(), "%s\n", dump_json(j, 2).c_str());
     return;
   }
   std::fprintf(out(), "kernel %s at %s (%s search, reference %s)\n", spec.name.c_str(), r.key.values_text().c_str(),
@@ -178,7 +184,9 @@ void run_tune(Globals& g, const TuneArgs& a) {
     std::fprintf(stderr, "kiln: error: %s\n", r.all_failed_message().c_str());
     return;
   }
-  std::string how = o.from_cache ? fmt::format("answered from the cache in {}", seconds_text(secs))
+  std::string how = o.from_cache ? fmt::format("answered from the {} in {}",
+                                               source == "remote" ? "remote cache" : source == "artifact" ? "artifact" : "cache",
+                                               seconds_text(secs))
                                  : fmt::format("tuned in {} ({} configs timed now, {} re-timed side by side)",
                                                seconds_text(secs), o.timed_now, o.retimed_now);
   std::fprintf(out(), "chose %s: %s (noise %.1f%%), %s\n", o.choice->str().c_str(),

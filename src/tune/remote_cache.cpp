@@ -1,0 +1,282 @@
+#include "tune/remote_cache.hpp"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <cstring>
+
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln {
+
+using Clock = std::chrono::steady_clock;
+
+RedisUrl parse_redis_url(std::string_view url) {
+  RedisUrl u;
+  u.text = std::string(url);
+  auto bad = [&](const char* why) {
+    fail(Errc::usage, "remote cache '{}' {}: write redis://host[:port][/db], e.g. redis://127.0.0.1:6379/0", url, why);
+  };
+  constexpr std::string_view scheme = "redis://";
+  if (url.substr(0, scheme.size()) != scheme) bad("is not a redis:// address");
+  std::string_view rest = url.substr(scheme.size());
+  std::string_view hostport = rest, db;
+  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    db = rest.substr(slash + 1);
+  }
+  if (hostport.find('@') != std::string_view::npos) bad("has a password, which kiln does not send");
+  std::string_view port;
+  if (size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    port = hostport.substr(colon + 1);
+    hostport = hostport.substr(0, colon);
+  }
+  if (hostport.empty()) bad("has no host");
+  for (char c : hostport)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) bad("has a malformed host");
+  u.host = std::string(hostport);
+  auto number = [&](std::string_view s, int max, const char* what) {
+    int v = -1;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0 || v > max)
+      fail(Errc::usage, "remote cache '{}': {} '{}' is not a number from 0 to {}", url, what, s, max);
+    return v;
+  };
+  if (!port.empty() || url.find(':', scheme.size()) != std::string_view::npos) u.port = number(port, 65535, "the port");
+  if (u.port == 0) bad("has port 0");
+  if (!db.empty()) u.db = number(db, 1 << 20, "the database");
+  return u;
+}
+
+RemoteCache::RemoteCache(Settings s) : url_(parse_redis_url(s.url)), s_(std::move(s)) {}
+
+RemoteCache::~RemoteCache() {
+  if (ctx_) redisFree(ctx_);
+}
+
+RemoteCache::Stats RemoteCache::stats() const {
+  std::lock_guard<std::mutex> g(m_);
+  return stats_;
+}
+
+bool RemoteCache::reachable() {
+  std::lock_guard<std::mutex> g(m_);
+  return ctx_ || Clock::now() >= retry_at_;
+}
+
+void RemoteCache::fail_locked(const std::string& why) {
+  ++stats_.failures;
+  if (ctx_) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+  backoff_ = backoff_.count() == 0 ? std::chrono::milliseconds(1000) : std::min(backoff_ * 2, std::chrono::milliseconds(60000));
+  retry_at_ = Clock::now() + backoff_;
+  if (!down_) {
+    down_ = true;
+    log::warn("remote cache {}: {}; going on with the local cache, and trying again later", url_.text, why);
+  } else {
+    log::debug("remote cache {}: {}; next try in {} ms", url_.text, why, backoff_.count());
+  }
+}
+
+namespace {
+
+int ms_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left);
+}
+
+// Waits until the socket is ready for `events` or the deadline passes.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    int left = ms_left(deadline);
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, left);
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+RemoteCache::Reply convert(const redisReply* r) {
+  RemoteCache::Reply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING: out.kind = RemoteCache::Reply::text; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_STATUS: out.kind = RemoteCache::Reply::status; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_ERROR: out.kind = RemoteCache::Reply::error; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_INTEGER: out.kind = RemoteCache::Reply::number; out.integer = r->integer; break;
+    case REDIS_REPLY_ARRAY:
+      out.kind = RemoteCache::Reply::list;
+      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+      break;
+    default: out.kind = RemoteCache::Reply::nil; break;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool RemoteCache::connect_locked(Clock::time_point deadline) {
+  redisContext* c = redisConnectNonBlock(url_.host.c_str(), url_.port);
+  if (!c || c->err) {
+    fail_locked(c ? fmt::format("cannot connect: {}", c->errstr) : std::string("cannot allocate a connection"));
+    if (c) redisFree(c);
+    return false;
+  }
+  ctx_ = c;
+  if (!wait_fd(c->fd, POLLOUT, deadline)) {
+    fail_locked(fmt::format("no connection within {:g} ms", s_.timeout_s * 1000));
+    return false;
+  }
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    fail_locked(fmt::format("cannot connect: {}", std::strerror(err ? err : errno)));
+    return false;
+  }
+  if (url_.db != 0) {
+    // SELECT before anything else, under the same deadline.
+    const char* argv[] = {"SELECT", nullptr};
+    std::string db = std::to_string(url_.db);
+    argv[1] = db.c_str();
+    size_t lens[] = {6, db.size()};
+    redisAppendCommandArgv(ctx_, 2, argv, lens);
+  }
+  return true;
+}
+
+std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::string>& argv) {
+  std::lock_guard<std::mutex> g(m_);
+  const Clock::time_point start = Clock::now();
+  if (!ctx_ && start < retry_at_) {
+    ++stats_.skipped;
+    return std::nullopt;
+  }
+  ++stats_.commands;
+  const Clock::time_point deadline =
+      start + std::chrono::microseconds(static_cast<int64_t>(s_.timeout_s * 1e6));
+  const bool fresh = !ctx_;
+  if (!ctx_ && !connect_locked(deadline)) return std::nullopt;
+  int pending = (fresh && url_.db != 0) ? 2 : 1;  // a SELECT queued by connect_locked answers first
+
+  std::vector<const char*> args;
+  std::vector<size_t> lens;
+  for (const auto& a : argv) {
+    args.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(args.size()), args.data(), lens.data()) != REDIS_OK) {
+    fail_locked(fmt::format("cannot queue a command: {}", ctx_->errstr));
+    return std::nullopt;
+  }
+  for (int done = 0; !done;) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) {
+      fail_locked(fmt::format("cannot send: {}", ctx_->errstr));
+      return std::nullopt;
+    }
+    if (!done && !wait_fd(ctx_->fd, POLLOUT, deadline)) {
+      fail_locked(fmt::format("no room to send within {:g} ms", s_.timeout_s * 1000));
+      return std::nullopt;
+    }
+  }
+  std::optional<Reply> out;
+  while (pending > 0) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
+      fail_locked(fmt::format("answered something that is not Redis's protocol ({})", ctx_->errstr));
+      return std::nullopt;
+    }
+    if (raw) {
+      auto* r = static_cast<redisReply*>(raw);
+      Reply reply = convert(r);
+      freeReplyObject(r);
+      if (--pending == 0) out = std::move(reply);
+      else if (reply.kind == Reply::error) {
+        fail_locked(fmt::format("refused SELECT {}: {}", url_.db, reply.str));
+        return std::nullopt;
+      }
+      continue;
+    }
+    if (ctx_->reader && ctx_->reader->len > s_.max_reply_bytes) {
+      fail_locked(fmt::format("sent a reply longer than {} bytes", s_.max_reply_bytes));
+      return std::nullopt;
+    }
+    if (!wait_fd(ctx_->fd, POLLIN, deadline)) {
+      fail_locked(fmt::format("no answer within {:g} ms", s_.timeout_s * 1000));
+      return std::nullopt;
+    }
+    if (redisBufferRead(ctx_) != REDIS_OK) {
+      fail_locked(fmt::format("connection lost: {}", ctx_->errstr));
+      return std::nullopt;
+    }
+  }
+  if (down_) {
+    down_ = false;
+    log::info("remote cache {}: reachable again", url_.text);
+  }
+  backoff_ = std::chrono::milliseconds(0);
+  if (out->kind == Reply::error) log::debug("remote cache {}: {} answered an error: {}", url_.text, argv[0], out->str);
+  return out;
+}
+
+std::optional<std::string> RemoteCache::get(const std::string& key) {
+  auto r = command({"GET", key});
+  if (!r || r->kind != Reply::text) return std::nullopt;
+  return std::move(r->str);
+}
+
+std::optional<std::string> RemoteCache::hget(const std::string& key, const std::string& field) {
+  auto r = command({"HGET", key, field});
+  if (!r || r->kind != Reply::text) return std::nullopt;
+  return std::move(r->str);
+}
+
+std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall(const std::string& key) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto r = command({"HGETALL", key});
+  if (!r || r->kind != Reply::list || r->elements.size() % 2 != 0) return out;
+  for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
+    if (r->elements[i].kind != Reply::text || r->elements[i + 1].kind != Reply::text) continue;
+    out.emplace_back(std::move(r->elements[i].str), std::move(r->elements[i + 1].str));
+  }
+  return out;
+}
+
+bool RemoteCache::set(const std::string& key, std::string_view value) {
+  auto r = command({"SET", key, std::string(value)});
+  return r && r->kind == Reply::status;
+}
+
+bool RemoteCache::hset(const std::string& key, const std::string& field, std::string_view value) {
+  auto r = command({"HSET", key, field, std::string(value)});
+  return r && r->kind == Reply::number;
+}
+
+RemoteCache::Lease RemoteCache::try_lease(const std::string& key, const std::string& token, int64_t ttl_ms) {
+  auto r = command({"SET", key, token, "NX", "PX", std::to_string(ttl_ms)});
+  if (!r || r->kind == Reply::error) return Lease::unavailable;
+  return r->kind == Reply::status ? Lease::acquired : Lease::busy;
+}
+
+namespace {
+constexpr const char* kRenew =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+constexpr const char* kRelease =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+}  // namespace
+
+bool RemoteCache::renew_lease(const std::string& key, const std::string& token, int64_t ttl_ms) {
+  auto r = command({"EVAL", kRenew, "1", key, token, std::to_string(ttl_ms)});
+  return r && r->kind == Reply::number && r->integer == 1;
+}
+
+void RemoteCache::release_lease(const std::string& key, const std::string& token) {
+  command({"EVAL", kRelease, "1", key, token});
+}
+
+}  // namespace kiln

@@ -1,0 +1,281 @@
+// Tuning records shared through a real Redis server: two processes, four
+// processes and a lease, a server stopped mid-run, servers that answer
+// garbage or nothing, and remote values that must not be trusted.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "kiln/args.hpp"
+#include "kiln/runtime.hpp"
+#include "redis_server.hpp"
+#include "tune/remote_cache.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* kSpec = R"SPEC(name = "twice"
+backend = "cpu"
+source = "twice.cpp"
+entry = "twice"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" },
+         { name = "n", type = "i64" } ]
+[params]
+MODE = [0, 1, 2]
+[tuning]
+key = ["n"]
+)SPEC";
+
+const char* kSource = R"SRC(
+void twice(kiln::program_id, const float* x, float* y, int64_t n) {
+  const int reps = MODE == 0 ? 20 : 1;
+  for (int r = 0; r < reps; ++r)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 2.0f;
+  asm volatile("" ::: "memory");
+}
+)SRC";
+
+#define NEED_REDIS(server)                                                                                 \
+  if (!(server).running())                                                                                 \
+  GTEST_SKIP() << "no redis-server here (apt-get install redis-server; make test installs it when root)"
+
+struct RemoteTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  KernelSpec spec = test::spec_in(dir.path(), kSpec, "twice.cpp", kSource);
+  Options options(const std::string& cache, const std::string& url) {
+    Options o = test::options_in(dir.path() / cache);
+    o.bench_budget_ms = 2;
+    o.workers = 1;
+    o.remote_cache = url;
+    return o;
+  }
+  TuneOutcome tune(Runtime& rt, int64_t n) {
+    HostArgs a(spec, parse_scalars(spec, {{"n", std::to_string(n)}}));
+    a.fill_random(1);
+    return rt.tune(spec, a.params(), {});
+  }
+  // `kiln tune --json` in a process of its own, with its own local cache.
+  nlohmann::json kiln_tune(const std::string& cache, const std::string& url, int64_t n, const std::string& extra = "") {
+    fs::path out = dir.path() / (cache + ".json");
+    ProcessResult r = run_process(
+        {"bash", "-c",
+         fmt::format("KILN_CACHE_DIR={} KILN_REMOTE_CACHE={} KILN_BENCH_BUDGET_MS=2 {} {} tune {} --set n={} --json >{}",
+                     (dir.path() / cache).string(), url, extra, test::kiln_exe(), (dir.path() / "k.toml").string(), n,
+                     out.string())},
+        120);
+    EXPECT_TRUE(r.ok()) << r.describe() << "\n" << r.output;
+    return nlohmann::json::parse(read_file(out).value_or("{}"));
+  }
+};
+
+}  // namespace
+
+TEST(RedisUrl, IsParsedStrictly) {
+  RedisUrl u = parse_redis_url("redis://127.0.0.1:6380/2");
+  EXPECT_EQ(u.host, "127.0.0.1");
+  EXPECT_EQ(u.port, 6380);
+  EXPECT_EQ(u.db, 2);
+  EXPECT_EQ(parse_redis_url("redis://cache-1").port, 6379);
+  for (const char* bad : {"http://x:1", "redis://", "redis://h:", "redis://h:99999", "redis://h:1/x",
+                          "redis://user:pw@h:1", "redis://h h:1"})
+    EXPECT_THROW(parse_redis_url(bad), Error) << bad;
+  Options o;
+  o.remote_cache = "redis:/oops";
+  EXPECT_THROW(Runtime rt(o), Error);
+}
+
+TEST_F(RemoteTest, TwoProcessesWithSeparateLocalCachesShareARecord) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  nlohmann::json first = kiln_tune("a", redis.url(), 1000);
+  EXPECT_EQ(first["source"], "tuned");
+  EXPECT_GT(first["timed_now"].get<int>(), 0);
+  EXPECT_EQ(first["records"]["remote_writes"], 1);
+  nlohmann::json second = kiln_tune("b", redis.url(), 1000);
+  EXPECT_EQ(second["source"], "remote");
+  EXPECT_EQ(second["timed_now"], 0);
+  EXPECT_EQ(second["best"], first["best"]);
+  // Kept locally: a third process on the second machine needs no Redis.
+  redis.stop();
+  nlohmann::json third = kiln_tune("b", redis.url(), 1000);
+  EXPECT_EQ(third["source"], "cache");
+  EXPECT_EQ(third["timed_now"], 0);
+}
+
+// Four processes meet the same untuned key at once: one tunes (holding the
+// lease), three wait for its record and reuse it.
+TEST_F(RemoteTest, FourProcessesOneTunesThreeReuse) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  std::vector<nlohmann::json> outs(4);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&, i] { outs[i] = kiln_tune("p" + std::to_string(i), redis.url(), 4096, "KILN_BENCH_BUDGET_MS=30"); });
+  for (auto& t : ts) t.join();
+  int tuned = 0, reused = 0;
+  for (const auto& o : outs) {
+    if (o["timed_now"].get<int>() > 0) ++tuned;
+    else if (o["source"] == "remote") ++reused;
+    EXPECT_EQ(o["best"], outs[0]["best"]);
+  }
+  EXPECT_EQ(tuned, 1);
+  EXPECT_EQ(reused, 3);
+}
+
+// A tuner killed while holding the lease leaves it to expire; the next
+// process waits for that, then takes the lease and tunes.
+TEST_F(RemoteTest, ALeaseLeftByADeadTunerExpiresAndAnotherTunes) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  Options o = options("a", redis.url());
+  o.lease_ttl_s = 1;
+  Runtime rt(o);
+  TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 512}});
+  RemoteCache raw({redis.url()});
+  ASSERT_EQ(raw.try_lease(fmt::format("kiln:t{}:lease:{}/{}", TuningKey::kFormatVersion, key.base_hex(), key.values_hex()),
+                          "a-dead-process", 1200),
+            RemoteCache::Lease::acquired);
+  TuneOutcome out = tune(rt, 512);
+  EXPECT_GT(out.timed_now, 0u);
+  TuningCache::Stats st = rt.tuning_cache()->stats();
+  EXPECT_EQ(st.lease_waits, 1u);
+  EXPECT_EQ(st.leases_taken, 1u);
+}
+
+// Redis stopped in the middle of a run: tuning goes on locally; the outage
+// costs one time-out, after which calls skip Redis until the back-off ends;
+// when Redis is back, kiln uses it again.
+TEST_F(RemoteTest, RedisStoppedMidRunCostsOneTimeOutAndIsUsedAgainWhenBack) {
+  auto redis = std::make_unique<test::RedisServer>();
+  NEED_REDIS(*redis);
+  const int port = redis->port();
+  Runtime rt(options("a", redis->url()));
+  EXPECT_GT(tune(rt, 100).timed_now, 0u);
+  auto remote = rt.remote_cache();
+  RemoteCache::Stats before = remote->stats();
+  EXPECT_EQ(before.failures, 0u);
+  redis->stop();
+  EXPECT_GT(tune(rt, 200).timed_now, 0u);  // tuned here, stored locally
+  EXPECT_GT(tune(rt, 300).timed_now, 0u);
+  RemoteCache::Stats down = remote->stats();
+  EXPECT_EQ(down.failures, 1u) << "one failed attempt, then back-off";
+  EXPECT_GT(down.skipped, 0u);
+  redis = std::make_unique<test::RedisServer>(port);
+  ASSERT_TRUE(redis->running());
+  std::this_thread::sleep_for(1100ms);  // the first back-off
+  EXPECT_GT(tune(rt, 400).timed_now, 0u);
+  EXPECT_EQ(remote->stats().failures, 1u);
+  RemoteCache raw({redis->url()});
+  TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 400}});
+  EXPECT_TRUE(raw.hget(fmt::format("kiln:t{}:rec:{}", TuningKey::kFormatVersion, key.base_hex()), key.values_hex()));
+}
+
+// Servers that answer garbage, an endless reply, or nothing: each is a miss
+// within the time-out, tuning goes on, and nothing from them is trusted.
+TEST_F(RemoteTest, ServersThatAnswerGarbageOrNothingAreMisses) {
+  for (std::string answer : {std::string("hello there\r\n"), std::string("$999999999\r\nabc"),
+                             std::string("*3\r\n:1\r\n"), std::string()}) {
+    test::FakeServer fake(answer);
+    Options o = options("f" + std::to_string(answer.size()), fake.url());
+    o.remote_timeout_s = 0.05;
+    Runtime rt(o);
+    auto t0 = std::chrono::steady_clock::now();
+    RemoteCache::Stats s0 = rt.remote_cache()->stats();
+    auto got = rt.remote_cache()->hget("k", "f");
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(got);
+    EXPECT_LT(waited, 5.0) << "a bounded wait";  // behaviour, not speed: it returned
+    EXPECT_EQ(rt.remote_cache()->stats().failures, s0.failures + 1);
+    EXPECT_FALSE(rt.remote_cache()->hget("k", "f"));  // in back-off: not tried again
+    EXPECT_EQ(rt.remote_cache()->stats().failures, s0.failures + 1);
+    TuneOutcome out = tune(rt, 64);
+    EXPECT_TRUE(out.choice);
+    EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 0u);
+  }
+}
+
+// Remote values that do not validate are misses: a flipped byte, a record
+// of another key, and a record whose config space is not the spec's, whose
+// choice must never be run.
+TEST_F(RemoteTest, RemoteValuesThatDoNotValidateAreNeverTrusted) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  Runtime first(options("a", redis.url()));
+  TuneOutcome tuned = tune(first, 256);
+  ASSERT_TRUE(tuned.choice);
+  RemoteCache raw({redis.url()});
+  TuningKey key = make_tuning_key(spec, first.backend("cpu"), {{"n", 256}});
+  const std::string hash = fmt::format("kiln:t{}:rec:{}", TuningKey::kFormatVersion, key.base_hex());
+  std::string good = *raw.hget(hash, key.values_hex());
+
+  // A flipped byte.
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x20;
+  ASSERT_TRUE(raw.hset(hash, key.values_hex(), flipped));
+  {
+    Runtime rt(options("b", redis.url()));
+    EXPECT_GT(tune(rt, 256).timed_now, 0u);
+    EXPECT_GE(rt.tuning_cache()->stats().remote_rejected, 1u);  // each look is a miss
+  }
+  // A record of n=128 stored under n=256's field.
+  Runtime other(options("c", redis.url()));
+  tune(other, 128);
+  TuningKey k128 = make_tuning_key(spec, first.backend("cpu"), {{"n", 128}});
+  ASSERT_TRUE(raw.hset(hash, key.values_hex(), *raw.hget(hash, k128.values_hex())));
+  {
+    Runtime rt(options("d", redis.url()));
+    EXPECT_GT(tune(rt, 256).timed_now, 0u);
+    EXPECT_GE(rt.tuning_cache()->stats().remote_rejected, 1u);  // each look is a miss
+  }
+  // A record from another config space (MODE in {0, 1, 7}, best MODE=7):
+  // valid as a record, but its choice is not a config of this spec, so it is
+  // never run, and this spec's configs are timed.
+  TuningRecord foreign = tuned.record;
+  foreign.space = ConfigSpace{{Param{"MODE", {0, 1, 7}}}};
+  Config seven;
+  seven.values = {{"MODE", 7}};
+  foreign.best = seven;
+  foreign.configs = {ConfigResult{seven, std::string(32, 'a'), 1.0, 1, 1, 5, FailKind::none, ""}};
+  ASSERT_TRUE(raw.hset(hash, key.values_hex(), record_to_text(foreign)));
+  {
+    Runtime rt(options("e", redis.url()));
+    TuneOutcome out = tune(rt, 256);
+    ASSERT_TRUE(out.choice);
+    EXPECT_NE(out.choice->str(), "MODE=7");
+    EXPECT_TRUE(spec.space.index_of(*out.choice).has_value());
+    EXPECT_GT(out.timed_now, 0u);
+  }
+}
+
+// A named bundle: the records a process used, fetched by the next process
+// in one round trip before it asks for any single one.
+TEST_F(RemoteTest, ABundleCarriesTheRecordsAProcessUsed) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  {
+    Options o = options("a", redis.url());
+    o.bundle = "app-1";
+    Runtime rt(o);
+    for (int64_t n : {64, 128, 256}) tune(rt, n);
+  }
+  RemoteCache raw({redis.url()});
+  EXPECT_EQ(raw.hgetall(fmt::format("kiln:t{}:bundle:app-1", TuningKey::kFormatVersion)).size(), 3u);
+  Options o = options("b", redis.url());
+  o.bundle = "app-1";
+  Runtime rt(o);
+  for (int64_t n : {64, 128, 256}) EXPECT_EQ(tune(rt, n).timed_now, 0u);
+  auto cmds = rt.remote_cache()->stats().commands;
+  // One HGETALL for the bundle, one for the kernel's records; no HGET per key.
+  EXPECT_EQ(cmds, 2u);
+  EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 3u);
+}
