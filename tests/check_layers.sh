@@ -15,8 +15,8 @@ rank() {  # the layer of a source file or an included header
     src/compile/*|compile/*|kiln/binary_key.hpp|kiln/code_cache.hpp|kiln/compile_pool.hpp) echo 3 ;;
     include/kiln/binary_key.hpp|include/kiln/code_cache.hpp|include/kiln/compile_pool.hpp) echo 3 ;;
     src/tune/*|tune/*|kiln/tuner.hpp|kiln/tuning.hpp|include/kiln/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;
-    src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp) echo 5 ;;
-    include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp) echo 5 ;;
+    src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp|kiln/artifact.hpp) echo 5 ;;
+    include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp|include/kiln/artifact.hpp) echo 5 ;;
     *) echo -1 ;;
   esac
 }

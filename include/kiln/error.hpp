@@ -19,6 +19,7 @@ enum class Errc {
   cache,     // the cache folder cannot be used
   io,        // a file or process operation failed
   usage,     // the caller passed something kiln cannot use
+  artifact,  // a packed artifact is damaged, truncated, of another version, or for another device
   internal,  // a bug in kiln
 };
 

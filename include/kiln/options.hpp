@@ -63,6 +63,10 @@ struct Options {
   std::filesystem::path resolved_cache_dir() const;
   int resolved_compile_threads() const;
   int resolved_launch_threads() const;
+  // Whether handles compile their config space ahead of the first call: not
+  // with background compiling off, in serving mode, or with an artifact (an
+  // application that ships its kernels compiles only what a call needs).
+  bool compiles_ahead() const { return background_compile && !serving && artifact.empty(); }
 };
 
 }  // namespace kiln

@@ -4,7 +4,9 @@
 
 #include <map>
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "kiln/backend.hpp"
@@ -44,7 +46,9 @@ class Runtime {
   std::shared_ptr<TuningCache> tuning_cache();
   // The Redis connection of KILN_REMOTE_CACHE, or nullptr.
   std::shared_ptr<RemoteCache> remote_cache();
-  // Tunes a kernel for the tuning-key values of `params` (see Tuner).
+  // Tunes a kernel for the tuning-key values of `params` (see Tuner). In
+  // serving mode (Options::serving) nothing is benchmarked: the cached
+  // choice, else the nearest tuned key's, else the spec's default.
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o = {});
   // The benchmarker of a backend (in a worker, or in-process with KILN_TUNE_IN_PROCESS).
   Benchmarker& benchmarker(const std::string& backend);
@@ -60,6 +64,13 @@ class Runtime {
   std::shared_ptr<WorkerPool> workers_;
   std::shared_ptr<TuningCache> tuning_cache_;
   std::shared_ptr<RemoteCache> remote_;
+  std::atomic<uint64_t> serving_misses_{0};
+  std::set<std::string> missed_;  // keys a serving miss was logged for (under m_)
+  TuneOutcome serve(const KernelSpec& spec, void* const* params);
+
+ public:
+  // Calls in serving mode that had no tuned choice of their own (each key counted every time it is decided).
+  uint64_t serving_misses() const;
 };
 
 }  // namespace kiln

@@ -182,6 +182,12 @@ class TuningCache {
   // the others.
   void note_used(const TuningRecord& r);
 
+  // Serving mode's misses (keys answered with no record of their own),
+  // kept on disk under serving/ so `kiln report --misses` shows them: each
+  // key once per process, with a count over processes.
+  void note_serving_miss(const TuningKey& key);
+  std::vector<std::pair<std::string, int64_t>> serving_misses(const TuningKey& base) const;
+
   struct Stats {
     uint64_t local_hits = 0, artifact_hits = 0, remote_hits = 0, misses = 0;
     uint64_t remote_rejected = 0;  // remote values that did not validate (each a miss)

@@ -1,3 +1,5 @@
+#include <map>
+#include <mutex>
 #include "kiln/code_cache.hpp"
 
 #include <cstring>
@@ -36,6 +38,8 @@ bool is_hex_key(const std::string& k) {
 
 struct CodeCache::Dirs {
   SafeDir root, code, locks;
+  std::mutex overlay_m;
+  std::map<std::string, Binary> overlay;  // binaries from a packed artifact, by key
 };
 struct CodeCache::Held {
   FileLock lock;
@@ -93,7 +97,25 @@ std::optional<Binary> CodeCache::decode(std::string_view data, const std::string
   }
 }
 
+void CodeCache::add_overlay(std::vector<Binary> bins) {
+  std::lock_guard<std::mutex> g(dirs_->overlay_m);
+  for (auto& b : bins) dirs_->overlay[b.key] = std::move(b);
+}
+
+size_t CodeCache::overlay_size() const {
+  std::lock_guard<std::mutex> g(dirs_->overlay_m);
+  return dirs_->overlay.size();
+}
+
 std::optional<Binary> CodeCache::get(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> g(dirs_->overlay_m);
+    if (auto it = dirs_->overlay.find(key); it != dirs_->overlay.end()) {
+      Binary b = it->second;
+      b.from_cache = true;
+      return b;
+    }
+  }
   if (!is_hex_key(key) || !dirs_->code) return std::nullopt;
   SafeDir sub = dirs_->code.sub(key.substr(0, 2), false);
   if (!sub) return std::nullopt;

@@ -15,6 +15,7 @@ const char* errc_name(Errc c) noexcept {
     case Errc::cache: return "cache";
     case Errc::io: return "io";
     case Errc::usage: return "usage";
+    case Errc::artifact: return "artifact";
     case Errc::internal: return "internal";
   }
   return "unknown";
@@ -22,7 +23,7 @@ const char* errc_name(Errc c) noexcept {
 
 Errc errc_from_name(const std::string& name) noexcept {
   for (Errc c : {Errc::spec, Errc::expr, Errc::compile, Errc::worker, Errc::launch, Errc::tune, Errc::cache,
-                 Errc::io, Errc::usage, Errc::internal})
+                 Errc::io, Errc::usage, Errc::artifact, Errc::internal})
     if (name == errc_name(c)) return c;
   return Errc::internal;
 }

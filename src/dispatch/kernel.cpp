@@ -31,7 +31,7 @@ struct Kernel::Impl {
   // `asked`: prepare() was called, so compile even with background compiling off.
   void start_background(bool asked) {
     std::lock_guard<std::mutex> g(m);
-    if (started || (!asked && !rt.options().background_compile)) return;
+    if (started || (!asked && !rt.options().compiles_ahead())) return;
     started = true;
     if (spec.space.size() > kBackgroundCompileMax || spec.tuning.search != SearchKind::exhaustive) return;
     CompilePool& pool = rt.compile_pool(spec.backend);

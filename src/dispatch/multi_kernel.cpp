@@ -363,7 +363,7 @@ struct MultiKernel::Impl {
 
 MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
-  if (rt.options().background_compile) {
+  if (rt.options().compiles_ahead()) {
     CompilePool& pool = rt.compile_pool(impl_->spec.backend);
     const LaunchLimits limits = rt.backend(impl_->spec.backend).limits();
     for (const auto& v : impl_->spec.variants)

@@ -1,6 +1,10 @@
 #include "kiln/runtime.hpp"
 
 #include "compile/worker_compiler.hpp"
+#include "core/log.hpp"
+#include <cmath>
+#include "kiln/args.hpp"
+#include "kiln/artifact.hpp"
 #include "core/format.hpp"
 #include "tune/benchmarker.hpp"
 #include "tune/remote_cache.hpp"
@@ -20,6 +24,8 @@ Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
   // A malformed address is the user's mistake: said now, not on the first miss.
   if (!opts_.remote_cache.empty())
     remote_ = std::make_shared<RemoteCache>(RemoteCache::Settings{opts_.remote_cache, opts_.remote_timeout_s});
+  // A packed artifact: all of it, or (refused) nothing of it.
+  if (!opts_.artifact.empty()) log::info("{}", load_artifact(*this, opts_.artifact, opts_.artifact_sources_only));
 }
 Runtime::~Runtime() = default;
 
@@ -89,7 +95,76 @@ Benchmarker& Runtime::benchmarker(const std::string& backend) {
   return *st.bench;
 }
 
+// Serving mode: cached choices only. A key with no record of its own runs
+// the choice of the nearest tuned key (log2 distance over the key values)
+// that can run it, else the spec's default, else the first config that can;
+// the miss is counted, logged once per key and kept for `kiln report --misses`.
+TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
+  Backend& be = backend(spec.backend);
+  std::shared_ptr<TuningCache> cache = tuning_cache();
+  TuningKey key = make_tuning_key(spec, be, params);
+  std::vector<int64_t> slots(spec.args.size(), 0);
+  read_int_slots(spec, params, slots.data());
+  const LaunchLimits limits = be.limits();
+  TuneOutcome out;
+  out.record.kernel = spec.name;
+  out.record.key = key;
+  if (cache)
+    if (auto rec = cache->get(key))
+      if (auto c = Tuner::choose(*rec, spec, slots.data(), limits)) {
+        out.choice = c;
+        out.from_cache = true;
+        out.record = std::move(*rec);
+        return out;
+      }
+  std::string how;
+  if (cache) {
+    std::vector<std::pair<double, TuningRecord>> near;
+    for (auto& r : cache->all(key)) {
+      if (!r.best || r.key.values.size() != key.values.size()) continue;
+      double d = 0;
+      for (size_t i = 0; i < key.values.size(); ++i)
+        d += std::abs(std::log2(static_cast<double>(std::max<int64_t>(1, key.values[i].second))) -
+                      std::log2(static_cast<double>(std::max<int64_t>(1, r.key.values[i].second))));
+      near.emplace_back(d, std::move(r));
+    }
+    std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [d, r] : near)
+      if (auto c = Tuner::choose(r, spec, slots.data(), limits)) {
+        out.choice = c;
+        how = fmt::format("the choice of the nearest tuned key {}", r.key.values_text());
+        break;
+      }
+  }
+  if (!out.choice && spec.tuning.default_config &&
+      Tuner::why_not(spec, *spec.tuning.default_config, slots.data(), limits).empty()) {
+    out.choice = spec.tuning.default_config;
+    how = "the spec's default config";
+  }
+  for (size_t i = 0; !out.choice && i < spec.space.size(); ++i)
+    if (Tuner::why_not(spec, spec.space.at(i), slots.data(), limits).empty()) {
+      out.choice = spec.space.at(i);
+      how = "the first config that can run it";
+    }
+  serving_misses_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (missed_.insert(key.base_hex() + "/" + key.values_hex()).second) {
+      log::warn("serving: kernel '{}' has no tuned choice at {}; running {} ({}); `kiln report {} --misses` lists "
+                "such keys",
+                spec.name, key.values_text(), out.choice ? out.choice->str() : std::string("nothing"),
+                how.empty() ? "no config can run it" : how, spec.spec_path.string());
+      if (cache) cache->note_serving_miss(key);
+    }
+  }
+  if (!out.choice) out.record.verdict = "serving mode: no tuned choice and no config can run this call";
+  return out;
+}
+
+uint64_t Runtime::serving_misses() const { return serving_misses_.load(std::memory_order_relaxed); }
+
 TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
+  if (opts_.serving) return serve(spec, params);
   BackendState& st = state(spec.backend);
   CompilePool& pool = compile_pool(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();

@@ -98,14 +98,18 @@ struct SizeHintMultiKernel::Impl {
     auto list = spec.tuning.hint_point_list();
     if (list.empty())
       fail(Errc::usage, "kernel '{}' has no tuning.hints: a size-hint multi-kernel tunes at them", spec.name);
-    // Every config compiles once, in parallel; each hint point's tuning then finds them compiled.
-    start_background();
-    wait_all(background, "compiling " + spec.name, opts.tune.show_progress);
+    // Every config compiles once, in parallel; each hint point's tuning then
+    // finds them compiled. Not in serving mode or with an artifact: nothing is tuned there.
+    if (!rt.options().serving && rt.options().artifact.empty()) {
+      start_background();
+      wait_all(background, "compiling " + spec.name, opts.tune.show_progress);
+    }
     for (const auto& pt : list) {
       auto a = args_at(pt);
       TuneOutcome o = rt.tune(spec, a->params(), opts.tune);
       if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-      points.push_back({pt, *o.choice, *o.record.find(*o.choice)->ns});
+      const ConfigResult* timed = o.record.find(*o.choice);  // none in serving mode without a record here
+      points.push_back({pt, *o.choice, timed && timed->ns ? *timed->ns : 0.0});
       point_variant.push_back(variant_for(*o.choice));
       log::info("kernel '{}' hint point {}: {} ({})", spec.name, o.record.key.values_text(), o.choice->str(),
                 o.from_cache ? "cache" : "tuned");
@@ -215,7 +219,7 @@ struct SizeHintMultiKernel::Impl {
 
 SizeHintMultiKernel::SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {
-  if (rt.options().background_compile) {
+  if (rt.options().compiles_ahead()) {
     std::lock_guard<std::mutex> g(impl_->m);
     impl_->start_background();
   }

@@ -700,6 +700,56 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
   fn();
 }
 
+void TuningCache::note_serving_miss(const TuningKey& key) {
+  if (!dirs_->root || !dirs_->tune) return;
+  try {
+    SafeDir d = dirs_->root.sub("serving", true);
+    FileLock held = dirs_->locks.lock("serving.lock");
+    const std::string name = key.base_hex() + ".misses";
+    std::string text = d.read(name, 1u << 20).value_or("");
+    // Lines "<count> <values>".
+    std::string out;
+    bool found = false;
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t eol = text.find('\n', at);
+      if (eol == std::string::npos) break;
+      std::string line = text.substr(at, eol - at);
+      at = eol + 1;
+      size_t sp = line.find(' ');
+      if (sp == std::string::npos) continue;
+      long long n = std::atoll(line.c_str());
+      if (line.substr(sp + 1) == key.values_text()) {
+        ++n;
+        found = true;
+      }
+      out += fmt::format("{} {}\n", n, line.substr(sp + 1));
+    }
+    if (!found) out += fmt::format("1 {}\n", key.values_text());
+    d.write(name, out);
+  } catch (const Error& e) {
+    log::debug("cannot note a serving miss: {}", e.what());
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> TuningCache::serving_misses(const TuningKey& base) const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!dirs_->root) return out;
+  SafeDir d = dirs_->root.sub("serving", false);
+  if (!d) return out;
+  std::string text = d.read(base.base_hex() + ".misses", 1u << 20).value_or("");
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) break;
+    std::string line = text.substr(at, eol - at);
+    at = eol + 1;
+    size_t sp = line.find(' ');
+    if (sp != std::string::npos) out.push_back({line.substr(sp + 1), std::atoll(line.c_str())});
+  }
+  return out;
+}
+
 size_t TuningCache::count() const {
   size_t n = 0;
   if (!dirs_->tune) return 0;

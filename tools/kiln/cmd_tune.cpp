@@ -189,8 +189,14 @@ void run_tune(Globals& g, const TuneArgs& a) {
                                                seconds_text(secs))
                                  : fmt::format("tuned in {} ({} configs timed now, {} re-timed side by side)",
                                                seconds_text(secs), o.timed_now, o.retimed_now);
-  std::fprintf(out(), "chose %s: %s (noise %.1f%%), %s\n", o.choice->str().c_str(),
-               ns_text(*r.find(*o.choice)->ns).c_str(), r.noise * 100, how.c_str());
+  const ConfigResult* timed = r.find(*o.choice);
+  if (!timed || !timed->ns) {  // serving mode, with no record at this key
+    std::fprintf(out(), "serving: runs %s, with no tuned choice at this key (see the warning)\n",
+                 o.choice->str().c_str());
+    return;
+  }
+  std::fprintf(out(), "chose %s: %s (noise %.1f%%), %s\n", o.choice->str().c_str(), ns_text(*timed->ns).c_str(),
+               r.noise * 100, how.c_str());
   if (!o.stored) std::fprintf(stderr, "kiln: warning: the record was not stored (see above)\n");
 }
 
@@ -225,6 +231,32 @@ void run_report(const std::string& spec_path, const std::vector<std::string>& se
                  r->noise * 100);
 }
 
+void run_misses(const std::string& spec_path, bool as_json) {
+  isolate_stdout();
+  Options opts = Options::from_env();
+  Runtime rt(opts);
+  KernelSpec spec = load_spec(spec_path);
+  TuningKey base = make_tuning_key(spec, rt.backend(spec.backend), std::vector<std::pair<std::string, int64_t>>{});
+  for (const auto& k : spec.tuning.key) base.values.push_back({k, 0});
+  auto cache = TuningCache::open_existing(opts.resolved_cache_dir());
+  auto misses = cache->serving_misses(base);
+  if (as_json) {
+    json j = json::array();
+    for (const auto& [k, n] : misses) j.push_back({{"key", k}, {"count", n}});
+    std::fprintf(out(), "%s\n", dump_json(json{{"kernel", spec.name}, {"misses", j}}, 2).c_str());
+    return;
+  }
+  if (misses.empty()) {
+    std::fprintf(out(), "kernel %s: no serving misses recorded on this device\n", spec.name.c_str());
+    return;
+  }
+  std::fprintf(out(), "kernel %s: keys serving mode met with no tuned choice (tune them, or pack them)\n",
+               spec.name.c_str());
+  Table t({"key", "processes"}, {false, true});
+  for (const auto& [k, n] : misses) t.row({k, std::to_string(n)});
+  std::fprintf(out(), "%s", t.str().c_str());
+}
+
 }  // namespace
 
 void add_tune(CLI::App& app, Globals& g) {
@@ -251,7 +283,13 @@ void add_tune(CLI::App& app, Globals& g) {
   rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE (each key name needs one)");
   rep->add_flag("--json", *json, "Print one JSON object");
   rep->add_flag("--explain", *explain, "Print every field of the record's key first");
-  rep->callback([spec, sets, json, explain] { run_report(*spec, *sets, *json, *explain); });
+  auto misses = std::make_shared<bool>(false);
+  rep->add_flag("--misses", *misses,
+                "Print the keys serving mode met with no tuned choice (KILN_SERVING=1), with counts; needs no --set");
+  rep->callback([spec, sets, json, explain, misses] {
+    if (*misses) run_misses(*spec, *json);
+    else run_report(*spec, *sets, *json, *explain);
+  });
 }
 
 }  // namespace kiln::cli

@@ -20,6 +20,7 @@ void add_cache(CLI::App& app, Globals& g);
 void add_demo(CLI::App& app, Globals& g);
 void add_tune(CLI::App& app, Globals& g);  // tune and report
 void add_backends(CLI::App& app, Globals& g);
+void add_pack(CLI::App& app, Globals& g);  // pack, unpack, inspect
 
 // Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
 // executable, else the source tree kiln was built from.

@@ -1,0 +1,283 @@
+#include "kiln/artifact.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "backends/serialize.hpp"
+#include "core/format.hpp"
+#include "core/fsutil.hpp"
+#include "core/log.hpp"
+#include "kiln/code_cache.hpp"
+#include "kiln/hash.hpp"
+#include "kiln/runtime.hpp"
+#include "kiln/tuning.hpp"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kMagic = "kiln-artifact";
+constexpr size_t kMaxArtifactBytes = size_t{4} << 30;
+constexpr size_t kMaxEntries = 1u << 20;
+
+std::string sum_hex(std::string_view data) { return fmt::format("{:016x}", hash64(data.data(), data.size())); }
+
+// A name kiln writes and reads: relative, no "..", no odd characters.
+bool safe_name(const std::string& n) {
+  if (n.empty() || n.size() > 512 || n.front() == '/' || n.back() == '/') return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '/' || c == '.' || c == '_' || c == '-' || c == '=' ||
+          c == '+'))
+      return false;
+  for (size_t at = 0; at <= n.size();) {
+    size_t slash = n.find('/', at);
+    std::string part = n.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
+    if (part.empty() || part == "." || part == "..") return false;
+    if (slash == std::string::npos) break;
+    at = slash + 1;
+  }
+  return true;
+}
+
+json manifest_json(const ArtifactManifest& m) {
+  json t = json::array(), k = json::array(), f = json::array();
+  for (const auto& x : m.targets)
+    t.push_back({{"backend", x.backend}, {"device", x.device}, {"toolchain", x.toolchain},
+                 {"toolchain_text", x.toolchain_text}});
+  for (const auto& x : m.kernels)
+    k.push_back({{"name", x.name}, {"backend", x.backend}, {"spec", x.spec}, {"keys", x.keys}, {"choices", x.choices}});
+  for (const auto& x : m.files) f.push_back({{"name", x.name}, {"bytes", x.bytes}, {"xxh3", x.xxh3}});
+  return {{"format", m.format},   {"kiln_version", m.kiln_version}, {"created", m.created},
+          {"targets", t},         {"kernels", k},                   {"files", f}};
+}
+
+ArtifactManifest manifest_from(const json& j) {
+  ArtifactManifest m;
+  m.format = j.at("format").get<int>();
+  if (m.format != ArtifactManifest::kFormat)
+    fail(Errc::artifact, "it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)",
+         m.format, ArtifactManifest::kFormat);
+  m.kiln_version = j.at("kiln_version").get<std::string>();
+  if (!kiln_version_compatible(m.kiln_version))
+    fail(Errc::artifact, "it was packed by kiln {}, whose records this kiln {} does not read (pack it again)",
+         m.kiln_version, kiln_version());
+  m.created = j.at("created").get<std::string>();
+  for (const auto& x : j.at("targets"))
+    m.targets.push_back({x.at("backend").get<std::string>(), x.at("device").get<std::string>(),
+                         x.at("toolchain").get<std::string>(), x.at("toolchain_text").get<std::string>()});
+  for (const auto& x : j.at("kernels"))
+    m.kernels.push_back({x.at("name").get<std::string>(), x.at("backend").get<std::string>(),
+                         x.at("spec").get<std::string>(), x.at("keys").get<std::vector<std::string>>(),
+                         x.at("choices").get<std::vector<std::string>>()});
+  for (const auto& x : j.at("files"))
+    m.files.push_back({x.at("name").get<std::string>(), x.at("bytes").get<uint64_t>(), x.at("xxh3").get<std::string>()});
+  return m;
+}
+
+// Checks the entries against the manifest: every file listed is there, of
+// its size and checksum, and nothing else is.
+void verify(const ArtifactManifest& m, const std::map<std::string, std::string>& entries) {
+  if (entries.size() != m.files.size() + 1)
+    fail(Errc::artifact, "it holds {} entries where its manifest lists {}", entries.size() - 1, m.files.size());
+  for (const auto& f : m.files) {
+    auto it = entries.find(f.name);
+    if (it == entries.end()) fail(Errc::artifact, "'{}' is listed in its manifest but missing", f.name);
+    if (it->second.size() != f.bytes || sum_hex(it->second) != f.xxh3)
+      fail(Errc::artifact, "'{}' is damaged (its size or checksum differs from the manifest's)", f.name);
+  }
+}
+
+}  // namespace
+
+void Artifact::add(const std::string& name, std::string data) {
+  if (!safe_name(name) || name == "manifest.json") fail(Errc::internal, "artifact entry name '{}'", name);
+  entries_[name] = std::move(data);
+}
+
+Artifact Artifact::read(const fs::path& path) {
+  auto bad = [&](const std::string& why) -> Error {
+    return Error(Errc::artifact, fmt::format("artifact {}: {}; nothing of it was loaded", path.string(), why));
+  };
+  Artifact a;
+  std::error_code ec;
+  try {
+    if (fs::is_directory(path, ec)) {
+      std::optional<std::string> man = read_file(path / "manifest.json");
+      if (!man) throw bad("no manifest.json in the folder");
+      a.manifest_ = manifest_from(json::parse(*man));
+      a.entries_["manifest.json"] = *man;
+      for (const auto& f : a.manifest_.files) {
+        if (!safe_name(f.name)) throw bad(fmt::format("its manifest names '{}', not a name kiln writes", f.name));
+        std::optional<std::string> d = read_file(path / f.name);
+        if (!d) throw bad(fmt::format("'{}' is missing", f.name));
+        a.entries_[f.name] = std::move(*d);
+      }
+      verify(a.manifest_, a.entries_);
+      return a;
+    }
+    auto size = fs::file_size(path, ec);
+    if (ec) throw bad(fmt::format("cannot be read ({})", ec.message()));
+    if (size > kMaxArtifactBytes) throw bad("it is larger than 4 GiB");
+    std::optional<std::string> text = read_file(path);
+    if (!text) throw bad("cannot be read");
+    std::string_view all(*text);
+    size_t eol = all.find('\n');
+    if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
+    char magic[32] = {};
+    int format = 0;
+    unsigned long long sum = 0, len = 0;
+    std::string head(all.substr(0, eol));
+    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4 || kMagic != magic)
+      throw bad("it is not a kiln artifact");
+    if (format != ArtifactManifest::kFormat)
+      throw bad(fmt::format("it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)",
+                            format, ArtifactManifest::kFormat));
+    std::string_view body = all.substr(eol + 1);
+    if (body.size() < len) throw bad(fmt::format("it is truncated ({} of {} bytes)", body.size(), len));
+    if (body.size() > len) throw bad("it has bytes past its end");
+    if (hash64(body.data(), body.size()) != sum) throw bad("it is damaged (its checksum differs)");
+    while (!body.empty()) {
+      size_t e1 = body.find('\n');
+      if (e1 == std::string_view::npos) throw bad("an entry has no name");
+      std::string name(body.substr(0, e1));
+      body.remove_prefix(e1 + 1);
+      size_t e2 = body.find('\n');
+      if (e2 == std::string_view::npos || e2 > 20) throw bad("an entry has no size");
+      uint64_t n = std::stoull(std::string(body.substr(0, e2)));
+      body.remove_prefix(e2 + 1);
+      if (n > body.size()) throw bad(fmt::format("entry '{}' runs past the end", name));
+      if (!safe_name(name) || a.entries_.count(name) || a.entries_.size() >= kMaxEntries)
+        throw bad(fmt::format("entry '{}' is not a name kiln writes, or repeats", name));
+      a.entries_[name] = std::string(body.substr(0, n));
+      body.remove_prefix(n);
+    }
+    auto man = a.entries_.find("manifest.json");
+    if (man == a.entries_.end()) throw bad("it has no manifest");
+    a.manifest_ = manifest_from(json::parse(man->second));
+    verify(a.manifest_, a.entries_);
+    return a;
+  } catch (const Error& e) {
+    if (e.code() == Errc::artifact && std::string_view(e.what()).find("nothing of it was loaded") != std::string_view::npos)
+      throw;
+    throw bad(e.what());
+  } catch (const std::exception& e) {
+    throw bad(fmt::format("its manifest does not parse ({})", e.what()));
+  }
+}
+
+namespace {
+std::string manifest_text(const ArtifactManifest& base, const std::map<std::string, std::string>& entries) {
+  ArtifactManifest m = base;
+  m.files.clear();
+  for (const auto& [n, d] : entries)
+    if (n != "manifest.json") m.files.push_back({n, d.size(), sum_hex(d)});
+  return dump_json(manifest_json(m), 1);
+}
+}  // namespace
+
+void Artifact::write(const fs::path& file) const {
+  std::string body;
+  auto put = [&](const std::string& n, const std::string& d) {
+    body += n + "\n" + std::to_string(d.size()) + "\n";
+    body += d;
+  };
+  put("manifest.json", manifest_text(manifest_, entries_));
+  for (const auto& [n, d] : entries_)
+    if (n != "manifest.json") put(n, d);
+  std::string head = fmt::format("{} {} {:016x} {}\n", kMagic, ArtifactManifest::kFormat,
+                                 hash64(body.data(), body.size()), body.size());
+  write_file_atomic(file, head + body);
+}
+
+void Artifact::write_dir(const fs::path& dir) const {
+  fs::create_directories(dir);
+  for (const auto& [n, d] : entries_)
+    if (n != "manifest.json") {
+      fs::create_directories((dir / n).parent_path());
+      write_file_atomic(dir / n, d);
+    }
+  write_file_atomic(dir / "manifest.json", manifest_text(manifest_, entries_));
+}
+
+std::string Artifact::mismatch(Runtime& rt) const {
+  for (const auto& t : manifest_.targets) {
+    Backend* b = nullptr;
+    try {
+      b = &rt.backend(t.backend);
+    } catch (const Error& e) {
+      return fmt::format("its {} kernels need a backend this machine lacks ({})", t.backend, e.what());
+    }
+    if (std::string why = b->unavailable_reason(); !why.empty())
+      return fmt::format("the {} backend is unavailable here ({})", t.backend, why);
+    std::string dev = b->device_identity();
+    if (dev != t.device) return fmt::format("it was packed for {} device '{}'; this one is '{}'", t.backend, t.device, dev);
+    std::string tc = hash_bytes(b->toolchain_identity()).hex();
+    if (tc != t.toolchain)
+      return fmt::format("it was packed with the {} toolchain '{}'; this one is '{}'", t.backend, t.toolchain_text,
+                         b->toolchain_identity());
+  }
+  return "";
+}
+
+KernelSpec Artifact::spec(const std::string& kernel, const fs::path& dir) const {
+  for (const auto& k : manifest_.kernels) {
+    if (k.name != kernel) continue;
+    const std::string prefix = "sources/" + k.name + "/";
+    for (const auto& [n, d] : entries_)
+      if (n.compare(0, prefix.size(), prefix) == 0) {
+        fs::create_directories((dir / n).parent_path());
+        write_file_atomic(dir / n, d);
+      }
+    return load_spec(dir / k.spec);
+  }
+  fail(Errc::usage, "the artifact holds no kernel '{}'", kernel);
+}
+
+std::vector<std::string> Artifact::record_texts() const {
+  std::vector<std::string> out;
+  for (const auto& [n, d] : entries_)
+    if (n.compare(0, 8, "records/") == 0) out.push_back(d);
+  return out;
+}
+
+std::vector<std::string> Artifact::binary_blobs() const {
+  std::vector<std::string> out;
+  for (const auto& [n, d] : entries_)
+    if (n.compare(0, 9, "binaries/") == 0) out.push_back(d);
+  return out;
+}
+
+std::string load_artifact(Runtime& rt, const fs::path& path, bool sources_only) {
+  Artifact a = Artifact::read(path);
+  std::string why = a.mismatch(rt);
+  if (!why.empty()) {
+    if (!sources_only)
+      fail(Errc::artifact,
+           "artifact {}: {}. Pack it on a machine like this one, or set KILN_ARTIFACT_MISMATCH=sources to use its "
+           "sources and tune here; nothing of it was loaded",
+           path.string(), why);
+    log::warn("artifact {}: {}; using its sources only (its kernels compile and tune here)", path.string(), why);
+    return fmt::format("artifact {}: sources only ({} kernels)", path.string(), a.manifest().kernels.size());
+  }
+  // Every binary decodes against its own key before any is used.
+  std::vector<Binary> bins;
+  for (const auto& [n, d] : a.entries()) {
+    if (n.compare(0, 9, "binaries/") != 0) continue;
+    std::string key = fs::path(n).stem().string();
+    std::optional<Binary> b = CodeCache::decode(d, key);
+    if (!b) fail(Errc::artifact, "artifact {}: binary '{}' does not decode; nothing of it was loaded", path.string(), n);
+    bins.push_back(std::move(*b));
+  }
+  std::vector<std::string> recs = a.record_texts();
+  size_t nb = bins.size();
+  if (auto cc = rt.code_cache()) cc->add_overlay(std::move(bins));
+  else if (nb) log::warn("artifact {}: KILN_NO_CACHE is set, so its binaries are not used", path.string());
+  if (auto tc = rt.tuning_cache()) tc->add_artifact_records(recs);
+  else if (!recs.empty()) log::warn("artifact {}: KILN_NO_CACHE is set, so its records are not used", path.string());
+  return fmt::format("artifact {}: {} kernels, {} records, {} binaries", path.string(), a.manifest().kernels.size(),
+                     recs.size(), nb);
+}
+
+}  // namespace kiln

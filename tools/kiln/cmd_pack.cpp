@@ -1,0 +1,209 @@
+// kiln pack, unpack, inspect: packed artifacts (docs/fleet.md).
+#include <nlohmann/json.hpp>
+
+#include "backends/serialize.hpp"
+#include "commands.hpp"
+#include "core/format.hpp"
+#include "core/fsutil.hpp"
+#include "kiln/code_cache.hpp"
+#include "kiln/compile_pool.hpp"
+#include <set>
+#include "kiln/artifact.hpp"
+#include "kiln/binary_key.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/runtime.hpp"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+struct PackArgs {
+  std::vector<std::string> specs, sets;
+  bool hints = false;
+  std::string out, unpacked;
+  uint64_t seed = 1;
+  int runners_up = 3;
+};
+
+// The tuning-key assignments to pack for one spec.
+std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const KernelSpec& spec, const PackArgs& a) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> out;
+  if (!a.sets.empty()) {
+    std::vector<std::pair<std::string, std::string>> mine;
+    for (const auto& [n, v] : split_sets(a.sets))
+      for (const auto& arg : spec.args)
+        if (arg.name == n && !arg.pointer) mine.push_back({n, v});
+    out.push_back(std::move(mine));
+  }
+  if (a.hints) {
+    if (spec.tuning.hints.empty())
+      fail(Errc::usage, "kernel '{}' ({}) declares no size hints; give its shape with --set", spec.name,
+           spec.spec_path.string());
+    for (const auto& point : spec.tuning.hint_point_list()) {
+      std::vector<std::pair<std::string, std::string>> s;
+      for (size_t i = 0; i < point.size(); ++i) s.push_back({spec.tuning.key[i], std::to_string(point[i])});
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// The spec, its source and what the source includes, under sources/<name>/,
+// at their paths relative to the spec's folder.
+void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string& spec_entry) {
+  fs::path root = fs::absolute(spec.spec_path).parent_path();
+  auto add = [&](const fs::path& file) -> std::string {
+    fs::path rel = fs::absolute(file).lexically_normal().lexically_relative(root);
+    if (rel.empty() || *rel.begin() == "..") {
+      std::fprintf(stderr, "kiln: warning: %s is outside the spec's folder and is not packed with '%s'\n",
+                   file.string().c_str(), spec.name.c_str());
+      return "";
+    }
+    std::optional<std::string> d = read_file(file);
+    if (!d) fail(Errc::io, "cannot read {}", file.string());
+    std::string name = "sources/" + spec.name + "/" + rel.generic_string();
+    art.add(name, std::move(*d));
+    return rel.generic_string();
+  };
+  spec_entry = "sources/" + spec.name + "/" + add(spec.spec_path);
+  add(spec.source_path);
+  BinaryKey k = make_binary_key(make_compile_request(spec, Config{}), be);
+  for (const auto& inc : k.includes_found) add(inc);
+}
+
+void run_pack(Globals& g, const PackArgs& a) {
+  if (!a.hints && a.sets.empty()) fail(Errc::usage, "kiln pack: give the shapes to pack, with --set NAME=V ... or --hints");
+  if (a.out.empty() && a.unpacked.empty()) fail(Errc::usage, "kiln pack: give -o FILE, --unpacked DIR, or both");
+  isolate_stdout();
+  Options opts = Options::from_env();
+  opts.quiet = opts.quiet || g.quiet;
+  opts.artifact.clear();  // packing reads the caches, not another artifact
+  Runtime rt(opts);
+  Artifact art;
+  ArtifactManifest& m = art.manifest();
+  m.kiln_version = kiln_version();
+  m.created = utc_now();
+  auto t0 = std::chrono::steady_clock::now();
+  size_t tuned = 0, records = 0;
+  std::set<std::string> binaries;
+  for (const auto& path : a.specs) {
+    KernelSpec spec = load_spec(path);
+    for (const auto& k : m.kernels)
+      if (k.name == spec.name) fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);
+    Backend& be = rt.backend(spec.backend);
+    bool have_target = false;
+    for (const auto& t : m.targets) have_target = have_target || t.backend == spec.backend;
+    if (!have_target)
+      m.targets.push_back({spec.backend, be.device_identity(), hash_bytes(be.toolchain_identity()).hex(),
+                           be.toolchain_identity()});
+    ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
+    add_sources(art, spec, be, entry.spec);
+    for (const auto& shape : shapes(spec, a)) {
+      DeviceArgs args(spec, parse_scalars(spec, shape), be.device());
+      args.fill_random(a.seed);
+      TuneOptions to;
+      to.show_progress = !opts.quiet && stderr_is_terminal();
+      TuneOutcome o = rt.tune(spec, args.params(), to);
+      if (!o.from_cache) ++tuned;
+      const TuningRecord& r = o.record;
+      if (!o.choice) fail(Errc::tune, "{}", r.all_failed_message());
+      art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
+      ++records;
+      entry.keys.push_back(r.key.values_text());
+      entry.choices.push_back(o.choice->str());
+      // The choice and the runners-up (a call the choice cannot run, such as
+      // a misaligned pointer, goes to the next that can).
+      std::vector<Config> want{*o.choice};
+      for (const ConfigResult* c : r.ranked())
+        if (static_cast<int>(want.size()) <= a.runners_up && !(c->config == *o.choice)) want.push_back(c->config);
+      for (const Config& c : want) {
+        if (!c.library.empty()) continue;
+        std::shared_ptr<const Binary> b = rt.compile_pool(spec.backend).submit(spec, c).get();
+        if (binaries.insert(b->key).second) art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
+      }
+      std::fprintf(stderr, "%s at %s: %s (%s)\n", spec.name.c_str(), r.key.values_text().c_str(),
+                   o.choice->str().c_str(), o.from_cache ? "cached" : "tuned now");
+    }
+    m.kernels.push_back(std::move(entry));
+  }
+  if (!a.out.empty()) art.write(a.out);
+  if (!a.unpacked.empty()) art.write_dir(a.unpacked);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(out(), "packed %zu kernels, %zu records (%zu tuned now), %zu binaries in %s%s%s\n", m.kernels.size(),
+               records, tuned, binaries.size(), seconds_text(secs).c_str(),
+               a.out.empty() ? "" : (" -> " + a.out).c_str(), a.unpacked.empty() ? "" : (" -> " + a.unpacked + "/").c_str());
+}
+
+void run_inspect(const std::string& path, bool as_json) {
+  isolate_stdout();
+  Artifact art = Artifact::read(path);
+  const ArtifactManifest& m = art.manifest();
+  size_t bytes = 0, nbin = 0, nrec = 0;
+  for (const auto& [n, d] : art.entries()) {
+    bytes += d.size();
+    nbin += n.rfind("binaries/", 0) == 0;
+    nrec += n.rfind("records/", 0) == 0;
+  }
+  if (as_json) {
+    json j = json::parse(art.entries().at("manifest.json"));
+    j["entries"] = art.entries().size();
+    j["bytes"] = bytes;
+    std::fprintf(out(), "%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::fprintf(out(), "kiln artifact (format %d), packed %s by kiln %s: %zu kernels, %zu records, %zu binaries, %zu bytes\n",
+               m.format, m.created.c_str(), m.kiln_version.c_str(), m.kernels.size(), nrec, nbin, bytes);
+  for (const auto& t : m.targets) {
+    std::string tc = t.toolchain_text;
+    for (char& c : tc)
+      if (c == '\n') c = ';';
+    std::fprintf(out(), "for %s on %s\n  toolchain %s: %.160s\n", t.backend.c_str(), t.device.c_str(), t.toolchain.c_str(), tc.c_str());
+  }
+  for (const auto& k : m.kernels) {
+    std::fprintf(out(), "kernel %s (%s, spec %s)\n", k.name.c_str(), k.backend.c_str(), k.spec.c_str());
+    for (size_t i = 0; i < k.keys.size(); ++i)
+      std::fprintf(out(), "  %-28s %s\n", k.keys[i].c_str(), i < k.choices.size() ? k.choices[i].c_str() : "");
+  }
+}
+
+}  // namespace
+
+void add_pack(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("pack", "Compile and tune what is missing, then write kernels, records and sources "
+                                         "into one checksummed artifact an application loads at start");
+  auto a = std::make_shared<PackArgs>();
+  cmd->add_option("specs", a->specs, "Spec files (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--set", a->sets, "A shape to pack, NAME=VALUE for each scalar (applied to every spec that has it)");
+  cmd->add_flag("--hints", a->hints, "Pack every spec's size-hint points");
+  cmd->add_option("-o,--output", a->out, "The artifact file to write");
+  cmd->add_option("--unpacked", a->unpacked, "Also (or instead) write the same entries into this folder");
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs tuned on")->capture_default_str();
+  cmd->add_option("--runners-up", a->runners_up, "Binaries of this many next-best configs per shape, beside the choice")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->callback([&g, a] { run_pack(g, *a); });
+
+  auto* un = app.add_subcommand("unpack", "Check an artifact and write its entries into a folder a person can read");
+  auto file = std::make_shared<std::string>();
+  auto dir = std::make_shared<std::string>();
+  un->add_option("artifact", *file, "The artifact file")->required()->check(CLI::ExistingFile);
+  un->add_option("dir", *dir, "The folder to write")->required();
+  un->callback([file, dir] {
+    isolate_stdout();
+    Artifact art = Artifact::read(*file);
+    art.write_dir(*dir);
+    std::fprintf(out(), "unpacked %zu entries into %s/\n", art.entries().size(), dir->c_str());
+  });
+
+  auto* ins = app.add_subcommand("inspect", "Check an artifact and print what is inside, for which device and toolchain");
+  auto ipath = std::make_shared<std::string>();
+  auto ijson = std::make_shared<bool>(false);
+  ins->add_option("artifact", *ipath, "The artifact file, or an unpacked folder")->required()->check(CLI::ExistingPath);
+  ins->add_flag("--json", *ijson, "Print its manifest as JSON");
+  ins->callback([ipath, ijson] { run_inspect(*ipath, *ijson); });
+}
+
+}  // namespace kiln::cli
