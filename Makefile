@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-fast test-sanitize bench fuzz clean
+.PHONY: all deps build demo test test-fast test-sanitize test-install bench fuzz clean
 
 all: build
 
@@ -32,7 +32,12 @@ test-sanitize: deps $(ASAN_BUILD)/build.ninja
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
-test: test-fast test-sanitize
+# The installed package: cmake --install into a temporary prefix, then the
+# standalone example built against it runs a packed artifact.
+test-install: build
+	./scripts/test-install.sh $(BUILD)
+
+test: test-fast test-sanitize test-install
 
 bench: build
 	./$(BUILD)/bench/kiln_bench_dispatch

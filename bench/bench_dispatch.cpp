@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 
+#include "compile/compile_pool.hpp"
 #include "bench_util.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/kernel.hpp"

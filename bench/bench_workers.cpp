@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/runtime.hpp"

@@ -6,17 +6,17 @@ cd "$(dirname "$0")/.."
 rank() {  # the layer of a source file or an included header
   case "$1" in
     src/core/*|core/*) echo 0 ;;
-    kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp) echo 0 ;;
+    kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp|kiln/version.hpp) echo 0 ;;
     include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
     include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
-    src/backends/*|backends/*|kiln/backend.hpp|include/kiln/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
+    src/backends/*|backends/*|kiln/ext/backend.hpp|include/kiln/ext/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
     src/worker/main.cpp) echo 9 ;;  # the kiln-worker executable is a tool
     src/worker/*|worker/*) echo 2 ;;
-    src/compile/*|compile/*|kiln/binary_key.hpp|kiln/code_cache.hpp|kiln/compile_pool.hpp) echo 3 ;;
-    include/kiln/binary_key.hpp|include/kiln/code_cache.hpp|include/kiln/compile_pool.hpp) echo 3 ;;
-    src/tune/*|tune/*|kiln/tuner.hpp|kiln/tuning.hpp|include/kiln/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;
+    src/compile/*|compile/*|kiln/ext/binary_key.hpp|include/kiln/ext/binary_key.hpp) echo 3 ;;
+    src/tune/*|tune/*|kiln/ext/tuner.hpp|kiln/tuning.hpp|include/kiln/ext/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;
     src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp|kiln/artifact.hpp) echo 5 ;;
     include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp|include/kiln/artifact.hpp) echo 5 ;;
+    kiln/kiln.hpp|include/kiln/kiln.hpp) echo 5 ;;
     *) echo -1 ;;
   esac
 }
@@ -30,6 +30,10 @@ while IFS= read -r f; do
     if [ "$to" -gt "$from" ]; then echo "check_layers: $f includes $inc, a higher layer"; bad=1; fi
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
 done < <(find src include -name '*.cpp' -o -name '*.hpp' | sort)
+# Public headers include public headers only: the installed package has no src/.
+while IFS= read -r hit; do
+  echo "check_layers: $hit: a public header includes a private one"; bad=1
+done < <(grep -rnE '#include "(core|backends|worker|compile|tune|dispatch)/' include || true)
 # Only src/backends/cuda knows NVRTC and the CUDA driver API.
 while IFS= read -r hit; do
   echo "check_layers: $hit: NVRTC or the driver API outside src/backends/cuda"; bad=1

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <vector>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/args.hpp"

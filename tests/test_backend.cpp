@@ -4,10 +4,11 @@
 #include <fstream>
 #include <set>
 
+#include "compile/compile_pool.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/args.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
 

@@ -1,10 +1,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
-#include "kiln/binary_key.hpp"
-#include "kiln/code_cache.hpp"
+#include "kiln/ext/binary_key.hpp"
+#include "compile/code_cache.hpp"
 #include "kiln/runtime.hpp"
 #include "nlohmann/json.hpp"
 #include "util.hpp"

@@ -7,10 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "backends/cuda/cuda_backend.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/args.hpp"

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/args.hpp"
 #include "kiln/runtime.hpp"

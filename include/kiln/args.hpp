@@ -1,6 +1,8 @@
 // Arguments of a kernel as kiln passes them: an array of pointers to values,
 // one per spec argument (as cuLaunchKernel's kernelParams). HostArgs owns
 // host memory for every argument of a spec, for tuning, tests and the CLI.
+// Thread-safety: HostArgs is a value; const calls may run concurrently, a
+// call that writes (fill_random, set) must not overlap any other on the same object.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Arguments of a kernel in a device's memory: for tuning at a shape with
 // seeded random inputs (kiln tune, size-hint points), benchmarks and tests.
 // On the cpu backend the device's memory is host memory.
+// Thread-safety: as HostArgs: const calls concurrently, writes alone.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "kiln/args.hpp"
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln {
 

@@ -1,6 +1,7 @@
 // kiln's one error model: every failure in library code is a kiln::Error
 // (an exception), carrying a category and a message that says what was being
 // done and how to reproduce it. Library code never aborts the process.
+// Thread-safety: Error is an immutable value.
 #pragma once
 
 #include <stdexcept>

@@ -6,6 +6,7 @@
 //   && binding tighter than ||, both looser than comparisons. Parsed once
 //   into a tree (Expr), compiled once into a flat program (CompiledExpr) that
 //   evaluates without allocating.
+// Thread-safety: a parsed Expr is immutable; eval may run on any number of threads.
 #pragma once
 
 #include <cstdint>

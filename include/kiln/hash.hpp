@@ -1,5 +1,6 @@
 // Content hashing (XXH3-128) with length-prefixed fields, so that
 // ("ab","c") and ("a","bc") never hash alike.
+// Thread-safety: Hasher is a value used by one thread; the free functions are pure.
 #pragma once
 
 #include <cstdint>

@@ -13,8 +13,8 @@
 #include <string>
 #include <type_traits>
 
-#include "kiln/backend.hpp"
-#include "kiln/tuner.hpp"
+#include "kiln/ext/backend.hpp"
+#include "kiln/ext/tuner.hpp"
 
 namespace kiln {
 

@@ -1,5 +1,7 @@
 // Runtime settings. Each one is also an environment variable; Options::from_env()
 // reads them all, and defaults work with nothing set. docs/settings.md lists them.
+// Thread-safety: Options is a plain value; from_env reads the environment
+// (do not change it from another thread meanwhile).
 #pragma once
 
 #include <filesystem>
@@ -43,7 +45,7 @@ struct Options {
   // Sharing with a fleet (docs/fleet.md).
   std::string remote_cache;           // KILN_REMOTE_CACHE=redis://host:port/db: tuning records shared through Redis
   double remote_timeout_s = 0.05;     // KILN_REMOTE_TIMEOUT: the longest one Redis command may take, connect included
-  bool remote_binaries = false;       // KILN_REMOTE_BINARIES=1: share compiled binaries too (verified by hash on read)
+  bool remote_binaries = false;       // KILN_REMOTE_BINARIES=1: share compiled binaries too (content-addressed, verified on read)
   double lease_ttl_s = 30;            // KILN_REMOTE_LEASE_TTL: a tuner's lease expires this long after its last renewal
   double lease_wait_s = 300;          // KILN_REMOTE_LEASE_WAIT: the longest a process waits for another's tuning
   std::string bundle;                 // KILN_BUNDLE: a name; the records this process uses are kept together

@@ -1,5 +1,8 @@
 // Runtime: the process-wide pieces kiln works with (backends, the code cache,
 // compile pools, loaded kernels), built from Options. Create one and share it.
+//
+// Thread-safety: every call may come from any number of threads at once; a
+// Runtime must outlive the handles (Kernel, MultiKernel) made from it.
 #pragma once
 
 #include <map>
@@ -9,16 +12,16 @@
 #include <set>
 #include <string>
 
-#include "kiln/backend.hpp"
-#include "kiln/code_cache.hpp"
-#include "kiln/compile_pool.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/options.hpp"
-#include "kiln/tuner.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
 
 class WorkerPool;
+class CodeCache;
+class CompilePool;
 class Benchmarker;
 class RemoteCache;
 
@@ -71,6 +74,19 @@ class Runtime {
  public:
   // Calls in serving mode that had no tuned choice of their own (each key counted every time it is decided).
   uint64_t serving_misses() const;
+
+  // What this runtime has done so far (thread-safe; a snapshot).
+  struct Stats {
+    uint64_t compiled = 0;           // compiles run (not answered by a cache or an artifact)
+    uint64_t compile_cache_hits = 0; // binaries from the disk cache or an artifact
+    uint64_t configs_timed = 0;      // configs benchmarked by tunings
+    uint64_t records_local = 0, records_artifact = 0, records_remote = 0;  // tuning records answered from each
+    uint64_t serving_misses = 0;
+  };
+  Stats stats();
+
+ private:
+  std::atomic<uint64_t> configs_timed_{0};
 };
 
 }  // namespace kiln

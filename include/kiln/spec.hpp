@@ -1,5 +1,8 @@
 // KernelSpec: a kernel's source plus what kiln needs to compile, tune and
 // launch it, read from a TOML spec file (format: docs/spec.md).
+//
+// Thread-safety: load_spec and parse_spec may run concurrently; a KernelSpec
+// is a value, safe to read from many threads once made.
 #pragma once
 
 #include <cstdint>

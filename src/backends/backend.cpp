@@ -1,4 +1,4 @@
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln {
 

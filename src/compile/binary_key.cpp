@@ -1,4 +1,5 @@
-#include "kiln/binary_key.hpp"
+#include "compile/compile_pool.hpp"
+#include "kiln/ext/binary_key.hpp"
 
 #include <filesystem>
 #include <set>

@@ -1,6 +1,6 @@
 #include <map>
 #include <mutex>
-#include "kiln/code_cache.hpp"
+#include "compile/code_cache.hpp"
 
 #include <cstring>
 

@@ -1,4 +1,5 @@
-#include "kiln/compile_pool.hpp"
+#include "compile/remote_cache.hpp"
+#include "compile/compile_pool.hpp"
 
 #include <unistd.h>
 
@@ -8,7 +9,7 @@
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 
 namespace kiln {
 
@@ -23,6 +24,16 @@ Binary CachingCompiler::compile(const CompileRequest& req, const std::string& ke
       b->from_cache = true;
       return std::move(*b);
     }
+    if (remote_)
+      if (std::optional<Binary> b = from_remote(key)) {
+        try {
+          cache_->put(*b);
+        } catch (const Error& e) {
+          log::debug("cannot keep a remote binary locally: {}", e.what());
+        }
+        b->from_cache = true;
+        return std::move(*b);
+      }
     Binary b = inner_->compile(req, key);
     try {
       cache_->put(b);
@@ -31,9 +42,42 @@ Binary CachingCompiler::compile(const CompileRequest& req, const std::string& ke
       log::warn("compiled kernel '{}' (config {}) but could not store it in the code cache: {}", req.kernel,
                 req.config_text, e.what());
     }
+    if (remote_) to_remote(b);
     return b;
   });
 }
+
+namespace {
+std::string bin_prefix() { return fmt::format("kiln:b{}:", BinaryKey::kFormatVersion); }
+constexpr size_t kMaxRemoteBinaryBytes = 16u << 20;
+}  // namespace
+
+std::optional<Binary> CachingCompiler::from_remote(const std::string& key) {
+  std::optional<std::string> content = remote_->get(bin_prefix() + "bin:" + key);
+  if (!content) return std::nullopt;
+  std::optional<std::string> blob = remote_->get(bin_prefix() + "blob:" + *content);
+  std::optional<Binary> b;
+  if (blob && hash_bytes(*blob).hex() == *content) b = CodeCache::decode(*blob, key);
+  if (!b) {
+    ++rejected_;
+    log::warn("remote cache: the binary of key {} does not verify (its bytes do not match its hash, or it is another "
+              "kernel's); compiling it here",
+              key.substr(0, 12));
+    return std::nullopt;
+  }
+  ++hits_;
+  return b;
+}
+
+void CachingCompiler::to_remote(const Binary& b) {
+  std::string entry = CodeCache::encode(b);
+  if (entry.size() > kMaxRemoteBinaryBytes) return;
+  std::string content = hash_bytes(entry).hex();
+  if (remote_->set(bin_prefix() + "blob:" + content, entry) && remote_->set(bin_prefix() + "bin:" + b.key, content))
+    ++shared_;
+}
+
+CachingCompiler::RemoteStats CachingCompiler::remote_stats() const { return {hits_.load(), rejected_.load(), shared_.load()}; }
 
 CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads)
     : backend_(std::move(backend)), compiler_(std::move(compiler)) {

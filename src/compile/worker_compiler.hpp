@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "kiln/compile_pool.hpp"
+#include "compile/compile_pool.hpp"
 #include "worker/worker_pool.hpp"
 
 namespace kiln {

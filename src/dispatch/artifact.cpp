@@ -1,3 +1,4 @@
+#include "compile/compile_pool.hpp"
 #include "kiln/artifact.hpp"
 
 #include <nlohmann/json.hpp>
@@ -6,7 +7,7 @@
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
-#include "kiln/code_cache.hpp"
+#include "compile/code_cache.hpp"
 #include "kiln/hash.hpp"
 #include "kiln/runtime.hpp"
 #include "kiln/tuning.hpp"

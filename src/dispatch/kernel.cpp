@@ -1,3 +1,4 @@
+#include "compile/compile_pool.hpp"
 #include "kiln/kernel.hpp"
 
 #include "core/format.hpp"

@@ -2,12 +2,13 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "compile/compile_pool.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/args.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"

@@ -1,3 +1,5 @@
+#include "compile/code_cache.hpp"
+#include "compile/compile_pool.hpp"
 #include "kiln/runtime.hpp"
 
 #include "compile/worker_compiler.hpp"
@@ -7,7 +9,7 @@
 #include "kiln/artifact.hpp"
 #include "core/format.hpp"
 #include "tune/benchmarker.hpp"
-#include "tune/remote_cache.hpp"
+#include "compile/remote_cache.hpp"
 #include "worker/worker_pool.hpp"
 
 namespace kiln {
@@ -21,6 +23,8 @@ struct Runtime::BackendState {
 };
 
 Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
+  if (opts_.remote_binaries && opts_.remote_cache.empty())
+    fail(Errc::usage, "KILN_REMOTE_BINARIES=1 needs KILN_REMOTE_CACHE (a redis:// address)");
   // A malformed address is the user's mistake: said now, not on the first miss.
   if (!opts_.remote_cache.empty())
     remote_ = std::make_shared<RemoteCache>(RemoteCache::Settings{opts_.remote_cache, opts_.remote_timeout_s});
@@ -61,7 +65,7 @@ CompilePool& Runtime::compile_pool(const std::string& name) {
     std::shared_ptr<Compiler> c;
     if (workers) c = std::make_shared<WorkerCompiler>(workers, opts_);
     else c = std::make_shared<DirectCompiler>(st.backend);
-    if (cache) c = std::make_shared<CachingCompiler>(c, cache);
+    if (cache) c = std::make_shared<CachingCompiler>(c, cache, opts_.remote_binaries ? remote_ : nullptr);
     st.pool = std::make_unique<CompilePool>(st.backend, c, opts_.resolved_compile_threads());
   }
   return *st.pool;
@@ -161,6 +165,28 @@ TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
   return out;
 }
 
+Runtime::Stats Runtime::stats() {
+  Stats st;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    for (const auto& [name, b] : backends_)
+      if (b->pool) {
+        CompilePool::Counters c = b->pool->counters();
+        st.compiled += c.compiled;
+        st.compile_cache_hits += c.cache_hits;
+      }
+  }
+  if (auto tc = tuning_cache()) {
+    TuningCache::Stats t = tc->stats();
+    st.records_local = t.local_hits;
+    st.records_artifact = t.artifact_hits;
+    st.records_remote = t.remote_hits;
+  }
+  st.configs_timed = configs_timed_.load(std::memory_order_relaxed);
+  st.serving_misses = serving_misses();
+  return st;
+}
+
 uint64_t Runtime::serving_misses() const { return serving_misses_.load(std::memory_order_relaxed); }
 
 TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
@@ -171,6 +197,7 @@ TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const Tun
   benchmarker(spec.backend);
   Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
   TuneOutcome out = t.tune(spec, params, o);
+  configs_timed_.fetch_add(out.timed_now, std::memory_order_relaxed);
   if (cache && out.choice) cache->note_used(out.record);
   return out;
 }

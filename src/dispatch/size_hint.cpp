@@ -4,6 +4,7 @@
 #include <set>
 #include <thread>
 
+#include "compile/compile_pool.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "dispatch/call_shape.hpp"

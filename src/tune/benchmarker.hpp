@@ -25,7 +25,7 @@
 #include <span>
 #include <string>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/spec.hpp"
 #include "worker/arena.hpp"
 #include "worker/protocol.hpp"

@@ -1,4 +1,5 @@
-#include "kiln/tuner.hpp"
+#include "compile/compile_pool.hpp"
+#include "kiln/ext/tuner.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +11,7 @@
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "tune/benchmarker.hpp"
 #include "tune/search.hpp"
 

@@ -7,10 +7,10 @@
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
-#include "kiln/backend.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/backend.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/tuning.hpp"
-#include "tune/remote_cache.hpp"
+#include "compile/remote_cache.hpp"
 
 #include <unistd.h>
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln::wire {
 

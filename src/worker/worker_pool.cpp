@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include "worker/worker_pool.hpp"
 
 #include <signal.h>
@@ -25,14 +26,24 @@ fs::path WorkerPool::find_exe(const fs::path& configured) {
     if (ok(configured)) return configured;
     fail(Errc::worker, "KILN_WORKER={} is not an executable", configured.string());
   }
-  fs::path beside = fs::path(self_exe_dir()) / "kiln-worker";
-  if (ok(beside)) return beside;
-  // A test or benchmark one folder below the build folder.
-  fs::path above = fs::path(self_exe_dir()).parent_path() / "kiln-worker";
-  if (ok(above)) return above;
-#ifdef KILN_WORKER_BUILD_PATH
-  if (ok(KILN_WORKER_BUILD_PATH)) return KILN_WORKER_BUILD_PATH;
-#endif
+  // Beside the program, one folder up (a test or benchmark below the build
+  // folder), then beside the library that holds this code (libkiln.so,
+  // wherever it was installed: lib/ -> ../bin, ../libexec/kiln). Nothing is
+  // baked in at build time, so an installed tree can move.
+  const fs::path exe = self_exe_dir();
+  std::vector<fs::path> places{exe / "kiln-worker", exe.parent_path() / "kiln-worker"};
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&WorkerPool::find_exe), &info) && info.dli_fname) {
+    std::error_code ec;
+    fs::path lib = fs::weakly_canonical(fs::path(info.dli_fname), ec).parent_path();
+    if (!ec && lib != exe) {
+      places.push_back(lib / "kiln-worker");
+      places.push_back(lib.parent_path() / "bin" / "kiln-worker");
+      places.push_back(lib.parent_path() / "libexec" / "kiln" / "kiln-worker");
+    }
+  }
+  for (const auto& p : places)
+    if (ok(p)) return p;
   std::string list;
   for (const auto& t : tried) list += " " + t.string();
   fail(Errc::worker, "cannot find the kiln-worker executable (looked at{}); set KILN_WORKER", list);

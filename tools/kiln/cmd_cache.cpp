@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compile/code_cache.hpp"
 #include "backends/serialize.hpp"
 #include "commands.hpp"
 #include "kiln/runtime.hpp"

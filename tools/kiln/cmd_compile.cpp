@@ -5,9 +5,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "compile/compile_pool.hpp"
 #include "commands.hpp"
 #include "backends/serialize.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compile/compile_pool.hpp"
 #include "commands.hpp"
 #include "core/format.hpp"
 #include "kiln/args.hpp"

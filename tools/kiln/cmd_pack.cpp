@@ -5,11 +5,11 @@
 #include "commands.hpp"
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
-#include "kiln/code_cache.hpp"
-#include "kiln/compile_pool.hpp"
+#include "compile/code_cache.hpp"
+#include "compile/compile_pool.hpp"
 #include <set>
 #include "kiln/artifact.hpp"
-#include "kiln/binary_key.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/runtime.hpp"
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "compile/compile_pool.hpp"
 #include "commands.hpp"
 #include <charconv>
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/thread_pool.hpp"
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln {
 

@@ -11,7 +11,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln {
 

@@ -22,13 +22,13 @@
 #include <optional>
 #include <span>
 
-#include "kiln/backend.hpp"
-#include "kiln/compile_pool.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
 
 class Benchmarker;
+class CompilePool;
 
 struct TuneOptions {
   std::optional<SearchKind> search;  // default: the spec's

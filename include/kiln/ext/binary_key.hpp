@@ -1,11 +1,13 @@
 // The binary key: the content address of a compiled variant. Every input that
 // changes the compiled bytes is a field; the key is the hash of them all.
+// Thread-safety: the functions are pure (they read the files a source
+// includes); BinaryKeyer may be shared once made.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/hash.hpp"
 
 namespace kiln {

@@ -1,4 +1,4 @@
-#include "tune/remote_cache.hpp"
+#include "compile/remote_cache.hpp"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/backend.hpp"
+#include "kiln/ext/backend.hpp"
 
 namespace kiln {
 

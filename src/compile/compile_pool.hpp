@@ -7,6 +7,7 @@
 // compile among identical requests in flight.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -19,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/backend.hpp"
-#include "kiln/code_cache.hpp"
+#include "kiln/ext/backend.hpp"
+#include "compile/code_cache.hpp"
 
 namespace kiln {
 
@@ -41,15 +42,32 @@ class DirectCompiler final : public Compiler {
   std::shared_ptr<Backend> backend_;
 };
 
+class RemoteCache;
+
+// With `remote` (KILN_REMOTE_BINARIES=1), a local miss asks Redis before
+// compiling, and a compiled binary is shared there. Content-addressed:
+// kiln:b<fmt>:bin:<binary key> names the xxh3-128 of the entry's bytes,
+// kiln:b<fmt>:blob:<that hash> holds them; a blob whose bytes do not hash to
+// its name, or that does not decode as the entry of the key asked for, is
+// rejected and the kernel compiled here.
 class CachingCompiler final : public Compiler {
  public:
-  CachingCompiler(std::shared_ptr<Compiler> inner, std::shared_ptr<CodeCache> cache)
-      : inner_(std::move(inner)), cache_(std::move(cache)) {}
+  CachingCompiler(std::shared_ptr<Compiler> inner, std::shared_ptr<CodeCache> cache,
+                  std::shared_ptr<RemoteCache> remote = nullptr)
+      : inner_(std::move(inner)), cache_(std::move(cache)), remote_(std::move(remote)) {}
   Binary compile(const CompileRequest& req, const std::string& key) override;
+  struct RemoteStats {
+    uint64_t hits = 0, rejected = 0, shared = 0;
+  };
+  RemoteStats remote_stats() const;
 
  private:
+  std::optional<Binary> from_remote(const std::string& key);
+  void to_remote(const Binary& b);
   std::shared_ptr<Compiler> inner_;
   std::shared_ptr<CodeCache> cache_;
+  std::shared_ptr<RemoteCache> remote_;
+  std::atomic<uint64_t> hits_{0}, rejected_{0}, shared_{0};
 };
 
 using BinaryFuture = std::shared_future<std::shared_ptr<const Binary>>;
