@@ -101,7 +101,7 @@ void CompilePool::run() {
       std::unique_lock<std::mutex> lk(m_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      task = std::move(queue_.front());
+      task = std::move(queue_.front().second);
       queue_.pop_front();
     }
     task();
@@ -112,8 +112,11 @@ BinaryFuture CompilePool::submit(const CompileRequest& req) {
   return submit(req, make_binary_key(req, *backend_).hex());
 }
 
-BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config) {
-  if (config.library.empty()) return submit(make_compile_request(spec, config));
+BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config, bool urgent) {
+  if (config.library.empty()) {
+    CompileRequest req = make_compile_request(spec, config);
+    return submit(req, make_binary_key(req, *backend_).hex(), urgent);
+  }
   std::promise<std::shared_ptr<const Binary>> p;
   try {
     std::string why = backend_->library_unavailable(config.library);
@@ -126,12 +129,20 @@ BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config) {
   return p.get_future().share();
 }
 
-BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key) {
+BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key, bool urgent) {
   std::lock_guard<std::mutex> g(m_);
   ++counters_.submitted;
   auto it = futures_.find(key);
   if (it != futures_.end()) {
     ++counters_.deduped;
+    if (urgent)
+      for (auto q = queue_.begin(); q != queue_.end(); ++q)
+        if (q->first == key) {
+          auto task = std::move(*q);
+          queue_.erase(q);
+          queue_.push_front(std::move(task));
+          break;
+        }
     CompileRecord r;
     r.kernel = req.kernel;
     r.config = req.config_text;
@@ -156,7 +167,7 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
   auto promise = std::make_shared<std::promise<std::shared_ptr<const Binary>>>();
   BinaryFuture fut = promise->get_future().share();
   futures_.emplace(key, fut);
-  queue_.push_back([this, req, key, promise] {
+  auto task = [this, req, key, promise] {
     auto t0 = std::chrono::steady_clock::now();
     CompileRecord r;
     r.kernel = req.kernel;
@@ -189,7 +200,9 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
       }
       promise->set_exception(std::current_exception());
     }
-  });
+  };
+  if (urgent) queue_.emplace_front(key, std::move(task));
+  else queue_.emplace_back(key, std::move(task));
   cv_.notify_one();
   return fut;
 }

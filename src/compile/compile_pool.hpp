@@ -99,10 +99,12 @@ class CompilePool {
   // Computes the request's binary key now, then compiles on a pool thread.
   // An identical request already submitted shares its future.
   BinaryFuture submit(const CompileRequest& req);
-  BinaryFuture submit(const CompileRequest& req, const std::string& key);
+  // `urgent`: a call waits for it; it goes to the front of the queue (an
+  // identical request still queued is moved there), ahead of background compiles.
+  BinaryFuture submit(const CompileRequest& req, const std::string& key, bool urgent = false);
   // One config of a spec: a template config is compiled as above; a library
   // choice gets its stand-in binary at once (or its reason for being unavailable).
-  BinaryFuture submit(const KernelSpec& spec, const Config& config);
+  BinaryFuture submit(const KernelSpec& spec, const Config& config, bool urgent = false);
 
   struct Counters {
     size_t submitted = 0, deduped = 0, cache_hits = 0, compiled = 0, failed = 0;
@@ -117,7 +119,7 @@ class CompilePool {
   std::shared_ptr<Compiler> compiler_;
   mutable std::mutex m_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::pair<std::string, std::function<void()>>> queue_;  // (key, task)
   void finished(const std::string& key, bool ok);  // holds m_
   std::map<std::string, BinaryFuture> futures_;  // by key: in flight, or done and kept
   std::deque<std::string> done_order_;           // done keys, oldest first

@@ -48,7 +48,7 @@ struct Kernel::Impl {
     auto x = std::make_unique<Choice>();
     x->config = c;
     x->source = source;
-    auto bin = rt.compile_pool(spec.backend).submit(spec, c).get();
+    auto bin = rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
     x->kernel = rt.load(*bin);
     if (c.library.empty()) x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     choices.push_back(std::move(x));
@@ -107,18 +107,23 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   std::lock_guard<std::mutex> g(m.memo.mutex());
   const Choice* found;
   if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
-  {
-    // Wait for what the background compile has left (none was started with it off).
+  TuneOptions to = m.tune;
+  to.stream = stream;
+  // A record (local, artifact, remote) answers with no need of the whole
+  // space compiled: only the chosen config is compiled, ahead of the rest.
+  to.cached_only = true;
+  TuneOutcome o = m.rt.tune(m.spec, params, to);
+  if (!o.choice) {
+    // Tuning: wait for what the background compile has left (none was started with it off).
     std::vector<BinaryFuture> fs;
     {
       std::lock_guard<std::mutex> lk(m.m);
       fs = m.background;
     }
     for (const auto& f : fs) f.wait();
+    to.cached_only = false;
+    o = m.rt.tune(m.spec, params, to);
   }
-  TuneOptions to = m.tune;
-  to.stream = stream;
-  TuneOutcome o = m.rt.tune(m.spec, params, to);
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
   const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
   log::info("kernel '{}' at {}: {} ({})", m.spec.name, o.record.key.values_text(), c->config.str(), c->source);

@@ -60,7 +60,7 @@ struct SizeHintMultiKernel::Impl {
       if (v->config == c) return v.get();
     auto v = std::make_unique<Variant>();
     v->config = c;
-    v->kernel = rt.load(*rt.compile_pool(spec.backend).submit(spec, c).get());
+    v->kernel = rt.load(*rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get());
     if (c.library.empty()) v->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     variants.push_back(std::move(v));
     return variants.back().get();

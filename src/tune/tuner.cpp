@@ -563,6 +563,12 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
   };
   if (p_.cache)
     if (auto out = answer(p_.cache->get(key))) return std::move(*out);
+  if (o.cached_only) {
+    TuneOutcome none;
+    none.record.kernel = spec.name;
+    none.record.key = key;
+    return none;
+  }
 
   TuneOutcome outcome;
   auto session = [&] {

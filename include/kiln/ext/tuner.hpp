@@ -37,6 +37,7 @@ struct TuneOptions {
   bool show_progress = false;
   Stream stream = nullptr;           // the caller's stream: synchronised before its buffers are read
   bool libraries = true;             // false: the spec's library choices are left out (templates only)
+  bool cached_only = false;          // true: answer from a record or not at all (choice empty), never tune
 };
 
 struct TuneOutcome {
