@@ -20,6 +20,7 @@
 // Thread-safe: calls may come from any number of threads at once.
 #pragma once
 
+#include <optional>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "kiln/kernel.hpp"
+#include "kiln/plan.hpp"
 
 namespace kiln {
 
@@ -38,6 +40,12 @@ struct SizeHintOptions {
   // (0: never). Default: KILN_RETUNE_AFTER.
   int retune_after = -1;
   TuneOptions tune;
+  // Dispatch by a plan (kiln plan) instead of the spec's hints: its training
+  // points and their configs become the points, nothing is tuned ahead.
+  // `use_plan`: the plan stored for this kernel on this device, if there is
+  // a valid one (else the hints, with a warning).
+  std::optional<DispatchPlan> plan;
+  bool use_plan = false;
 };
 
 class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {

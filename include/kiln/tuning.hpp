@@ -182,6 +182,12 @@ class TuningCache {
   // the others.
   void note_used(const TuningRecord& r);
 
+  // A kernel's dispatch plan (kiln/plan.hpp) as text: tune/<base>/plan.pln on
+  // the local disk, else one from a packed artifact. Validated by the reader.
+  void put_plan(const TuningKey& base, const std::string& text);
+  std::optional<std::string> get_plan(const TuningKey& base) const;
+  void add_artifact_plan(const std::string& base_hex, std::string text);
+
   // Serving mode's misses (keys answered with no record of their own),
   // kept on disk under serving/ so `kiln report --misses` shows them: each
   // key once per process, with a count over processes.

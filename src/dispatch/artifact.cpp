@@ -275,7 +275,11 @@ std::string load_artifact(Runtime& rt, const fs::path& path, bool sources_only) 
   size_t nb = bins.size();
   if (auto cc = rt.code_cache()) cc->add_overlay(std::move(bins));
   else if (nb) log::warn("artifact {}: KILN_NO_CACHE is set, so its binaries are not used", path.string());
-  if (auto tc = rt.tuning_cache()) tc->add_artifact_records(recs);
+  if (auto tc = rt.tuning_cache()) {
+    tc->add_artifact_records(recs);
+    for (const auto& [n, d] : a.entries())
+      if (n.compare(0, 6, "plans/") == 0) tc->add_artifact_plan(fs::path(n).stem().string(), d);
+  }
   else if (!recs.empty()) log::warn("artifact {}: KILN_NO_CACHE is set, so its records are not used", path.string());
   return fmt::format("artifact {}: {} kernels, {} records, {} binaries", path.string(), a.manifest().kernels.size(),
                      recs.size(), nb);

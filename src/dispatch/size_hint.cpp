@@ -54,6 +54,20 @@ struct SizeHintMultiKernel::Impl {
   std::atomic<size_t> retuned{0};
   std::atomic<bool> said_fallback{false};
 
+  // The plan to dispatch by: the one given, else (use_plan) the stored one.
+  std::optional<DispatchPlan> stored_plan() {
+    if (opts.plan) return opts.plan;
+    if (!opts.use_plan) return std::nullopt;
+    Backend& be = rt.backend(spec.backend);
+    TuningKey base = plan_base_key(spec, be);
+    if (auto cache = rt.tuning_cache())
+      if (auto text = cache->get_plan(base))
+        if (auto p = plan_from_text(*text, base, spec)) return p;
+    log::warn("kernel '{}': no valid dispatch plan for this device (run `kiln plan {}`); dispatching by its hints",
+              spec.name, spec.spec_path.string());
+    return std::nullopt;
+  }
+
   // The loaded variant for a config (one per config); holds m.
   const Variant* variant_for(const Config& c) {
     for (const auto& v : variants)
@@ -96,6 +110,16 @@ struct SizeHintMultiKernel::Impl {
     std::lock_guard<std::mutex> g(m);
     if (prepared) return;
     other_scalars = others;
+    if (std::optional<DispatchPlan> plan = stored_plan()) {
+      for (const auto& pt : plan->points) {
+        points.push_back({pt.values, plan->configs[pt.config], pt.pick_ns});
+        point_variant.push_back(variant_for(plan->configs[pt.config]));
+      }
+      log::info("kernel '{}': dispatching by its plan ({} points, {} configs)", spec.name, plan->points.size(),
+                plan->configs.size());
+      prepared = true;
+      return;
+    }
     auto list = spec.tuning.hint_point_list();
     if (list.empty())
       fail(Errc::usage, "kernel '{}' has no tuning.hints: a size-hint multi-kernel tunes at them", spec.name);
@@ -220,7 +244,7 @@ struct SizeHintMultiKernel::Impl {
 
 SizeHintMultiKernel::SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {
-  if (rt.options().compiles_ahead()) {
+  if (rt.options().compiles_ahead() && !opts.plan && !opts.use_plan) {
     std::lock_guard<std::mutex> g(impl_->m);
     impl_->start_background();
   }

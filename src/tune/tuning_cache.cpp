@@ -419,6 +419,7 @@ struct TuningCache::Dirs {
   std::set<std::string> kernels_fetched;        // bases whose hash was fetched whole
   bool bundle_fetched = false;
   std::set<std::string> in_bundle;              // slots known to be in the named bundle
+  std::map<std::string, std::string> artifact_plans;  // base -> plan text
   mutable Stats stats;
 };
 
@@ -698,6 +699,25 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
     if (rs.remote->hget(hash, key.values_hex())) break;  // its record: fn() reads (and validates) it
   }
   fn();
+}
+
+void TuningCache::put_plan(const TuningKey& base, const std::string& text) {
+  if (!dirs_->tune) fail(Errc::cache, "the tuning cache is open for reading only");
+  dirs_->tune.sub(base.base_hex(), true).write("plan.pln", text);
+}
+
+std::optional<std::string> TuningCache::get_plan(const TuningKey& base) const {
+  if (dirs_->tune)
+    if (SafeDir d = dirs_->tune.sub(base.base_hex(), false))
+      if (auto text = d.read("plan.pln", kMaxRecordBytes)) return text;
+  std::lock_guard<std::mutex> g(dirs_->m);
+  if (auto it = dirs_->artifact_plans.find(base.base_hex()); it != dirs_->artifact_plans.end()) return it->second;
+  return std::nullopt;
+}
+
+void TuningCache::add_artifact_plan(const std::string& base_hex, std::string text) {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  dirs_->artifact_plans[base_hex] = std::move(text);
 }
 
 void TuningCache::note_serving_miss(const TuningKey& key) {

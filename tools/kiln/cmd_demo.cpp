@@ -60,6 +60,8 @@ std::vector<std::pair<std::string, std::string>> square(int64_t n) {
   return {{"M", s}, {"N", s}, {"K", s}};
 }
 
+}  // namespace
+
 // Times configs of `spec` at one shape side by side: interleaved rounds on
 // the same inputs, so drift falls on all alike. Returns median ms per config.
 std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const std::vector<Config>& configs,
@@ -105,17 +107,7 @@ double geomean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::exp(s / static_cast<double>(v.size()));
 }
 
-// Short names for the configs the tables show ("c1", "c2", ...), listed once.
-struct Legend {
-  std::vector<Config> configs;
-  std::string name(const Config& c) {
-    if (!c.library.empty()) return c.library;
-    for (size_t i = 0; i < configs.size(); ++i)
-      if (configs[i] == c) return "c" + std::to_string(i + 1);
-    configs.push_back(c);
-    return "c" + std::to_string(configs.size());
-  }
-};
+namespace {
 
 // The largest |C - A·B| over `rows` rows of C spread over the matrix (all of
 // them when n is small), against a plain loop in double.

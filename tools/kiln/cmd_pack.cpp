@@ -9,6 +9,7 @@
 #include "compile/compile_pool.hpp"
 #include <set>
 #include "kiln/artifact.hpp"
+#include "kiln/plan.hpp"
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/runtime.hpp"
@@ -126,6 +127,15 @@ void run_pack(Globals& g, const PackArgs& a) {
       }
       std::fprintf(stderr, "%s at %s: %s (%s)\n", spec.name.c_str(), r.key.values_text().c_str(),
                    o.choice->str().c_str(), o.from_cache ? "cached" : "tuned now");
+    }
+    // Its dispatch plan (kiln plan), when there is one for this device.
+    if (auto cache = rt.tuning_cache()) {
+      TuningKey base = plan_base_key(spec, be);
+      if (auto text = cache->get_plan(base))
+        if (plan_from_text(*text, base, spec)) {
+          art.add("plans/" + base.base_hex() + ".pln", *text);
+          std::fprintf(stderr, "%s: its dispatch plan\n", spec.name.c_str());
+        }
     }
     m.kernels.push_back(std::move(entry));
   }

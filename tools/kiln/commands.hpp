@@ -8,6 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "kiln/spec.hpp"
+
+namespace kiln {
+class Runtime;
+class DeviceArgs;
+}  // namespace kiln
+
 namespace kiln::cli {
 
 struct Globals {
@@ -21,6 +28,7 @@ void add_demo(CLI::App& app, Globals& g);
 void add_tune(CLI::App& app, Globals& g);  // tune and report
 void add_backends(CLI::App& app, Globals& g);
 void add_pack(CLI::App& app, Globals& g);  // pack, unpack, inspect
+void add_plan(CLI::App& app, Globals& g);
 
 // Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
 // executable, else the source tree kiln was built from.
@@ -49,5 +57,25 @@ void isolate_stdout();
 
 // NAME=VALUE pairs from --set.
 std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets);
+
+// Times configs of `spec` at one shape side by side: interleaved rounds on
+// the same inputs (in this process), so drift falls on all alike. Median ms per config.
+std::vector<double> time_side_by_side(Runtime& rt, const KernelSpec& spec, const std::vector<Config>& configs,
+                                      const DeviceArgs& args);
+std::string ms_text(double ms);
+double geomean(const std::vector<double>& v);
+
+// Short names for the configs the tables show ("c1", "c2", ...), listed once.
+struct Legend {
+  std::vector<Config> configs;
+  std::string name(const Config& c) {
+    if (!c.library.empty()) return c.library;
+    for (size_t i = 0; i < configs.size(); ++i)
+      if (configs[i] == c) return "c" + std::to_string(i + 1);
+    configs.push_back(c);
+    return "c" + std::to_string(configs.size());
+  }
+};
+
 
 }  // namespace kiln::cli

@@ -1,0 +1,245 @@
+#include "kiln/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "backends/serialize.hpp"
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "kiln/ext/tuner.hpp"
+#include "kiln/hash.hpp"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+double log2_of(int64_t v) { return std::log2(static_cast<double>(v < 1 ? 1 : v)); }
+
+json config_json(const Config& c) {
+  json j = json::object();
+  for (const auto& [n, v] : c.values) j[n] = v;
+  if (!c.library.empty()) j["library"] = c.library;
+  return j;
+}
+
+// A config read back: a point of the spec's current space, or one of its library choices.
+std::optional<Config> config_from(const json& j, const KernelSpec& spec) {
+  if (!j.is_object()) return std::nullopt;
+  Config c;
+  if (j.contains("library")) {
+    if (!j["library"].is_string() || j.size() != 1) return std::nullopt;
+    c.library = j["library"].get<std::string>();
+    if (std::find(spec.libraries.begin(), spec.libraries.end(), c.library) == spec.libraries.end()) return std::nullopt;
+    return c;
+  }
+  for (const auto& p : spec.space.params) {
+    if (!j.contains(p.name) || !j[p.name].is_number_integer()) return std::nullopt;
+    c.values.push_back({p.name, j[p.name].get<int64_t>()});
+  }
+  if (j.size() != spec.space.params.size() || !spec.space.index_of(c)) return std::nullopt;
+  return c;
+}
+
+constexpr std::string_view kMagic = "kiln-dispatch-plan";
+
+}  // namespace
+
+TuningKey plan_base_key(const KernelSpec& spec, Backend& backend) {
+  std::vector<std::pair<std::string, int64_t>> values;
+  for (const auto& k : spec.tuning.key) values.push_back({k, 0});
+  return make_tuning_key(spec, backend, std::move(values));
+}
+
+std::vector<size_t> DispatchPlan::by_distance(const std::vector<int64_t>& key) const {
+  std::vector<std::tuple<double, double, size_t>> d;
+  for (size_t i = 0; i < points.size(); ++i) {
+    double dist = 0, size = 0;
+    for (size_t k = 0; k < key.size() && k < points[i].values.size(); ++k) {
+      dist += std::abs(log2_of(key[k]) - log2_of(points[i].values[k]));
+      size += log2_of(points[i].values[k]);
+    }
+    d.push_back({std::round(dist * 1e9) / 1e9, -size, points.size() - i});
+  }
+  std::sort(d.begin(), d.end());
+  std::vector<size_t> out;
+  for (const auto& [dist, size, rev] : d) out.push_back(points.size() - rev);
+  return out;
+}
+
+std::optional<Config> DispatchPlan::pick(const KernelSpec& spec, const std::vector<int64_t>& values,
+                                         const int64_t* slots, const LaunchLimits& limits) const {
+  std::vector<size_t> order = by_distance(values);
+  for (size_t i : order)
+    if (Tuner::why_not(spec, configs[points[i].config], slots, limits).empty()) return configs[points[i].config];
+  for (const auto& c : configs)
+    if (Tuner::why_not(spec, c, slots, limits).empty()) return c;
+  return std::nullopt;
+}
+
+DispatchPlan build_plan(const KernelSpec& spec, const TuningKey& base, const std::vector<TuningRecord>& records,
+                        double slack, int max_configs) {
+  DispatchPlan plan;
+  plan.kernel = spec.name;
+  plan.base = base;
+  plan.slack = slack;
+  plan.max_configs = max_configs;
+  plan.when = utc_now();
+  plan.kiln_version = kiln_version();
+  // The time matrix: t[config][shape], configs by their text.
+  std::map<std::string, Config> configs;
+  std::map<std::string, std::vector<double>> t;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> best(records.size(), inf);
+  for (size_t s = 0; s < records.size(); ++s)
+    for (const ConfigResult* r : records[s].ranked()) {
+      const Config& c = r->config;
+      bool current = c.library.empty()
+                         ? spec.space.index_of(c).has_value()
+                         : std::find(spec.libraries.begin(), spec.libraries.end(), c.library) != spec.libraries.end();
+      if (!current) continue;
+      std::string name = c.str();
+      configs.emplace(name, c);
+      auto& row = t[name];
+      row.resize(records.size(), inf);
+      row[s] = *r->ns;
+      best[s] = std::min(best[s], *r->ns);
+    }
+  for (auto& [n, row] : t) row.resize(records.size(), inf);
+  // Greedy cover: each step keeps the config that brings the most uncovered
+  // shapes within slack of their best; ties go to the one whose kept set is
+  // fastest over all shapes (geometric mean of time / best).
+  std::vector<std::string> kept;
+  std::vector<bool> covered(records.size(), false);
+  for (size_t s = 0; s < records.size(); ++s)
+    if (best[s] == inf) covered[s] = true;  // nothing ran there: nothing to cover
+  auto geo = [&](const std::vector<std::string>& set) {
+    double sum = 0;
+    int n = 0;
+    for (size_t s = 0; s < records.size(); ++s) {
+      if (best[s] == inf) continue;
+      double m = inf;
+      for (const auto& c : set) m = std::min(m, t[c][s]);
+      sum += std::log(std::min(m / best[s], 1e6));
+      ++n;
+    }
+    return n ? std::exp(sum / n) : 1.0;
+  };
+  while (static_cast<int>(kept.size()) < max_configs) {
+    std::string pick;
+    int pick_gain = 0;
+    double pick_geo = inf;
+    for (const auto& [name, row] : t) {
+      if (std::find(kept.begin(), kept.end(), name) != kept.end()) continue;
+      int gain = 0;
+      for (size_t s = 0; s < records.size(); ++s)
+        if (!covered[s] && row[s] <= slack * best[s]) ++gain;
+      if (gain == 0) continue;
+      std::vector<std::string> with = kept;
+      with.push_back(name);
+      double g = geo(with);
+      if (gain > pick_gain || (gain == pick_gain && g < pick_geo)) {
+        pick = name;
+        pick_gain = gain;
+        pick_geo = g;
+      }
+    }
+    if (pick.empty()) break;  // everything covered (or nothing more can be)
+    kept.push_back(pick);
+    for (size_t s = 0; s < records.size(); ++s)
+      if (t[pick][s] <= slack * best[s]) covered[s] = true;
+  }
+  for (const auto& name : kept) plan.configs.push_back(configs.at(name));
+  for (size_t s = 0; s < records.size(); ++s) {
+    DispatchPlan::Point p;
+    for (const auto& [n, v] : records[s].key.values) p.values.push_back(v);
+    p.best_ns = best[s] == inf ? 0 : best[s];
+    double m = inf;
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (t[kept[i]][s] < m) {
+        m = t[kept[i]][s];
+        p.config = i;
+      }
+    if (kept.empty() || m == inf) continue;  // no kept config ran here: not a point
+    p.pick_ns = m;
+    if (!covered[s] || m > slack * best[s]) plan.uncovered.push_back(records[s].key.values_text());
+    plan.points.push_back(std::move(p));
+  }
+  return plan;
+}
+
+std::string plan_to_text(const DispatchPlan& p) {
+  json configs = json::array(), points = json::array(), names = json::array();
+  for (const auto& c : p.configs) configs.push_back(config_json(c));
+  for (const auto& pt : p.points)
+    points.push_back({{"values", pt.values}, {"config", pt.config}, {"best_ns", pt.best_ns}, {"pick_ns", pt.pick_ns}});
+  for (const auto& [n, v] : p.base.values) names.push_back(n);
+  json j = {{"format", DispatchPlan::kFormat},
+            {"kiln_version", p.kiln_version},
+            {"kernel", p.kernel},
+            {"base", p.base.base_hex()},
+            {"key_names", names},
+            {"slack", p.slack},
+            {"max_configs", p.max_configs},
+            {"configs", configs},
+            {"points", points},
+            {"uncovered", p.uncovered},
+            {"when", p.when}};
+  std::string body = dump_json(j, 1);
+  return fmt::format("{} {} {:016x} {}\n", kMagic, DispatchPlan::kFormat, hash64(body.data(), body.size()),
+                     body.size()) +
+         body;
+}
+
+std::optional<DispatchPlan> plan_from_text(std::string_view text, const TuningKey& base, const KernelSpec& spec) {
+  try {
+    size_t eol = text.find('\n');
+    if (eol == std::string_view::npos || eol > 200) return std::nullopt;
+    std::string head(text.substr(0, eol));
+    std::string_view body = text.substr(eol + 1);
+    char magic[32] = {};
+    int format = 0;
+    unsigned long long sum = 0, len = 0;
+    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4) return std::nullopt;
+    if (kMagic != magic || format != DispatchPlan::kFormat || len != body.size()) return std::nullopt;
+    if (hash64(body.data(), body.size()) != sum) return std::nullopt;
+    json j = json::parse(body);
+    DispatchPlan p;
+    p.kiln_version = j.at("kiln_version").get<std::string>();
+    if (!kiln_version_compatible(p.kiln_version)) return std::nullopt;
+    if (j.at("base").get<std::string>() != base.base_hex()) return std::nullopt;
+    p.kernel = j.at("kernel").get<std::string>();
+    p.base = base;
+    p.slack = j.at("slack").get<double>();
+    p.max_configs = j.at("max_configs").get<int>();
+    for (const auto& c : j.at("configs")) {
+      auto cfg = config_from(c, spec);
+      if (!cfg) return std::nullopt;  // a config the spec no longer has: the plan is stale
+      p.configs.push_back(*cfg);
+    }
+    for (const auto& pt : j.at("points")) {
+      DispatchPlan::Point x;
+      x.values = pt.at("values").get<std::vector<int64_t>>();
+      x.config = pt.at("config").get<size_t>();
+      x.best_ns = pt.at("best_ns").get<double>();
+      x.pick_ns = pt.at("pick_ns").get<double>();
+      if (x.values.size() != spec.tuning.key.size() || x.config >= p.configs.size()) return std::nullopt;
+      p.points.push_back(std::move(x));
+    }
+    p.uncovered = j.at("uncovered").get<std::vector<std::string>>();
+    p.when = j.at("when").get<std::string>();
+    if (p.points.empty() || !(p.slack >= 1)) return std::nullopt;
+    return p;
+  } catch (const std::exception& e) {
+    log::debug("a dispatch plan does not parse: {}", e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace kiln

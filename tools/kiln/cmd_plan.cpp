@@ -1,0 +1,285 @@
+// kiln plan: a dispatch plan from measurements, and its evaluation on shapes
+// it never saw (docs/plan.md).
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backends/serialize.hpp"
+#include "commands.hpp"
+#include "compile/compile_pool.hpp"
+#include "core/format.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/plan.hpp"
+#include "kiln/runtime.hpp"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+using Shape = std::vector<std::pair<std::string, std::string>>;
+
+struct PlanArgs {
+  std::string spec, shapes, eval;
+  std::vector<std::string> grid;
+  double slack = 1.05;
+  int max_configs = 8;
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+// "M=64 N=128 K=4096" (spaces or commas between), one shape per line; # comments.
+std::vector<Shape> read_shapes(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) fail(Errc::usage, "cannot read the shapes file {}", file);
+  std::vector<Shape> out;
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    for (char& c : line)
+      if (c == ',' || c == '\t') c = ' ';
+    std::istringstream ls(line);
+    std::string tok;
+    Shape s;
+    while (ls >> tok) {
+      auto eq = tok.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == tok.size())
+        fail(Errc::usage, "{}:{}: '{}' is not NAME=VALUE", file, no, tok);
+      s.push_back({tok.substr(0, eq), tok.substr(eq + 1)});
+    }
+    if (!s.empty()) out.push_back(std::move(s));
+  }
+  if (out.empty()) fail(Errc::usage, "{} holds no shapes", file);
+  return out;
+}
+
+// NAME=LO:HI:COUNT for each dimension: COUNT values from LO to HI evenly
+// spaced on a log2 scale (rounded); every combination.
+std::vector<Shape> grid_shapes(const std::vector<std::string>& dims) {
+  std::vector<Shape> out{Shape{}};
+  for (const auto& d : dims) {
+    long long lo = 0, hi = 0, n = 0;
+    auto eq = d.find('=');
+    if (eq == std::string::npos || std::sscanf(d.c_str() + eq + 1, "%lld:%lld:%lld", &lo, &hi, &n) != 3 || lo < 1 ||
+        hi < lo || n < 1 || n > 64)
+      fail(Errc::usage, "--grid {}: write NAME=LO:HI:COUNT (1 <= LO <= HI, 1 <= COUNT <= 64)", d);
+    std::string name = d.substr(0, eq);
+    std::vector<int64_t> values;
+    for (long long i = 0; i < n; ++i) {
+      double l = n == 1 ? std::log2(double(lo)) : std::log2(double(lo)) + i * (std::log2(double(hi)) - std::log2(double(lo))) / double(n - 1);
+      int64_t v = std::llround(std::exp2(l));
+      if (values.empty() || values.back() != v) values.push_back(v);
+    }
+    std::vector<Shape> next;
+    for (const auto& s : out)
+      for (int64_t v : values) {
+        Shape x = s;
+        x.push_back({name, std::to_string(v)});
+        next.push_back(std::move(x));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::string shape_text(const Shape& s) {
+  std::string t;
+  for (const auto& [n, v] : s) t += (t.empty() ? "" : " ") + n + "=" + v;
+  return t;
+}
+
+// Tunes `spec` at a shape, exhaustively (through the caches).
+TuneOutcome tune_at(Runtime& rt, const KernelSpec& spec, const Shape& shape, uint64_t seed, DeviceArgs** keep,
+                    std::vector<std::unique_ptr<DeviceArgs>>& store) {
+  auto args = std::make_unique<DeviceArgs>(spec, parse_scalars(spec, shape), rt.backend(spec.backend).device());
+  args->fill_random(seed);
+  TuneOptions to;
+  to.search = SearchKind::exhaustive;
+  TuneOutcome o = rt.tune(spec, args->params(), to);
+  if (keep) *keep = args.get();
+  store.push_back(std::move(args));
+  if (!o.choice) fail(Errc::tune, "{}", o.record.all_failed_message());
+  return o;
+}
+
+std::vector<int64_t> key_values(const KernelSpec& spec, const Shape& s) {
+  std::vector<int64_t> out;
+  for (const auto& k : spec.tuning.key) {
+    auto it = std::find_if(s.begin(), s.end(), [&](const auto& p) { return p.first == k; });
+    if (it == s.end()) fail(Errc::usage, "shape '{}' gives no value for the tuning key '{}'", shape_text(s), k);
+    out.push_back(std::stoll(it->second));
+  }
+  return out;
+}
+
+void run_plan(Globals& g, const PlanArgs& a) {
+  isolate_stdout();
+  Options opts = Options::from_env();
+  opts.quiet = opts.quiet || g.quiet;
+  Runtime rt(opts);
+  KernelSpec spec = load_spec(a.spec);
+  if (spec.tuning.key.empty()) fail(Errc::usage, "kernel '{}' has no tuning key: a plan maps key values to configs", spec.name);
+  Backend& be = rt.backend(spec.backend);
+  const LaunchLimits limits = be.limits();
+  auto cache = rt.tuning_cache();
+  if (!cache) fail(Errc::usage, "kiln plan stores its plan in the tuning cache; KILN_NO_CACHE is set");
+  TuningKey base = plan_base_key(spec, be);
+  json j = {{"kernel", spec.name}, {"backend", spec.backend}, {"device", be.device_identity()}};
+  Legend legend;
+  auto t0 = std::chrono::steady_clock::now();
+
+  std::vector<Shape> train;
+  if (!a.shapes.empty()) train = read_shapes(a.shapes);
+  if (!a.grid.empty()) {
+    auto gs = grid_shapes(a.grid);
+    train.insert(train.end(), gs.begin(), gs.end());
+  }
+  std::optional<DispatchPlan> plan;
+  std::vector<std::unique_ptr<DeviceArgs>> store;
+  if (!train.empty()) {
+    std::vector<TuningRecord> records;
+    size_t tuned = 0;
+    for (size_t i = 0; i < train.size(); ++i) {
+      TuneOutcome o = tune_at(rt, spec, train[i], a.seed, nullptr, store);
+      tuned += !o.from_cache;
+      if (!opts.quiet)
+        std::fprintf(stderr, "[%zu/%zu] %s: %s (%s)\n", i + 1, train.size(), shape_text(train[i]).c_str(),
+                     o.choice->str().c_str(), o.from_cache ? "cached" : "tuned");
+      records.push_back(std::move(o.record));
+      store.clear();
+    }
+    plan = build_plan(spec, base, records, a.slack, a.max_configs);
+    cache->put_plan(base, plan_to_text(*plan));
+    std::vector<double> ratios;
+    Table t({"training shape", "best", "plan's", "plan / best"}, {false, true, true, true});
+    json pts = json::array();
+    for (const auto& p : plan->points) {
+      std::string s;
+      for (size_t k = 0; k < p.values.size(); ++k) s += fmt::format("{}{}={}", k ? " " : "", spec.tuning.key[k], p.values[k]);
+      double r = p.best_ns > 0 ? p.pick_ns / p.best_ns : 1;
+      ratios.push_back(r);
+      t.row({s, ms_text(p.best_ns / 1e6), legend.name(plan->configs[p.config]), fmt::format("{:.3f}x", r)});
+      pts.push_back({{"shape", s}, {"config", plan->configs[p.config].str()}, {"ratio", r}});
+    }
+    double worst = ratios.empty() ? 1 : *std::max_element(ratios.begin(), ratios.end());
+    j["training"] = {{"shapes", train.size()}, {"tuned_now", tuned}, {"points", pts},
+                     {"geomean", geomean(ratios)}, {"worst", worst}};
+    if (!a.json) {
+      std::fprintf(out(), "kiln plan: %s on %s, %zu training shapes (%zu tuned now, the rest from the caches)\n",
+                   spec.name.c_str(), be.device_identity().c_str(), train.size(), tuned);
+      std::fprintf(out(), "kept %zu of the configs (at most %d), each training shape within %.2fx of its best%s\n",
+                   plan->configs.size(), a.max_configs, a.slack,
+                   plan->uncovered.empty() ? "" : fmt::format(" but {}", plan->uncovered.size()).c_str());
+      std::fprintf(out(), "%s", t.str().c_str());
+      std::fprintf(out(), "training: plan / best geomean %.3fx, worst %.3fx (ms: best of all configs, timed while tuning)\n",
+                   geomean(ratios), worst);
+    }
+  } else {
+    auto text = cache->get_plan(base);
+    if (text) plan = plan_from_text(*text, base, spec);
+    if (!plan)
+      fail(Errc::usage, "no valid plan for kernel '{}' on this device: give training shapes (--shapes FILE or --grid)",
+           spec.name);
+  }
+  json cfgs = json::array();
+  for (const auto& c : plan->configs) cfgs.push_back(c.str());
+  j["configs"] = cfgs;
+  j["slack"] = a.slack;
+
+  if (!a.eval.empty()) {
+    // The hint-based pick, for comparison: the spec's hints tuned (through the caches).
+    std::vector<std::pair<std::vector<int64_t>, Config>> hints;
+    DispatchPlan hint_rule;
+    for (const auto& pt : spec.tuning.hint_point_list()) {
+      Shape s;
+      for (size_t k = 0; k < pt.size(); ++k) s.push_back({spec.tuning.key[k], std::to_string(pt[k])});
+      TuneOutcome o = tune_at(rt, spec, s, a.seed, nullptr, store);
+      store.clear();
+      hint_rule.configs.push_back(*o.choice);
+      hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0});
+    }
+    std::vector<Shape> eval = read_shapes(a.eval);
+    std::vector<double> rp, rh;
+    Table t({"evaluation shape", "oracle ms", "oracle", "plan", "plan / oracle", "hint", "hint / oracle"},
+            {false, true, true, true, true, true, true});
+    json rows = json::array();
+    for (size_t i = 0; i < eval.size(); ++i) {
+      DeviceArgs* args = nullptr;
+      TuneOutcome o = tune_at(rt, spec, eval[i], a.seed + 1, &args, store);
+      std::vector<int64_t> slots(spec.args.size());
+      read_int_slots(spec, args->params(), slots.data());
+      std::vector<int64_t> vals = key_values(spec, eval[i]);
+      std::optional<Config> pp = plan->pick(spec, vals, slots.data(), limits);
+      std::optional<Config> hp = hint_rule.points.empty() ? std::nullopt : hint_rule.pick(spec, vals, slots.data(), limits);
+      if (!pp) fail(Errc::tune, "the plan has no config that can run {}", shape_text(eval[i]));
+      std::vector<Config> cs{*o.choice, *pp};
+      if (hp) cs.push_back(*hp);
+      std::vector<double> ms = time_side_by_side(rt, spec, cs, *args);
+      double r1 = ms[1] / ms[0], r2 = hp ? ms[2] / ms[0] : 0;
+      rp.push_back(r1);
+      if (hp) rh.push_back(r2);
+      t.row({shape_text(eval[i]), ms_text(ms[0]), legend.name(*o.choice), legend.name(*pp), fmt::format("{:.3f}x", r1),
+             hp ? legend.name(*hp) : "-", hp ? fmt::format("{:.3f}x", r2) : "-"});
+      rows.push_back({{"shape", shape_text(eval[i])}, {"oracle", o.choice->str()}, {"oracle_ms", ms[0]},
+                      {"plan", pp->str()}, {"plan_ms", ms[1]}, {"plan_ratio", r1},
+                      {"hint", hp ? json(hp->str()) : json(nullptr)}, {"hint_ms", hp ? json(ms[2]) : json(nullptr)},
+                      {"hint_ratio", hp ? json(r2) : json(nullptr)}});
+      if (!opts.quiet && !a.json)
+        std::fprintf(stderr, "[eval %zu/%zu] %s: plan %.3fx\n", i + 1, eval.size(), shape_text(eval[i]).c_str(), r1);
+      store.clear();
+    }
+    double wp = *std::max_element(rp.begin(), rp.end());
+    double wh = rh.empty() ? 0 : *std::max_element(rh.begin(), rh.end());
+    j["eval"] = {{"shapes", rows}, {"plan_geomean", geomean(rp)}, {"plan_worst", wp},
+                 {"hint_geomean", rh.empty() ? json(nullptr) : json(geomean(rh))},
+                 {"hint_worst", rh.empty() ? json(nullptr) : json(wh)}};
+    if (!a.json) {
+      std::fprintf(out(), "\nevaluation on %zu shapes (each tuned exactly: the oracle; timed side by side)\n", eval.size());
+      std::fprintf(out(), "%s", t.str().c_str());
+      std::fprintf(out(), "plan / oracle: geomean %.3fx, worst %.3fx\n", geomean(rp), wp);
+      if (!rh.empty()) std::fprintf(out(), "hint / oracle: geomean %.3fx, worst %.3fx  (the spec's size hints, nearest)\n", geomean(rh), wh);
+    }
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  j["seconds"] = secs;
+  if (a.json) {
+    std::fprintf(out(), "%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::fprintf(out(), "configs:\n");
+  for (size_t i = 0; i < legend.configs.size(); ++i)
+    std::fprintf(out(), "  c%zu: %s\n", i + 1, legend.configs[i].str().c_str());
+  std::fprintf(out(), "plan stored for this device; done in %s\n", seconds_text(secs).c_str());
+}
+
+}  // namespace
+
+void add_plan(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("plan", "Make a dispatch plan from measurements at training shapes, and evaluate it "
+                                         "on shapes it never saw");
+  auto a = std::make_shared<PlanArgs>();
+  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--shapes", a->shapes, "Training shapes: a file, one NAME=VALUE ... line per shape")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--grid", a->grid, "Training shapes on a log2 grid: NAME=LO:HI:COUNT, once per dimension");
+  cmd->add_option("--slack", a->slack, "Every training shape gets a kept config within this factor of its best")
+      ->check(CLI::Range(1.0, 10.0))
+      ->capture_default_str();
+  cmd->add_option("--max-configs", a->max_configs, "Keep at most this many configs")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--eval", a->eval,
+                  "Evaluation shapes (a file like --shapes): the plan's pick and the hint-based pick against tuning "
+                  "each exactly")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->callback([&g, a] { run_plan(g, *a); });
+}
+
+}  // namespace kiln::cli
