@@ -76,7 +76,7 @@ class ConfigSpace {
 };
 
 enum class HintPoints : uint8_t { diagonal, grid };
-enum class SearchKind : uint8_t { exhaustive, coordesc };
+enum class SearchKind : uint8_t { exhaustive, coordesc, budgeted };
 
 struct TuningSpec {
   // Integer scalar args whose values select a tuning record. When the spec

@@ -1011,7 +1011,8 @@ class SpecReader {
       const std::string& v = str(*se, "tuning.search");
       if (v == "exhaustive") ts.search = SearchKind::exhaustive;
       else if (v == "coordesc") ts.search = SearchKind::coordesc;
-      else error(*se, fmt::format("tuning.search: unknown '{}' (known: exhaustive, coordesc)", v));
+      else if (v == "budgeted") ts.search = SearchKind::budgeted;
+      else error(*se, fmt::format("tuning.search: unknown '{}' (known: exhaustive, coordesc, budgeted)", v));
     }
     if (const toml::node* d = t.get("default")) ts.default_config = read_config(s, *d, "tuning.default");
     if (const toml::node* r = t.get("reference")) ts.reference_config = read_config(s, *r, "tuning.reference");

@@ -3,6 +3,10 @@
 #include <algorithm>
 
 #include "core/format.hpp"
+#include "tune/surrogate.hpp"
+
+#include <cmath>
+#include <random>
 
 namespace kiln {
 
@@ -97,6 +101,115 @@ std::unique_ptr<SearchStrategy> make_exhaustive_search() { return std::make_uniq
 
 std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start, std::string why) {
   return std::make_unique<CoordDescent>(start, std::move(why));
+}
+
+namespace {
+
+class Budgeted final : public SearchStrategy {
+ public:
+  Budgeted(std::optional<size_t> start, uint64_t seed, bool until_settled)
+      : start_(start), rng_(seed), settle_(until_settled) {
+    std::string why;
+    model_ = Surrogate::make(&why);
+    text_ = model_ ? fmt::format("budgeted: surrogate {}", model_->name())
+                   : fmt::format("budgeted: random draws ({})", why);
+  }
+  SearchMethod method() const override { return SearchMethod::budgeted; }
+  std::string start() const override { return text_; }
+
+  std::vector<size_t> next(const SearchState& s) override {
+    if (s.budget_left == 0 || s.seconds_left <= 0) return {};
+    std::vector<size_t> left;
+    for (size_t i : s.runnable)
+      if (!s.result(i)) left.push_back(i);
+    if (left.empty()) return {};
+    // How the best moved since the last round.
+    double best = INFINITY;
+    for (size_t i : s.runnable)
+      if (const ConfigResult* r = s.result(i); r && r->ok()) best = std::min(best, *r->ns);
+    if (round_ > 0 && settle_) {
+      calm_ = best > best_ * 0.99 ? calm_ + 1 : 0;
+      if (calm_ >= 2) return {};
+    }
+    best_ = best;
+    std::vector<size_t> out;
+    if (round_++ == 0) {
+      size_t n = std::max<size_t>(8, s.runnable.size() / 16);
+      if (start_ && std::find(left.begin(), left.end(), *start_) != left.end()) out.push_back(*start_);
+      std::shuffle(left.begin(), left.end(), rng_);
+      for (size_t i : left)
+        if (out.size() < n && (out.empty() || out.front() != i)) out.push_back(i);
+      return out;
+    }
+    constexpr size_t kRound = 8;
+    std::vector<size_t> ranked = left;
+    if (model_ && rank(s, ranked)) {
+      for (size_t i : ranked)
+        if (out.size() < kRound - 1) out.push_back(i);
+      // One random draw keeps the model honest where it knows nothing.
+      std::vector<size_t> rest(ranked.begin() + static_cast<long>(out.size()), ranked.end());
+      if (!rest.empty()) out.push_back(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng_)]);
+    } else {
+      std::shuffle(left.begin(), left.end(), rng_);
+      for (size_t i : left)
+        if (out.size() < kRound) out.push_back(i);
+    }
+    return out;
+  }
+
+ private:
+  static std::vector<float> features(const ConfigSpace& space, size_t i) {
+    Config c = space.at(i);
+    std::vector<float> f;
+    for (const auto& [n, v] : c.values) f.push_back(static_cast<float>(std::log2(std::abs(static_cast<double>(v)) + 1)));
+    return f;
+  }
+  // Sorts `left` by predicted time, fastest first; false when the model fails.
+  bool rank(const SearchState& s, std::vector<size_t>& left) {
+    const size_t cols = s.space.params.size();
+    if (cols == 0) return false;
+    std::vector<float> x, y;
+    double worst = 0;
+    for (size_t i : s.runnable)
+      if (const ConfigResult* r = s.result(i); r && r->ok()) worst = std::max(worst, *r->ns);
+    if (worst <= 0) return false;
+    for (size_t i : s.runnable) {
+      const ConfigResult* r = s.result(i);
+      if (!r) continue;
+      auto f = features(s.space, i);
+      x.insert(x.end(), f.begin(), f.end());
+      y.push_back(static_cast<float>(std::log(r->ok() ? *r->ns : worst * 4)));
+    }
+    if (y.size() < 4 || !model_->fit(x, cols, y)) return false;
+    std::vector<float> q;
+    for (size_t i : left) {
+      auto f = features(s.space, i);
+      q.insert(q.end(), f.begin(), f.end());
+    }
+    std::vector<float> p = model_->predict(q, cols);
+    if (p.size() != left.size()) return false;
+    std::vector<size_t> order(left.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+    std::vector<size_t> sorted;
+    for (size_t k : order) sorted.push_back(left[k]);
+    left = std::move(sorted);
+    return true;
+  }
+
+  std::optional<size_t> start_;
+  std::mt19937_64 rng_;
+  bool settle_;
+  std::unique_ptr<Surrogate> model_;
+  std::string text_;
+  int round_ = 0, calm_ = 0;
+  double best_ = INFINITY;
+};
+
+}  // namespace
+
+std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled) {
+  return std::make_unique<Budgeted>(start, seed, until_settled);
 }
 
 }  // namespace kiln

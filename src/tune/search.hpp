@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@ struct SearchState {
   // The result of space index i, if it has been evaluated (now or before); null otherwise.
   std::function<const ConfigResult*(size_t)> result;
   size_t budget_left;  // evaluations the tuning may still make
+  double seconds_left = 1e300;  // the tuning's time budget left (--budget-seconds); 1e300: none
 };
 
 class SearchStrategy {
@@ -43,5 +45,16 @@ std::unique_ptr<SearchStrategy> make_exhaustive_search();
 // current config (each param one step up or down its value list) and moves
 // to the fastest if it is at least 1% faster; it stops when none is.
 std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start, std::string why);
+
+// Budgeted search: a seeded sample first (the start config, if any, and
+// about 1/16 of the runnable configs, at least 8), then rounds of 8: a
+// surrogate model (gradient-boosted trees, XGBoost) is fitted to log time
+// over the configs timed so far (params as log2 features; a failed config
+// counts as 4 times the slowest that ran) and the 7 configs it predicts
+// fastest are timed, with 1 drawn at random. It stops when the time budget
+// or the evaluation cap is spent, or, with `until_settled`, when two rounds
+// in a row improve the best by less than 1%. Without XGBoost the rounds are
+// random draws (its start() says so).
+std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled);
 
 }  // namespace kiln

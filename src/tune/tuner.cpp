@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/binary_key.hpp"
+#include "kiln/hash.hpp"
 #include "tune/benchmarker.hpp"
 #include "tune/search.hpp"
 
@@ -521,14 +522,16 @@ Plan make_plan(const KernelSpec& spec, const std::optional<TuningRecord>& rec, c
 }
 
 // Whether a record already answers: every config the search would evaluate has a result.
-bool complete(const Plan& p, const TuningRecord& rec, const KernelSpec& spec) {
+bool complete(const Plan& p, const TuningRecord& rec, const KernelSpec& spec, SearchKind wanted) {
   for (size_t i : p.libraries)
     if (!p.reused.count(i)) return false;
   for (size_t i : p.runnable) {
     if (p.reused.count(i)) continue;
     // A config the record's search chose not to evaluate is not missing;
     // one that is new to the spec is.
-    if (rec.method != SearchMethod::exhaustive && rec.space.index_of(spec.space.at(i))) continue;
+    // Asked for every config, a record of a partial search is missing some.
+    if (rec.method != SearchMethod::exhaustive && wanted != SearchKind::exhaustive && rec.space.index_of(spec.space.at(i)))
+      continue;
     return false;
   }
   return true;
@@ -548,13 +551,22 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
   const LaunchLimits limits = p_.backend->limits();
+  SearchKind search = o.search.value_or(spec.tuning.search);
+  bool settle = false;
+  if (o.effort) {
+    if (*o.effort == Effort::quick) search = SearchKind::budgeted, settle = true;
+    else if (*o.effort == Effort::full) search = SearchKind::exhaustive;
+    else search = spec.tuning.search;
+  }
+  if (o.budget_seconds > 0 && !o.search && (!o.effort || *o.effort != Effort::full)) search = SearchKind::budgeted;
+  const auto started = std::chrono::steady_clock::now();
 
   // 1. A record that answers.
   auto answer = [&](std::optional<TuningRecord> rec) -> std::optional<TuneOutcome> {
     if (!rec || o.force) return std::nullopt;
     BinaryKeyer keyer(spec, *p_.backend);
     Plan plan = make_plan(spec, rec, &keyer, slots.data(), limits, *p_.backend);
-    if (!complete(plan, *rec, spec)) return std::nullopt;
+    if (!complete(plan, *rec, spec, search)) return std::nullopt;
     TuneOutcome out;
     out.choice = choose(*rec, spec, slots.data(), limits);
     out.record = std::move(*rec);
@@ -579,7 +591,6 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       return;
     }
     if (o.force) existing.reset();
-    SearchKind search = o.search.value_or(spec.tuning.search);
     int cap = o.max_configs > 0 ? o.max_configs : p_.opts.tune_max_configs;
     Session s(p_, spec, params, o);
     Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits, *p_.backend);
@@ -618,6 +629,10 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
     std::unique_ptr<SearchStrategy> strategy;
     if (search == SearchKind::exhaustive) {
       strategy = make_exhaustive_search();
+    } else if (search == SearchKind::budgeted) {
+      std::optional<size_t> start;
+      if (spec.tuning.default_config) start = spec.space.index_of(*spec.tuning.default_config);
+      strategy = make_budgeted_search(start, hash64(key.values_hex().data(), key.values_hex().size()), settle);
     } else {
       std::optional<size_t> start;
       std::string why;
@@ -692,6 +707,8 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
                        return it == done.end() ? nullptr : &it->second;
                      },
                      budget_left()};
+      if (o.budget_seconds > 0)
+        st.seconds_left = o.budget_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       std::vector<size_t> batch = strategy->next(st);
       if (batch.empty() || budget_left() == 0) break;
       size_t before = done.size();
@@ -705,6 +722,13 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       }
     }
     rec.start = strategy->start();
+    if (rec.method == SearchMethod::budgeted) {
+      size_t timed = 0;
+      for (size_t i : plan.runnable) timed += done.count(i);
+      rec.start += fmt::format("; {} of {} runnable configs timed in {:.1f} s{}", timed, plan.runnable.size(),
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                               o.budget_seconds > 0 ? fmt::format(" (budget {:g} s)", o.budget_seconds) : "");
+    }
 
     // The verdict on a reference that no other config agrees with.
     size_t agreeing = 0;

@@ -120,6 +120,8 @@ struct TuneArgs {
   int max_configs = 0;
   bool explain = false;
   bool no_library = false;
+  std::string effort;
+  double budget_seconds = 0;
 };
 
 // Tuning-key values from --set, strictly: every key name, whole numbers, no
@@ -158,7 +160,12 @@ void run_tune(Globals& g, const TuneArgs& a) {
   TuneOptions to;
   if (a.search == "exhaustive") to.search = SearchKind::exhaustive;
   else if (a.search == "coordesc") to.search = SearchKind::coordesc;
+  else if (a.search == "budgeted") to.search = SearchKind::budgeted;
   to.force = a.force;
+  if (a.effort == "none") to.effort = Effort::none;
+  else if (a.effort == "quick") to.effort = Effort::quick;
+  else if (a.effort == "full") to.effort = Effort::full;
+  to.budget_seconds = a.budget_seconds;
   to.max_configs = a.max_configs;
   to.libraries = !a.no_library;
   to.show_progress = !opts.quiet && !a.json && stderr_is_terminal();
@@ -266,8 +273,15 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("spec", a->spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)");
   cmd->add_flag("--json", a->json, "Print one JSON object (see docs/cli.md)");
-  cmd->add_option("--search", a->search, "exhaustive or coordesc (default: the spec's, else exhaustive)")
-      ->check(CLI::IsMember({"exhaustive", "coordesc"}));
+  cmd->add_option("--search", a->search, "exhaustive, coordesc or budgeted (default: the spec's, else exhaustive)")
+      ->check(CLI::IsMember({"exhaustive", "coordesc", "budgeted"}));
+  cmd->add_option("--effort", a->effort,
+                  "none: the spec's search; quick: a budgeted search (a surrogate model picks what to time) until "
+                  "it settles; full: every config")
+      ->check(CLI::IsMember({"none", "quick", "full"}));
+  cmd->add_option("--budget-seconds", a->budget_seconds,
+                  "Stop searching after this long (a budgeted search unless --search or --effort full says otherwise)")
+      ->check(CLI::Range(0.001, 1e6));
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
   cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: templates only");
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();

@@ -30,6 +30,10 @@ namespace kiln {
 class Benchmarker;
 class CompilePool;
 
+// How hard a tuning looks: `none` the spec's search, `quick` a budgeted
+// search until it settles, `full` every config.
+enum class Effort : uint8_t { none, quick, full };
+
 struct TuneOptions {
   std::optional<SearchKind> search;  // default: the spec's
   bool force = false;                // tune again even when a record exists (reusing none of it)
@@ -38,6 +42,9 @@ struct TuneOptions {
   Stream stream = nullptr;           // the caller's stream: synchronised before its buffers are read
   bool libraries = true;             // false: the spec's library choices are left out (templates only)
   bool cached_only = false;          // true: answer from a record or not at all (choice empty), never tune
+  std::optional<Effort> effort;      // overrides `search` when set
+  double budget_seconds = 0;         // > 0: stop searching after this long (a budgeted search unless
+                                     // `search` or effort=full says otherwise)
 };
 
 struct TuneOutcome {

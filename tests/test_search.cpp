@@ -1,0 +1,120 @@
+// The budgeted search: a surrogate model picks what to time; the record
+// says how the choice was found and how much of the space was timed.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/fsutil.hpp"
+#include "core/process.hpp"
+#include "kiln/args.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 64 configs; the work grows with the distance of (log2 A, log2 B, C) from
+// (2, 1, 1): A=4 B=2 C=1 does 1 unit, its neighbours 11 or more.
+const char* kSpec = R"SPEC(name = "bowl"
+backend = "cpu"
+source = "bowl.cpp"
+entry = "bowl"
+grid = ["1"]
+args = [ { name = "y", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+[params]
+A = [1, 2, 4, 8]
+B = [1, 2, 4, 8]
+C = [1, 2, 3, 4]
+[tuning]
+key = ["n"]
+)SPEC";
+
+const char* kSource = R"SRC(
+static constexpr int la = A == 1 ? 0 : A == 2 ? 1 : A == 4 ? 2 : 3;
+static constexpr int lb = B == 1 ? 0 : B == 2 ? 1 : B == 4 ? 2 : 3;
+static constexpr int units = 1 + 10 * ((la - 2) * (la - 2) + (lb - 1) * (lb - 1) + (C - 1));
+void bowl(kiln::program_id, float* y, int64_t n) {
+  float acc = 0;
+  for (int u = 0; u < units; ++u)
+    for (int64_t i = 0; i < 4000; ++i) {
+      acc = acc * 0.999f + static_cast<float>(i);
+      asm volatile("" : "+x"(acc));
+    }
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f + 0.0f * acc;
+}
+)SRC";
+
+struct SearchTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  KernelSpec spec = test::spec_in(dir.path(), kSpec, "bowl.cpp", kSource);
+  Options opts() {
+    Options o = test::options_in(dir.path());
+    o.bench_budget_ms = 2;
+    o.workers = 1;
+    return o;
+  }
+  TuneOutcome tune(Runtime& rt, TuneOptions to, int64_t n = 8) {
+    HostArgs a(spec, parse_scalars(spec, {{"n", std::to_string(n)}}));
+    return rt.tune(spec, a.params(), to);
+  }
+};
+
+int units(const Config& c) {
+  auto lg = [](int64_t v) { return v == 1 ? 0 : v == 2 ? 1 : v == 4 ? 2 : 3; };
+  int64_t a = 0, b = 0, cc = 0;
+  for (const auto& [n, v] : c.values) (n == "A" ? a : n == "B" ? b : cc) = v;
+  return 1 + 10 * ((lg(a) - 2) * (lg(a) - 2) + (lg(b) - 1) * (lg(b) - 1) + static_cast<int>(cc - 1));
+}
+
+}  // namespace
+
+TEST_F(SearchTest, QuickEffortTimesPartOfTheSpaceAndFindsTheBowlsBottom) {
+  Runtime rt(opts());
+  TuneOptions to;
+  to.effort = Effort::quick;
+  to.max_configs = 40;
+  TuneOutcome o = tune(rt, to);
+  ASSERT_TRUE(o.choice);
+  EXPECT_EQ(o.record.method, SearchMethod::budgeted);
+  EXPECT_LE(o.timed_now, 40u);
+  EXPECT_LT(o.timed_now, 64u);
+  EXPECT_NE(o.record.start.find("surrogate xgboost"), std::string::npos) << o.record.start;
+  EXPECT_NE(o.record.start.find("runnable configs timed"), std::string::npos) << o.record.start;
+  EXPECT_LE(units(*o.choice), 11) << o.choice->str() << " (the best does 1 unit, its neighbours 11)";
+  // Asked for everything, the partial record is not enough: the rest is timed.
+  TuneOptions full;
+  full.effort = Effort::full;
+  TuneOutcome f = tune(rt, full);
+  EXPECT_EQ(f.record.method, SearchMethod::exhaustive);
+  EXPECT_EQ(f.timed_now, 64u - o.timed_now);
+  EXPECT_EQ(units(*f.choice), 1);
+}
+
+TEST_F(SearchTest, ATimeBudgetStopsTheSearch) {
+  Runtime rt(opts());
+  TuneOptions to;
+  to.budget_seconds = 0.01;  // spent by the first batch
+  TuneOutcome o = tune(rt, to, 16);
+  ASSERT_TRUE(o.choice);
+  EXPECT_EQ(o.record.method, SearchMethod::budgeted);
+  EXPECT_LT(o.timed_now, 64u);
+  EXPECT_NE(o.record.start.find("budget 0.01 s"), std::string::npos) << o.record.start;
+}
+
+TEST_F(SearchTest, WithoutXgboostTheRoundsAreRandomAndTheRecordSaysWhy) {
+  fs::path out = dir.path() / "out.json";
+  ProcessResult r = run_process(
+      {"bash", "-c",
+       fmt::format("KILN_XGBOOST_LIB=/nonexistent/libxgboost.so KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 {} tune {} "
+                   "--set n=8 --effort quick --max-configs 16 --json > {}",
+                   (dir.path() / "cache2").string(), test::kiln_exe(), (dir.path() / "k.toml").string(), out.string())},
+      120);
+  ASSERT_TRUE(r.ok()) << r.describe() << r.output;
+  auto j = nlohmann::json::parse(read_file(out).value());
+  EXPECT_EQ(j["method"], "budgeted");
+  EXPECT_NE(j["start"].get<std::string>().find("random draws (libxgboost cannot be opened"), std::string::npos)
+      << j["start"];
+}
