@@ -688,6 +688,7 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       for (size_t k = 0; k < todo.size(); ++k) {
         done[todo[k]] = s.evaluate(candidate(spec, todo[k]));
         fresh.insert(todo[k]);
+        outcome.evaluated.push_back(candidate(spec, todo[k]).str());
         bar.set(k + 1);
       }
     };

@@ -106,6 +106,7 @@ json record_json(const TuningRecord& r, const std::string& source, double second
     j["peak_extra_device_bytes"] = o->peak_device_bytes;
     j["compile_wait_seconds"] = o->compile_wait_s;
     j["bench_seconds"] = o->bench_s;
+    j["evaluated"] = o->evaluated;
   }
   return j;
 }

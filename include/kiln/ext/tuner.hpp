@@ -21,6 +21,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "kiln/ext/backend.hpp"
 #include "kiln/tuning.hpp"
@@ -58,6 +60,9 @@ struct TuneOutcome {
   int64_t peak_device_bytes = 0; // extra device memory this tuning used at most
   double compile_wait_s = 0;     // waiting for compiles to finish
   double bench_s = 0;            // benchmarking: timing, checking and re-timing, workers' round trips included
+  // The configs this tuning evaluated, in the order it did (their text), for
+  // the best-so-far curve of a search (`kiln tune --json`: "evaluated").
+  std::vector<std::string> evaluated;
 };
 
 class Tuner {
