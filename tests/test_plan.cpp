@@ -78,7 +78,8 @@ TEST_F(PlanTest, KeepsTheSmallestSetWithinSlack) {
   EXPECT_FALSE(r.uncovered.empty());
 }
 
-// A call runs the nearest training point's config that can run it.
+// A call runs the kept config that is fastest, relative to the best, over its
+// nearest training points (weighted by closeness), among those that can run it.
 TEST_F(PlanTest, PicksTheNearestPointsConfigThatCanRunTheCall) {
   std::vector<TuningRecord> recs{record(16, {100, 200, 200, 50}), record(4096, {900, 840, 800, 900})};
   DispatchPlan p = build_plan(spec, base, recs, 1.0, 8);

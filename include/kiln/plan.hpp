@@ -39,14 +39,15 @@ struct DispatchPlan {
     size_t config = 0;            // index into configs: the fastest kept one here
     double best_ns = 0;           // the fastest of all configs here
     double pick_ns = 0;           // the kept config's time here
+    std::vector<double> ns;       // each kept config's time here (0: it failed or was not timed)
   };
+  static constexpr size_t kNeighbours = 4;
   std::vector<Point> points;
   std::vector<std::string> uncovered;  // training shapes with no kept config within slack
   std::string when, kiln_version;
 
-  // The config for a call: the nearest training point's that can run it
-  // (`slots`: the call's integer scalars), else the fastest kept config at
-  // the nearest point that can; nullopt when none can.
+  // The config for a call (`values`: its tuning-key values; `slots`: its
+  // integer scalars), by the rule above; nullopt when no kept config can run it.
   std::optional<Config> pick(const KernelSpec& spec, const std::vector<int64_t>& values, const int64_t* slots,
                              const LaunchLimits& limits) const;
   // Training points by distance from `values` (the handle's rule).

@@ -53,6 +53,7 @@ struct SizeHintMultiKernel::Impl {
   std::set<std::vector<int64_t>> exact;  // shape keys tuned exactly in the background
   std::atomic<size_t> retuned{0};
   std::atomic<bool> said_fallback{false};
+  std::optional<DispatchPlan> plan_;  // dispatching by a plan (its rule), not by hint points
 
   // The plan to dispatch by: the one given, else (use_plan) the stored one.
   std::optional<DispatchPlan> stored_plan() {
@@ -111,6 +112,7 @@ struct SizeHintMultiKernel::Impl {
     if (prepared) return;
     other_scalars = others;
     if (std::optional<DispatchPlan> plan = stored_plan()) {
+      plan_ = plan;
       for (const auto& pt : plan->points) {
         points.push_back({pt.values, plan->configs[pt.config], pt.pick_ns});
         point_variant.push_back(variant_for(plan->configs[pt.config]));
@@ -165,6 +167,8 @@ struct SizeHintMultiKernel::Impl {
   // can (no benchmarking either way). Holds m.
   const Variant* pick(const int64_t* slots, const std::vector<int64_t>& tkey) {
     const LaunchLimits limits = rt.backend(spec.backend).limits();
+    if (plan_)
+      if (std::optional<Config> c = plan_->pick(spec, tkey, slots, limits)) return variant_for(*c);
     for (size_t h : by_distance(tkey))
       if (Tuner::why_not(spec, points[h].config, slots, limits).empty()) return point_variant[h];
     std::optional<Config> fallback;

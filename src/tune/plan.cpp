@@ -76,11 +76,33 @@ std::vector<size_t> DispatchPlan::by_distance(const std::vector<int64_t>& key) c
 std::optional<Config> DispatchPlan::pick(const KernelSpec& spec, const std::vector<int64_t>& values,
                                          const int64_t* slots, const LaunchLimits& limits) const {
   std::vector<size_t> order = by_distance(values);
-  for (size_t i : order)
-    if (Tuner::why_not(spec, configs[points[i].config], slots, limits).empty()) return configs[points[i].config];
-  for (const auto& c : configs)
-    if (Tuner::why_not(spec, c, slots, limits).empty()) return c;
-  return std::nullopt;
+  if (order.size() > kNeighbours) order.resize(kNeighbours);
+  std::optional<Config> best;
+  double best_score = INFINITY;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    if (!Tuner::why_not(spec, configs[c], slots, limits).empty()) continue;
+    double sum = 0, weights = 0;
+    for (size_t i : order) {
+      const Point& p = points[i];
+      double d = 0;
+      for (size_t k = 0; k < values.size() && k < p.values.size(); ++k)
+        d += std::abs(log2_of(values[k]) - log2_of(p.values[k]));
+      double w = 1.0 / ((0.5 + d) * (0.5 + d));  // inverse-distance weights, squared
+      double t = c < p.ns.size() ? p.ns[c] : 0;
+      // A config that failed or was not timed there counts as 4 times the best.
+      double r = t > 0 && p.best_ns > 0 ? t / p.best_ns : 4.0;
+      sum += w * std::log(r);
+      weights += w;
+    }
+    double score = weights > 0 ? sum / weights : 0;
+    // Ties (within 1e-9) go to the config the nearest point was given.
+    bool nearest_own = !order.empty() && points[order.front()].config == c;
+    if (score < best_score - 1e-9 || (std::abs(score - best_score) <= 1e-9 && nearest_own)) {
+      best = configs[c];
+      best_score = score;
+    }
+  }
+  return best;
 }
 
 DispatchPlan build_plan(const KernelSpec& spec, const TuningKey& base, const std::vector<TuningRecord>& records,
@@ -168,6 +190,7 @@ DispatchPlan build_plan(const KernelSpec& spec, const TuningKey& base, const std
       }
     if (kept.empty() || m == inf) continue;  // no kept config ran here: not a point
     p.pick_ns = m;
+    for (const auto& name : kept) p.ns.push_back(t[name][s] == inf ? 0 : t[name][s]);
     if (!covered[s] || m > slack * best[s]) plan.uncovered.push_back(records[s].key.values_text());
     plan.points.push_back(std::move(p));
   }
@@ -178,7 +201,8 @@ std::string plan_to_text(const DispatchPlan& p) {
   json configs = json::array(), points = json::array(), names = json::array();
   for (const auto& c : p.configs) configs.push_back(config_json(c));
   for (const auto& pt : p.points)
-    points.push_back({{"values", pt.values}, {"config", pt.config}, {"best_ns", pt.best_ns}, {"pick_ns", pt.pick_ns}});
+    points.push_back({{"values", pt.values}, {"config", pt.config}, {"best_ns", pt.best_ns}, {"pick_ns", pt.pick_ns},
+                      {"ns", pt.ns}});
   for (const auto& [n, v] : p.base.values) names.push_back(n);
   json j = {{"format", DispatchPlan::kFormat},
             {"kiln_version", p.kiln_version},
@@ -229,7 +253,9 @@ std::optional<DispatchPlan> plan_from_text(std::string_view text, const TuningKe
       x.config = pt.at("config").get<size_t>();
       x.best_ns = pt.at("best_ns").get<double>();
       x.pick_ns = pt.at("pick_ns").get<double>();
-      if (x.values.size() != spec.tuning.key.size() || x.config >= p.configs.size()) return std::nullopt;
+      x.ns = pt.at("ns").get<std::vector<double>>();
+      if (x.values.size() != spec.tuning.key.size() || x.config >= p.configs.size() || x.ns.size() != p.configs.size())
+        return std::nullopt;
       p.points.push_back(std::move(x));
     }
     p.uncovered = j.at("uncovered").get<std::vector<std::string>>();

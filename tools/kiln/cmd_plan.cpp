@@ -10,6 +10,7 @@
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/plan.hpp"
 #include "kiln/runtime.hpp"
 
@@ -201,7 +202,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
       TuneOutcome o = tune_at(rt, spec, s, a.seed, nullptr, store);
       store.clear();
       hint_rule.configs.push_back(*o.choice);
-      hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0});
+      hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0, {}});
     }
     std::vector<Shape> eval = read_shapes(a.eval);
     std::vector<double> rp, rh;
@@ -215,7 +216,13 @@ void run_plan(Globals& g, const PlanArgs& a) {
       read_int_slots(spec, args->params(), slots.data());
       std::vector<int64_t> vals = key_values(spec, eval[i]);
       std::optional<Config> pp = plan->pick(spec, vals, slots.data(), limits);
-      std::optional<Config> hp = hint_rule.points.empty() ? std::nullopt : hint_rule.pick(spec, vals, slots.data(), limits);
+      // The size-hint multi-kernel's rule: the nearest hint point whose config can run the call.
+      std::optional<Config> hp;
+      for (size_t h : hint_rule.by_distance(vals))
+        if (Tuner::why_not(spec, hint_rule.configs[hint_rule.points[h].config], slots.data(), limits).empty()) {
+          hp = hint_rule.configs[hint_rule.points[h].config];
+          break;
+        }
       if (!pp) fail(Errc::tune, "the plan has no config that can run {}", shape_text(eval[i]));
       std::vector<Config> cs{*o.choice, *pp};
       if (hp) cs.push_back(*hp);
