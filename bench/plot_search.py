@@ -59,7 +59,8 @@ def main():
         ax.set_yscale("log")
         ax.set_ylim(0.98, max(2.0, min(20, max(v for v in ex + bq if v))))
         k = q["key"]
-        ax.set_title(" x ".join(str(v) for v in k.values()), fontsize=10)
+        names = [n for n in ("M", "N", "K") if n in k] or list(k)
+        ax.set_title(" ".join(f"{n}={k[n]}" for n in names), fontsize=10)
         ax.set_xlabel("configs timed")
         ax.set_ylabel("best so far / exhaustive best")
         ax.legend(fontsize=7)

@@ -33,13 +33,19 @@ struct DispatchPlan {
   TuningKey base;  // the kernel's key; its values name the tuning key with 0s
   double slack = 1.05;
   int max_configs = 8;
-  std::vector<Config> configs;  // the kept set
+  // The kept set, then (from index `kept` on) a fallback pool: the configs
+  // fastest over the training shapes that were not kept (at most 16), used
+  // only for a call no kept config can run (a misaligned pointer, a size
+  // that breaks a kept config's constraint).
+  std::vector<Config> configs;
+  size_t kept = 0;
+  static constexpr size_t kFallbacks = 16;
   struct Point {
     std::vector<int64_t> values;  // a training shape, in key order
     size_t config = 0;            // index into configs: the fastest kept one here
     double best_ns = 0;           // the fastest of all configs here
     double pick_ns = 0;           // the kept config's time here
-    std::vector<double> ns;       // each kept config's time here (0: it failed or was not timed)
+    std::vector<double> ns;       // each config's time here (0: it failed or was not timed)
   };
   static constexpr size_t kNeighbours = 4;
   std::vector<Point> points;

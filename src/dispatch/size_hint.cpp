@@ -118,7 +118,7 @@ struct SizeHintMultiKernel::Impl {
         point_variant.push_back(variant_for(plan->configs[pt.config]));
       }
       log::info("kernel '{}': dispatching by its plan ({} points, {} configs)", spec.name, plan->points.size(),
-                plan->configs.size());
+                plan->kept);
       prepared = true;
       return;
     }

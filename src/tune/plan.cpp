@@ -79,29 +79,33 @@ std::optional<Config> DispatchPlan::pick(const KernelSpec& spec, const std::vect
   if (order.size() > kNeighbours) order.resize(kNeighbours);
   std::optional<Config> best;
   double best_score = INFINITY;
-  for (size_t c = 0; c < configs.size(); ++c) {
-    if (!Tuner::why_not(spec, configs[c], slots, limits).empty()) continue;
-    double sum = 0, weights = 0;
-    for (size_t i : order) {
-      const Point& p = points[i];
-      double d = 0;
-      for (size_t k = 0; k < values.size() && k < p.values.size(); ++k)
-        d += std::abs(log2_of(values[k]) - log2_of(p.values[k]));
-      double w = 1.0 / ((0.5 + d) * (0.5 + d));  // inverse-distance weights, squared
-      double t = c < p.ns.size() ? p.ns[c] : 0;
-      // A config that failed or was not timed there counts as 4 times the best.
-      double r = t > 0 && p.best_ns > 0 ? t / p.best_ns : 4.0;
-      sum += w * std::log(r);
-      weights += w;
+  auto score_range = [&](size_t from, size_t to) {
+    for (size_t c = from; c < to; ++c) {
+      if (!Tuner::why_not(spec, configs[c], slots, limits).empty()) continue;
+      double sum = 0, weights = 0;
+      for (size_t i : order) {
+        const Point& p = points[i];
+        double d = 0;
+        for (size_t k = 0; k < values.size() && k < p.values.size(); ++k)
+          d += std::abs(log2_of(values[k]) - log2_of(p.values[k]));
+        double w = 1.0 / ((0.5 + d) * (0.5 + d));  // inverse-distance weights, squared
+        double t = c < p.ns.size() ? p.ns[c] : 0;
+        // A config that failed or was not timed there counts as 4 times the best.
+        double r = t > 0 && p.best_ns > 0 ? t / p.best_ns : 4.0;
+        sum += w * std::log(r);
+        weights += w;
+      }
+      double score = weights > 0 ? sum / weights : 0;
+      // Ties (within 1e-9) go to the config the nearest point was given.
+      bool nearest_own = !order.empty() && points[order.front()].config == c;
+      if (score < best_score - 1e-9 || (std::abs(score - best_score) <= 1e-9 && nearest_own)) {
+        best = configs[c];
+        best_score = score;
+      }
     }
-    double score = weights > 0 ? sum / weights : 0;
-    // Ties (within 1e-9) go to the config the nearest point was given.
-    bool nearest_own = !order.empty() && points[order.front()].config == c;
-    if (score < best_score - 1e-9 || (std::abs(score - best_score) <= 1e-9 && nearest_own)) {
-      best = configs[c];
-      best_score = score;
-    }
-  }
+  };
+  score_range(0, std::min(kept, configs.size()));
+  if (!best) score_range(kept, configs.size());  // no kept config can run it: the fallback pool
   return best;
 }
 
@@ -177,7 +181,15 @@ DispatchPlan build_plan(const KernelSpec& spec, const TuningKey& base, const std
     for (size_t s = 0; s < records.size(); ++s)
       if (t[pick][s] <= slack * best[s]) covered[s] = true;
   }
-  for (const auto& name : kept) plan.configs.push_back(configs.at(name));
+  // The fallback pool: the fastest of the others over all training shapes.
+  std::vector<std::pair<double, std::string>> others;
+  for (const auto& [name, row] : t)
+    if (std::find(kept.begin(), kept.end(), name) == kept.end()) others.push_back({geo({name}), name});
+  std::stable_sort(others.begin(), others.end());
+  std::vector<std::string> all = kept;
+  for (size_t i = 0; i < others.size() && i < DispatchPlan::kFallbacks; ++i) all.push_back(others[i].second);
+  for (const auto& name : all) plan.configs.push_back(configs.at(name));
+  plan.kept = kept.size();
   for (size_t s = 0; s < records.size(); ++s) {
     DispatchPlan::Point p;
     for (const auto& [n, v] : records[s].key.values) p.values.push_back(v);
@@ -190,7 +202,7 @@ DispatchPlan build_plan(const KernelSpec& spec, const TuningKey& base, const std
       }
     if (kept.empty() || m == inf) continue;  // no kept config ran here: not a point
     p.pick_ns = m;
-    for (const auto& name : kept) p.ns.push_back(t[name][s] == inf ? 0 : t[name][s]);
+    for (const auto& name : all) p.ns.push_back(t[name][s] == inf ? 0 : t[name][s]);
     if (!covered[s] || m > slack * best[s]) plan.uncovered.push_back(records[s].key.values_text());
     plan.points.push_back(std::move(p));
   }
@@ -212,6 +224,7 @@ std::string plan_to_text(const DispatchPlan& p) {
             {"slack", p.slack},
             {"max_configs", p.max_configs},
             {"configs", configs},
+            {"kept", p.kept},
             {"points", points},
             {"uncovered", p.uncovered},
             {"when", p.when}};
@@ -247,6 +260,8 @@ std::optional<DispatchPlan> plan_from_text(std::string_view text, const TuningKe
       if (!cfg) return std::nullopt;  // a config the spec no longer has: the plan is stale
       p.configs.push_back(*cfg);
     }
+    p.kept = j.at("kept").get<size_t>();
+    if (p.kept == 0 || p.kept > p.configs.size()) return std::nullopt;
     for (const auto& pt : j.at("points")) {
       DispatchPlan::Point x;
       x.values = pt.at("values").get<std::vector<int64_t>>();
@@ -254,7 +269,7 @@ std::optional<DispatchPlan> plan_from_text(std::string_view text, const TuningKe
       x.best_ns = pt.at("best_ns").get<double>();
       x.pick_ns = pt.at("pick_ns").get<double>();
       x.ns = pt.at("ns").get<std::vector<double>>();
-      if (x.values.size() != spec.tuning.key.size() || x.config >= p.configs.size() || x.ns.size() != p.configs.size())
+      if (x.values.size() != spec.tuning.key.size() || x.config >= p.kept || x.ns.size() != p.configs.size())
         return std::nullopt;
       p.points.push_back(std::move(x));
     }

@@ -29,6 +29,7 @@ struct PlanArgs {
   double slack = 1.05;
   int max_configs = 8;
   bool json = false;
+  bool no_library = false;
   uint64_t seed = 1;
 };
 
@@ -96,11 +97,12 @@ std::string shape_text(const Shape& s) {
 
 // Tunes `spec` at a shape, exhaustively (through the caches).
 TuneOutcome tune_at(Runtime& rt, const KernelSpec& spec, const Shape& shape, uint64_t seed, DeviceArgs** keep,
-                    std::vector<std::unique_ptr<DeviceArgs>>& store) {
+                    std::vector<std::unique_ptr<DeviceArgs>>& store, bool libraries) {
   auto args = std::make_unique<DeviceArgs>(spec, parse_scalars(spec, shape), rt.backend(spec.backend).device());
   args->fill_random(seed);
   TuneOptions to;
   to.search = SearchKind::exhaustive;
+  to.libraries = libraries;
   TuneOutcome o = rt.tune(spec, args->params(), to);
   if (keep) *keep = args.get();
   store.push_back(std::move(args));
@@ -124,6 +126,9 @@ void run_plan(Globals& g, const PlanArgs& a) {
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
+  // Templates only: the plan's configs come from the spec without its library choices.
+  KernelSpec pspec = spec;
+  if (a.no_library) pspec.libraries.clear();
   if (spec.tuning.key.empty()) fail(Errc::usage, "kernel '{}' has no tuning key: a plan maps key values to configs", spec.name);
   Backend& be = rt.backend(spec.backend);
   const LaunchLimits limits = be.limits();
@@ -146,7 +151,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
     std::vector<TuningRecord> records;
     size_t tuned = 0;
     for (size_t i = 0; i < train.size(); ++i) {
-      TuneOutcome o = tune_at(rt, spec, train[i], a.seed, nullptr, store);
+      TuneOutcome o = tune_at(rt, spec, train[i], a.seed, nullptr, store, !a.no_library);
       tuned += !o.from_cache;
       if (!opts.quiet)
         std::fprintf(stderr, "[%zu/%zu] %s: %s (%s)\n", i + 1, train.size(), shape_text(train[i]).c_str(),
@@ -154,7 +159,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
       records.push_back(std::move(o.record));
       store.clear();
     }
-    plan = build_plan(spec, base, records, a.slack, a.max_configs);
+    plan = build_plan(pspec, base, records, a.slack, a.max_configs);
     cache->put_plan(base, plan_to_text(*plan));
     std::vector<double> ratios;
     Table t({"training shape", "best", "plan's", "plan / best"}, {false, true, true, true});
@@ -174,7 +179,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
       std::fprintf(out(), "kiln plan: %s on %s, %zu training shapes (%zu tuned now, the rest from the caches)\n",
                    spec.name.c_str(), be.device_identity().c_str(), train.size(), tuned);
       std::fprintf(out(), "kept %zu of the configs (at most %d), each training shape within %.2fx of its best%s\n",
-                   plan->configs.size(), a.max_configs, a.slack,
+                   plan->kept, a.max_configs, a.slack,
                    plan->uncovered.empty() ? "" : fmt::format(" but {}", plan->uncovered.size()).c_str());
       std::fprintf(out(), "%s", t.str().c_str());
       std::fprintf(out(), "training: plan / best geomean %.3fx, worst %.3fx (ms: best of all configs, timed while tuning)\n",
@@ -182,14 +187,15 @@ void run_plan(Globals& g, const PlanArgs& a) {
     }
   } else {
     auto text = cache->get_plan(base);
-    if (text) plan = plan_from_text(*text, base, spec);
+    if (text) plan = plan_from_text(*text, base, pspec);
     if (!plan)
       fail(Errc::usage, "no valid plan for kernel '{}' on this device: give training shapes (--shapes FILE or --grid)",
            spec.name);
   }
   json cfgs = json::array();
-  for (const auto& c : plan->configs) cfgs.push_back(c.str());
+  for (size_t i = 0; i < plan->kept; ++i) cfgs.push_back(plan->configs[i].str());
   j["configs"] = cfgs;
+  j["fallbacks"] = plan->configs.size() - plan->kept;
   j["slack"] = a.slack;
 
   if (!a.eval.empty()) {
@@ -199,10 +205,11 @@ void run_plan(Globals& g, const PlanArgs& a) {
     for (const auto& pt : spec.tuning.hint_point_list()) {
       Shape s;
       for (size_t k = 0; k < pt.size(); ++k) s.push_back({spec.tuning.key[k], std::to_string(pt[k])});
-      TuneOutcome o = tune_at(rt, spec, s, a.seed, nullptr, store);
+      TuneOutcome o = tune_at(rt, spec, s, a.seed, nullptr, store, !a.no_library);
       store.clear();
       hint_rule.configs.push_back(*o.choice);
       hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0, {}});
+      hint_rule.kept = hint_rule.configs.size();
     }
     std::vector<Shape> eval = read_shapes(a.eval);
     std::vector<double> rp, rh;
@@ -211,11 +218,11 @@ void run_plan(Globals& g, const PlanArgs& a) {
     json rows = json::array();
     for (size_t i = 0; i < eval.size(); ++i) {
       DeviceArgs* args = nullptr;
-      TuneOutcome o = tune_at(rt, spec, eval[i], a.seed + 1, &args, store);
+      TuneOutcome o = tune_at(rt, spec, eval[i], a.seed + 1, &args, store, !a.no_library);
       std::vector<int64_t> slots(spec.args.size());
       read_int_slots(spec, args->params(), slots.data());
       std::vector<int64_t> vals = key_values(spec, eval[i]);
-      std::optional<Config> pp = plan->pick(spec, vals, slots.data(), limits);
+      std::optional<Config> pp = plan->pick(pspec, vals, slots.data(), limits);
       // The size-hint multi-kernel's rule: the nearest hint point whose config can run the call.
       std::optional<Config> hp;
       for (size_t h : hint_rule.by_distance(vals))
@@ -285,6 +292,7 @@ void add_plan(CLI::App& app, Globals& g) {
                   "each exactly")
       ->check(CLI::ExistingFile);
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: a plan over templates only");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([&g, a] { run_plan(g, *a); });
 }
