@@ -21,29 +21,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// y = 2x; MODE changes the time only (MODE 0: 20 times the work).
-const char* kSpec = R"SPEC(name = "twice"
-backend = "cpu"
-source = "twice.cpp"
-entry = "twice"
-grid = ["1"]
-args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
-         { name = "y", type = "f32*", size = "n", intent = "out" },
-         { name = "n", type = "i64" } ]
-[params]
-MODE = [0, 1, 2]
-[tuning]
-key = ["n"]
-)SPEC";
-
-const char* kSource = R"SRC(
-void twice(kiln::program_id, const float* x, float* y, int64_t n) {
-  const int reps = MODE == 0 ? 20 : 1;
-  for (int r = 0; r < reps; ++r)
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 2.0f;
-  asm volatile("" ::: "memory");
-}
-)SRC";
+const char* kSpec = test::kTwiceSpec;
+const char* kSource = test::kTwiceSource;
 
 struct RecordTest : ::testing::Test {
   TempDir dir{"kiln-test"};

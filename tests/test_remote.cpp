@@ -24,28 +24,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const char* kSpec = R"SPEC(name = "twice"
-backend = "cpu"
-source = "twice.cpp"
-entry = "twice"
-grid = ["1"]
-args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
-         { name = "y", type = "f32*", size = "n", intent = "out" },
-         { name = "n", type = "i64" } ]
-[params]
-MODE = [0, 1, 2]
-[tuning]
-key = ["n"]
-)SPEC";
-
-const char* kSource = R"SRC(
-void twice(kiln::program_id, const float* x, float* y, int64_t n) {
-  const int reps = MODE == 0 ? 20 : 1;
-  for (int r = 0; r < reps; ++r)
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 2.0f;
-  asm volatile("" ::: "memory");
-}
-)SRC";
+const char* kSpec = test::kTwiceSpec;
+const char* kSource = test::kTwiceSource;
 
 #define NEED_REDIS(server)                                                                                 \
   if (!(server).running())                                                                                 \
@@ -195,12 +175,8 @@ TEST_F(RemoteTest, ServersThatAnswerGarbageOrNothingAreMisses) {
     Options o = options("f" + std::to_string(answer.size()), fake.url());
     o.remote_timeout_s = 0.05;
     Runtime rt(o);
-    auto t0 = std::chrono::steady_clock::now();
     RemoteCache::Stats s0 = rt.remote_cache()->stats();
-    auto got = rt.remote_cache()->hget("k", "f");
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_FALSE(got);
-    EXPECT_LT(waited, 5.0) << "a bounded wait";  // behaviour, not speed: it returned
+    EXPECT_FALSE(rt.remote_cache()->hget("k", "f"));
     EXPECT_EQ(rt.remote_cache()->stats().failures, s0.failures + 1);
     EXPECT_FALSE(rt.remote_cache()->hget("k", "f"));  // in back-off: not tried again
     EXPECT_EQ(rt.remote_cache()->stats().failures, s0.failures + 1);

@@ -66,4 +66,29 @@ void fill(kiln::program_id pid, int64_t* out, int64_t n) {
 }
 )SRC";
 
+
+// y = 2x; MODE changes the time only (MODE 0: 20 times the work).
+inline const char* kTwiceSpec = R"SPEC(name = "twice"
+backend = "cpu"
+source = "twice.cpp"
+entry = "twice"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" },
+         { name = "n", type = "i64" } ]
+[params]
+MODE = [0, 1, 2]
+[tuning]
+key = ["n"]
+)SPEC";
+
+inline const char* kTwiceSource = R"SRC(
+void twice(kiln::program_id, const float* x, float* y, int64_t n) {
+  const int reps = MODE == 0 ? 20 : 1;
+  for (int r = 0; r < reps; ++r)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 2.0f;
+  asm volatile("" ::: "memory");
+}
+)SRC";
+
 }  // namespace kiln::test

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "core/format.hpp"
@@ -276,24 +277,33 @@ void stop_child_groups(double grace_s) noexcept {
   kill_child_groups();
 }
 
-void install_interrupt_cleanup() {
+void on_stop_signals(std::function<void(int)> fn) {
   static sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([] {
+  std::thread([fn = std::move(fn)] {
     int sig = 0;
     while (::sigwait(&set, &sig) != 0) {
     }
+    fn(sig);
+  }).detach();
+}
+
+void install_interrupt_cleanup() {
+  on_stop_signals([](int sig) {
     stop_child_groups(0.5);
     remove_registered_temp_dirs();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
     ::signal(sig, SIG_DFL);
     ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
     ::kill(::getpid(), sig);
     ::_exit(128 + sig);
-  }).detach();
+  });
 }
 
 std::string self_exe_dir() {

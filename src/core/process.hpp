@@ -2,6 +2,7 @@
 // process), and file descriptors held in RAII types.
 #pragma once
 
+#include <functional>
 #include <sys/types.h>
 
 #include <string>
@@ -80,6 +81,10 @@ void stop_child_groups(double grace_s) noexcept;
 // folders (core/fsutil.hpp), then end by that signal. A thread waits for the
 // signals, so the clean-up runs outside a signal handler.
 void install_interrupt_cleanup();
+// Blocks SIGINT, SIGTERM and SIGHUP in this thread (call it before starting
+// others, so they inherit the mask) and runs `fn(signal)` on a thread of its
+// own when the first of them arrives, outside any signal handler.
+void on_stop_signals(std::function<void(int)> fn);
 // True once the clean-up above has begun: a main() about to return should
 // wait instead, so that the process ends by the signal, not by a result
 // computed from compilers that were being killed.

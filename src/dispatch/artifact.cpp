@@ -97,74 +97,82 @@ void Artifact::add(const std::string& name, std::string data) {
   entries_[name] = std::move(data);
 }
 
-Artifact Artifact::read(const fs::path& path) {
-  auto bad = [&](const std::string& why) -> Error {
-    return Error(Errc::artifact, fmt::format("artifact {}: {}; nothing of it was loaded", path.string(), why));
-  };
-  Artifact a;
+namespace {
+
+// Reads and checks an artifact. Every problem throws Error(Errc::artifact)
+// saying what, without the path; read() adds it, once.
+void read_checked(const fs::path& path, std::map<std::string, std::string>& entries, ArtifactManifest& manifest) {
+  auto bad = [](const std::string& why) { return Error(Errc::artifact, why); };
   std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::optional<std::string> man = read_file(path / "manifest.json");
+    if (!man) throw bad("no manifest.json in the folder");
+    manifest = manifest_from(json::parse(*man));
+    entries["manifest.json"] = *man;
+    for (const auto& f : manifest.files) {
+      if (!safe_name(f.name)) throw bad(fmt::format("its manifest names '{}', not a name kiln writes", f.name));
+      std::optional<std::string> d = read_file(path / f.name);
+      if (!d) throw bad(fmt::format("'{}' is missing", f.name));
+      entries[f.name] = std::move(*d);
+    }
+    verify(manifest, entries);
+    return;
+  }
+  auto size = fs::file_size(path, ec);
+  if (ec) throw bad(fmt::format("cannot be read ({})", ec.message()));
+  if (size > kMaxArtifactBytes) throw bad("it is larger than 4 GiB");
+  std::optional<std::string> text = read_file(path);
+  if (!text) throw bad("cannot be read");
+  std::string_view all(*text);
+  size_t eol = all.find('\n');
+  if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
+  char magic[32] = {};
+  int format = 0;
+  unsigned long long sum = 0, len = 0;
+  std::string head(all.substr(0, eol));
+  if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4 || kMagic != magic)
+    throw bad("it is not a kiln artifact");
+  if (format != ArtifactManifest::kFormat)
+    throw bad(fmt::format("it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)", format,
+                          ArtifactManifest::kFormat));
+  std::string_view body = all.substr(eol + 1);
+  if (body.size() < len) throw bad(fmt::format("it is truncated ({} of {} bytes)", body.size(), len));
+  if (body.size() > len) throw bad("it has bytes past its end");
+  if (hash64(body.data(), body.size()) != sum) throw bad("it is damaged (its checksum differs)");
+  while (!body.empty()) {
+    size_t e1 = body.find('\n');
+    if (e1 == std::string_view::npos) throw bad("an entry has no name");
+    std::string name(body.substr(0, e1));
+    body.remove_prefix(e1 + 1);
+    size_t e2 = body.find('\n');
+    if (e2 == std::string_view::npos || e2 > 20) throw bad("an entry has no size");
+    uint64_t n = std::stoull(std::string(body.substr(0, e2)));
+    body.remove_prefix(e2 + 1);
+    if (n > body.size()) throw bad(fmt::format("entry '{}' runs past the end", name));
+    if (!safe_name(name) || entries.count(name) || entries.size() >= kMaxEntries)
+      throw bad(fmt::format("entry '{}' is not a name kiln writes, or repeats", name));
+    entries[name] = std::string(body.substr(0, n));
+    body.remove_prefix(n);
+  }
+  auto man = entries.find("manifest.json");
+  if (man == entries.end()) throw bad("it has no manifest");
+  manifest = manifest_from(json::parse(man->second));
+  verify(manifest, entries);
+}
+
+}  // namespace
+
+Artifact Artifact::read(const fs::path& path) {
+  Artifact a;
   try {
-    if (fs::is_directory(path, ec)) {
-      std::optional<std::string> man = read_file(path / "manifest.json");
-      if (!man) throw bad("no manifest.json in the folder");
-      a.manifest_ = manifest_from(json::parse(*man));
-      a.entries_["manifest.json"] = *man;
-      for (const auto& f : a.manifest_.files) {
-        if (!safe_name(f.name)) throw bad(fmt::format("its manifest names '{}', not a name kiln writes", f.name));
-        std::optional<std::string> d = read_file(path / f.name);
-        if (!d) throw bad(fmt::format("'{}' is missing", f.name));
-        a.entries_[f.name] = std::move(*d);
-      }
-      verify(a.manifest_, a.entries_);
-      return a;
-    }
-    auto size = fs::file_size(path, ec);
-    if (ec) throw bad(fmt::format("cannot be read ({})", ec.message()));
-    if (size > kMaxArtifactBytes) throw bad("it is larger than 4 GiB");
-    std::optional<std::string> text = read_file(path);
-    if (!text) throw bad("cannot be read");
-    std::string_view all(*text);
-    size_t eol = all.find('\n');
-    if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
-    char magic[32] = {};
-    int format = 0;
-    unsigned long long sum = 0, len = 0;
-    std::string head(all.substr(0, eol));
-    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4 || kMagic != magic)
-      throw bad("it is not a kiln artifact");
-    if (format != ArtifactManifest::kFormat)
-      throw bad(fmt::format("it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)",
-                            format, ArtifactManifest::kFormat));
-    std::string_view body = all.substr(eol + 1);
-    if (body.size() < len) throw bad(fmt::format("it is truncated ({} of {} bytes)", body.size(), len));
-    if (body.size() > len) throw bad("it has bytes past its end");
-    if (hash64(body.data(), body.size()) != sum) throw bad("it is damaged (its checksum differs)");
-    while (!body.empty()) {
-      size_t e1 = body.find('\n');
-      if (e1 == std::string_view::npos) throw bad("an entry has no name");
-      std::string name(body.substr(0, e1));
-      body.remove_prefix(e1 + 1);
-      size_t e2 = body.find('\n');
-      if (e2 == std::string_view::npos || e2 > 20) throw bad("an entry has no size");
-      uint64_t n = std::stoull(std::string(body.substr(0, e2)));
-      body.remove_prefix(e2 + 1);
-      if (n > body.size()) throw bad(fmt::format("entry '{}' runs past the end", name));
-      if (!safe_name(name) || a.entries_.count(name) || a.entries_.size() >= kMaxEntries)
-        throw bad(fmt::format("entry '{}' is not a name kiln writes, or repeats", name));
-      a.entries_[name] = std::string(body.substr(0, n));
-      body.remove_prefix(n);
-    }
-    auto man = a.entries_.find("manifest.json");
-    if (man == a.entries_.end()) throw bad("it has no manifest");
-    a.manifest_ = manifest_from(json::parse(man->second));
-    verify(a.manifest_, a.entries_);
+    read_checked(path, a.entries_, a.manifest_);
     return a;
   } catch (const Error& e) {
-    if (e.code() == Errc::artifact && std::string_view(e.what()).find("nothing of it was loaded") != std::string_view::npos)
-      throw;
-    throw bad(e.what());
+    throw Error(Errc::artifact, fmt::format("artifact {}: {}; nothing of it was loaded", path.string(), e.what()));
   } catch (const std::exception& e) {
-    throw bad(fmt::format("its manifest does not parse ({})", e.what()));
+    throw Error(Errc::artifact,
+                fmt::format("artifact {}: its manifest or an entry does not parse ({}); nothing of it was loaded",
+                            path.string(), e.what()));
   }
 }
 

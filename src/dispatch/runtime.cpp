@@ -10,6 +10,7 @@
 #include "core/format.hpp"
 #include "tune/benchmarker.hpp"
 #include "compile/remote_cache.hpp"
+#include "tune/record_io.hpp"
 #include "worker/worker_pool.hpp"
 
 namespace kiln {
@@ -126,10 +127,7 @@ TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
     std::vector<std::pair<double, TuningRecord>> near;
     for (auto& r : cache->all(key)) {
       if (!r.best || r.key.values.size() != key.values.size()) continue;
-      double d = 0;
-      for (size_t i = 0; i < key.values.size(); ++i)
-        d += std::abs(std::log2(static_cast<double>(std::max<int64_t>(1, key.values[i].second))) -
-                      std::log2(static_cast<double>(std::max<int64_t>(1, r.key.values[i].second))));
+      double d = log2_distance(key.values, r.key.values);
       near.emplace_back(d, std::move(r));
     }
     std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -13,14 +13,9 @@
 #include "kiln/device_args.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
+#include "tune/record_io.hpp"
 
 namespace kiln {
-
-namespace {
-
-double log2_of(int64_t v) { return std::log2(static_cast<double>(v < 1 ? 1 : v)); }
-
-}  // namespace
 
 struct SizeHintMultiKernel::Impl {
   struct Variant {
@@ -147,19 +142,9 @@ struct SizeHintMultiKernel::Impl {
   // Hint points by distance from `key`: L1 over log2; ties go to the larger
   // hint point (the larger sum of log2 values), then the later one.
   std::vector<size_t> by_distance(const std::vector<int64_t>& key) const {
-    std::vector<std::tuple<double, double, size_t>> d;
-    for (size_t i = 0; i < points.size(); ++i) {
-      double dist = 0, size = 0;
-      for (size_t k = 0; k < key.size() && k < points[i].values.size(); ++k) {
-        dist += std::abs(log2_of(key[k]) - log2_of(points[i].values[k]));
-        size += log2_of(points[i].values[k]);
-      }
-      d.push_back({std::round(dist * 1e9) / 1e9, -size, points.size() - i});
-    }
-    std::sort(d.begin(), d.end());
-    std::vector<size_t> out;
-    for (const auto& [dist, size, rev] : d) out.push_back(points.size() - rev);
-    return out;
+    std::vector<std::vector<int64_t>> values;
+    for (const auto& p : points) values.push_back(p.values);
+    return by_log2_distance(values, key);
   }
 
   // The variant for a call's shape: the nearest hint's config that can run

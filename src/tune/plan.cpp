@@ -13,21 +13,13 @@
 #include "core/log.hpp"
 #include "kiln/ext/tuner.hpp"
 #include "kiln/hash.hpp"
+#include "tune/record_io.hpp"
 
 namespace kiln {
 
 using nlohmann::json;
 
 namespace {
-
-double log2_of(int64_t v) { return std::log2(static_cast<double>(v < 1 ? 1 : v)); }
-
-json config_json(const Config& c) {
-  json j = json::object();
-  for (const auto& [n, v] : c.values) j[n] = v;
-  if (!c.library.empty()) j["library"] = c.library;
-  return j;
-}
 
 // A config read back: a point of the spec's current space, or one of its library choices.
 std::optional<Config> config_from(const json& j, const KernelSpec& spec) {
@@ -58,19 +50,9 @@ TuningKey plan_base_key(const KernelSpec& spec, Backend& backend) {
 }
 
 std::vector<size_t> DispatchPlan::by_distance(const std::vector<int64_t>& key) const {
-  std::vector<std::tuple<double, double, size_t>> d;
-  for (size_t i = 0; i < points.size(); ++i) {
-    double dist = 0, size = 0;
-    for (size_t k = 0; k < key.size() && k < points[i].values.size(); ++k) {
-      dist += std::abs(log2_of(key[k]) - log2_of(points[i].values[k]));
-      size += log2_of(points[i].values[k]);
-    }
-    d.push_back({std::round(dist * 1e9) / 1e9, -size, points.size() - i});
-  }
-  std::sort(d.begin(), d.end());
-  std::vector<size_t> out;
-  for (const auto& [dist, size, rev] : d) out.push_back(points.size() - rev);
-  return out;
+  std::vector<std::vector<int64_t>> values;
+  for (const auto& p : points) values.push_back(p.values);
+  return by_log2_distance(values, key);
 }
 
 std::optional<Config> DispatchPlan::pick(const KernelSpec& spec, const std::vector<int64_t>& values,
@@ -85,9 +67,7 @@ std::optional<Config> DispatchPlan::pick(const KernelSpec& spec, const std::vect
       double sum = 0, weights = 0;
       for (size_t i : order) {
         const Point& p = points[i];
-        double d = 0;
-        for (size_t k = 0; k < values.size() && k < p.values.size(); ++k)
-          d += std::abs(log2_of(values[k]) - log2_of(p.values[k]));
+        double d = log2_distance(values, p.values);
         double w = 1.0 / ((0.5 + d) * (0.5 + d));  // inverse-distance weights, squared
         double t = c < p.ns.size() ? p.ns[c] : 0;
         // A config that failed or was not timed there counts as 4 times the best.
@@ -228,25 +208,14 @@ std::string plan_to_text(const DispatchPlan& p) {
             {"points", points},
             {"uncovered", p.uncovered},
             {"when", p.when}};
-  std::string body = dump_json(j, 1);
-  return fmt::format("{} {} {:016x} {}\n", kMagic, DispatchPlan::kFormat, hash64(body.data(), body.size()),
-                     body.size()) +
-         body;
+  return checked_text(kMagic, DispatchPlan::kFormat, dump_json(j, 1));
 }
 
 std::optional<DispatchPlan> plan_from_text(std::string_view text, const TuningKey& base, const KernelSpec& spec) {
   try {
-    size_t eol = text.find('\n');
-    if (eol == std::string_view::npos || eol > 200) return std::nullopt;
-    std::string head(text.substr(0, eol));
-    std::string_view body = text.substr(eol + 1);
-    char magic[32] = {};
-    int format = 0;
-    unsigned long long sum = 0, len = 0;
-    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4) return std::nullopt;
-    if (kMagic != magic || format != DispatchPlan::kFormat || len != body.size()) return std::nullopt;
-    if (hash64(body.data(), body.size()) != sum) return std::nullopt;
-    json j = json::parse(body);
+    std::optional<std::string_view> body = checked_body(text, kMagic, DispatchPlan::kFormat);
+    if (!body) return std::nullopt;
+    json j = json::parse(*body);
     DispatchPlan p;
     p.kiln_version = j.at("kiln_version").get<std::string>();
     if (!kiln_version_compatible(p.kiln_version)) return std::nullopt;

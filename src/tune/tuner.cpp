@@ -14,6 +14,7 @@
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/hash.hpp"
 #include "tune/benchmarker.hpp"
+#include "tune/record_io.hpp"
 #include "tune/search.hpp"
 
 namespace kiln {
@@ -152,15 +153,6 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
 }
 
 namespace {
-
-double log2_distance(const std::vector<std::pair<std::string, int64_t>>& a,
-                     const std::vector<std::pair<std::string, int64_t>>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    d += std::abs(std::log2(static_cast<double>(std::max<int64_t>(a[i].second, 1))) -
-                  std::log2(static_cast<double>(std::max<int64_t>(b[i].second, 1))));
-  return d;
-}
 
 // The relative spread of a set of samples: (p75 - p25) / median.
 double spread(std::vector<double> v) {

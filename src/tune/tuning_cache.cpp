@@ -11,6 +11,7 @@
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/tuning.hpp"
 #include "compile/remote_cache.hpp"
+#include "tune/record_io.hpp"
 
 #include <unistd.h>
 
@@ -179,13 +180,6 @@ std::string TuningRecord::all_failed_message() const {
 
 namespace {
 
-json config_json(const Config& c) {
-  json j = json::object();
-  for (const auto& [n, v] : c.values) j[n] = v;
-  if (!c.library.empty()) j["library"] = c.library;
-  return j;
-}
-
 json space_json(const ConfigSpace& s) {
   json j = json::array();
   for (const auto& p : s.params) j.push_back({{"name", p.name}, {"values", p.values}});
@@ -289,24 +283,14 @@ std::string record_to_json(const TuningRecord& r) {
 }
 
 std::string record_to_text(const TuningRecord& r) {
-  std::string body = record_to_json(r);
-  uint64_t sum = hash64(body.data(), body.size());
-  return fmt::format("{} {} {:016x} {}\n", kMagic, TuningRecord::kSchema, sum, body.size()) + body;
+  return checked_text(kMagic, TuningRecord::kSchema, record_to_json(r));
 }
 
 std::optional<TuningRecord> record_from_text(std::string_view text, const TuningKey& expect) {
   try {
-    size_t eol = text.find('\n');
-    if (eol == std::string_view::npos || eol > 200) return std::nullopt;
-    std::string head(text.substr(0, eol));
-    std::string_view body = text.substr(eol + 1);
-    char magic[32] = {};
-    int schema = 0;
-    unsigned long long sum = 0, len = 0;
-    if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &schema, &sum, &len) != 4) return std::nullopt;
-    if (kMagic != magic || schema != TuningRecord::kSchema || len != body.size()) return std::nullopt;
-    if (hash64(body.data(), body.size()) != sum) return std::nullopt;
-    json j = json::parse(body);
+    std::optional<std::string_view> body = checked_body(text, kMagic, TuningRecord::kSchema);
+    if (!body) return std::nullopt;
+    json j = json::parse(*body);
     if (j.at("schema").get<int>() != TuningRecord::kSchema) return std::nullopt;
     if (j.at("tuning_format").get<int>() != TuningKey::kFormatVersion) return std::nullopt;
     if (!kiln_version_compatible(j.at("kiln_version").get<std::string>())) return std::nullopt;
@@ -720,46 +704,11 @@ void TuningCache::add_artifact_plan(const std::string& base_hex, std::string tex
   dirs_->artifact_plans[base_hex] = std::move(text);
 }
 
-void TuningCache::note_serving_miss(const TuningKey& key) {
-  if (!dirs_->root || !dirs_->tune) return;
-  try {
-    SafeDir d = dirs_->root.sub("serving", true);
-    FileLock held = dirs_->locks.lock("serving.lock");
-    const std::string name = key.base_hex() + ".misses";
-    std::string text = d.read(name, 1u << 20).value_or("");
-    // Lines "<count> <values>".
-    std::string out;
-    bool found = false;
-    size_t at = 0;
-    while (at < text.size()) {
-      size_t eol = text.find('\n', at);
-      if (eol == std::string::npos) break;
-      std::string line = text.substr(at, eol - at);
-      at = eol + 1;
-      size_t sp = line.find(' ');
-      if (sp == std::string::npos) continue;
-      long long n = std::atoll(line.c_str());
-      if (line.substr(sp + 1) == key.values_text()) {
-        ++n;
-        found = true;
-      }
-      out += fmt::format("{} {}\n", n, line.substr(sp + 1));
-    }
-    if (!found) out += fmt::format("1 {}\n", key.values_text());
-    d.write(name, out);
-  } catch (const Error& e) {
-    log::debug("cannot note a serving miss: {}", e.what());
-  }
-}
-
-std::vector<std::pair<std::string, int64_t>> TuningCache::serving_misses(const TuningKey& base) const {
+namespace {
+// A serving-misses file: lines "<count> <key values>".
+std::vector<std::pair<std::string, int64_t>> parse_misses(const std::string& text) {
   std::vector<std::pair<std::string, int64_t>> out;
-  if (!dirs_->root) return out;
-  SafeDir d = dirs_->root.sub("serving", false);
-  if (!d) return out;
-  std::string text = d.read(base.base_hex() + ".misses", 1u << 20).value_or("");
-  size_t at = 0;
-  while (at < text.size()) {
+  for (size_t at = 0; at < text.size();) {
     size_t eol = text.find('\n', at);
     if (eol == std::string::npos) break;
     std::string line = text.substr(at, eol - at);
@@ -768,6 +717,32 @@ std::vector<std::pair<std::string, int64_t>> TuningCache::serving_misses(const T
     if (sp != std::string::npos) out.push_back({line.substr(sp + 1), std::atoll(line.c_str())});
   }
   return out;
+}
+}  // namespace
+
+void TuningCache::note_serving_miss(const TuningKey& key) {
+  if (!dirs_->root || !dirs_->tune) return;
+  try {
+    SafeDir d = dirs_->root.sub("serving", true);
+    FileLock held = dirs_->locks.lock("serving.lock");
+    const std::string name = key.base_hex() + ".misses";
+    auto misses = parse_misses(d.read(name, 1u << 20).value_or(""));
+    auto it = std::find_if(misses.begin(), misses.end(), [&](const auto& m) { return m.first == key.values_text(); });
+    if (it != misses.end()) ++it->second;
+    else misses.push_back({key.values_text(), 1});
+    std::string out;
+    for (const auto& [k, n] : misses) out += fmt::format("{} {}\n", n, k);
+    d.write(name, out);
+  } catch (const Error& e) {
+    log::debug("cannot note a serving miss: {}", e.what());
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> TuningCache::serving_misses(const TuningKey& base) const {
+  if (!dirs_->root) return {};
+  SafeDir d = dirs_->root.sub("serving", false);
+  if (!d) return {};
+  return parse_misses(d.read(base.base_hex() + ".misses", 1u << 20).value_or(""));
 }
 
 size_t TuningCache::count() const {

@@ -43,18 +43,7 @@ namespace {
 // SIGTERM, SIGINT or SIGHUP (kiln stopping its workers when it is
 // interrupted): leave as above, outside a signal handler.
 void leave_on_signals() {
-  static sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([] {
-    int sig = 0;
-    while (::sigwait(&set, &sig) != 0) {
-    }
-    leave();
-  }).detach();
+  on_stop_signals([](int) { leave(); });
 }
 
 // Leaves when the pool's end of the socket closes (its owner exited or was

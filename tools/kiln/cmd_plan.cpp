@@ -96,18 +96,21 @@ std::string shape_text(const Shape& s) {
 }
 
 // Tunes `spec` at a shape, exhaustively (through the caches).
-TuneOutcome tune_at(Runtime& rt, const KernelSpec& spec, const Shape& shape, uint64_t seed, DeviceArgs** keep,
-                    std::vector<std::unique_ptr<DeviceArgs>>& store, bool libraries) {
+// Tunes `spec` at a shape, exhaustively (through the caches), on seeded
+// random inputs; the inputs come back with the outcome.
+struct Tuned {
+  TuneOutcome outcome;
+  std::unique_ptr<DeviceArgs> args;
+};
+Tuned tune_at(Runtime& rt, const KernelSpec& spec, const Shape& shape, uint64_t seed, bool libraries) {
   auto args = std::make_unique<DeviceArgs>(spec, parse_scalars(spec, shape), rt.backend(spec.backend).device());
   args->fill_random(seed);
   TuneOptions to;
   to.search = SearchKind::exhaustive;
   to.libraries = libraries;
   TuneOutcome o = rt.tune(spec, args->params(), to);
-  if (keep) *keep = args.get();
-  store.push_back(std::move(args));
   if (!o.choice) fail(Errc::tune, "{}", o.record.all_failed_message());
-  return o;
+  return {std::move(o), std::move(args)};
 }
 
 std::vector<int64_t> key_values(const KernelSpec& spec, const Shape& s) {
@@ -146,18 +149,16 @@ void run_plan(Globals& g, const PlanArgs& a) {
     train.insert(train.end(), gs.begin(), gs.end());
   }
   std::optional<DispatchPlan> plan;
-  std::vector<std::unique_ptr<DeviceArgs>> store;
   if (!train.empty()) {
     std::vector<TuningRecord> records;
     size_t tuned = 0;
     for (size_t i = 0; i < train.size(); ++i) {
-      TuneOutcome o = tune_at(rt, spec, train[i], a.seed, nullptr, store, !a.no_library);
+      TuneOutcome o = tune_at(rt, spec, train[i], a.seed, !a.no_library).outcome;
       tuned += !o.from_cache;
       if (!opts.quiet)
         std::fprintf(stderr, "[%zu/%zu] %s: %s (%s)\n", i + 1, train.size(), shape_text(train[i]).c_str(),
                      o.choice->str().c_str(), o.from_cache ? "cached" : "tuned");
       records.push_back(std::move(o.record));
-      store.clear();
     }
     plan = build_plan(pspec, base, records, a.slack, a.max_configs);
     cache->put_plan(base, plan_to_text(*plan));
@@ -205,8 +206,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
     for (const auto& pt : spec.tuning.hint_point_list()) {
       Shape s;
       for (size_t k = 0; k < pt.size(); ++k) s.push_back({spec.tuning.key[k], std::to_string(pt[k])});
-      TuneOutcome o = tune_at(rt, spec, s, a.seed, nullptr, store, !a.no_library);
-      store.clear();
+      TuneOutcome o = tune_at(rt, spec, s, a.seed, !a.no_library).outcome;
       hint_rule.configs.push_back(*o.choice);
       hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0, {}});
       hint_rule.kept = hint_rule.configs.size();
@@ -217,8 +217,9 @@ void run_plan(Globals& g, const PlanArgs& a) {
             {false, true, true, true, true, true, true});
     json rows = json::array();
     for (size_t i = 0; i < eval.size(); ++i) {
-      DeviceArgs* args = nullptr;
-      TuneOutcome o = tune_at(rt, spec, eval[i], a.seed + 1, &args, store, !a.no_library);
+      Tuned tuned = tune_at(rt, spec, eval[i], a.seed + 1, !a.no_library);
+      const TuneOutcome& o = tuned.outcome;
+      DeviceArgs* args = tuned.args.get();
       std::vector<int64_t> slots(spec.args.size());
       read_int_slots(spec, args->params(), slots.data());
       std::vector<int64_t> vals = key_values(spec, eval[i]);
@@ -245,7 +246,6 @@ void run_plan(Globals& g, const PlanArgs& a) {
                       {"hint_ratio", hp ? json(r2) : json(nullptr)}});
       if (!opts.quiet && !a.json)
         std::fprintf(stderr, "[eval %zu/%zu] %s: plan %.3fx\n", i + 1, eval.size(), shape_text(eval[i]).c_str(), r1);
-      store.clear();
     }
     double wp = *std::max_element(rp.begin(), rp.end());
     double wh = rh.empty() ? 0 : *std::max_element(rh.begin(), rh.end());
