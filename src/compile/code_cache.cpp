@@ -102,11 +102,6 @@ void CodeCache::add_overlay(std::vector<Binary> bins) {
   for (auto& b : bins) dirs_->overlay[b.key] = std::move(b);
 }
 
-size_t CodeCache::overlay_size() const {
-  std::lock_guard<std::mutex> g(dirs_->overlay_m);
-  return dirs_->overlay.size();
-}
-
 std::optional<Binary> CodeCache::get(const std::string& key) {
   {
     std::lock_guard<std::mutex> g(dirs_->overlay_m);

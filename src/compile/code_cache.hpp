@@ -33,7 +33,6 @@ class CodeCache {
   // Binaries held in memory (from a packed artifact), answered before the
   // disk and never written to it. Each was validated by decode().
   void add_overlay(std::vector<Binary> bins);
-  size_t overlay_size() const;
   // Throws Error(Errc::io) when the entry cannot be written (a full or
   // read-only disk); callers treat that as a warning.
   void put(const Binary& b);

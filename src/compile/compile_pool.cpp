@@ -59,13 +59,11 @@ std::optional<Binary> CachingCompiler::from_remote(const std::string& key) {
   std::optional<Binary> b;
   if (blob && hash_bytes(*blob).hex() == *content) b = CodeCache::decode(*blob, key);
   if (!b) {
-    ++rejected_;
     log::warn("remote cache: the binary of key {} does not verify (its bytes do not match its hash, or it is another "
               "kernel's); compiling it here",
               key.substr(0, 12));
     return std::nullopt;
   }
-  ++hits_;
   return b;
 }
 
@@ -73,11 +71,9 @@ void CachingCompiler::to_remote(const Binary& b) {
   std::string entry = CodeCache::encode(b);
   if (entry.size() > kMaxRemoteBinaryBytes) return;
   std::string content = hash_bytes(entry).hex();
-  if (remote_->set(bin_prefix() + "blob:" + content, entry) && remote_->set(bin_prefix() + "bin:" + b.key, content))
-    ++shared_;
+  if (remote_->set(bin_prefix() + "blob:" + content, entry)) remote_->set(bin_prefix() + "bin:" + b.key, content);
 }
 
-CachingCompiler::RemoteStats CachingCompiler::remote_stats() const { return {hits_.load(), rejected_.load(), shared_.load()}; }
 
 CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads)
     : backend_(std::move(backend)), compiler_(std::move(compiler)) {

@@ -56,10 +56,6 @@ class CachingCompiler final : public Compiler {
                   std::shared_ptr<RemoteCache> remote = nullptr)
       : inner_(std::move(inner)), cache_(std::move(cache)), remote_(std::move(remote)) {}
   Binary compile(const CompileRequest& req, const std::string& key) override;
-  struct RemoteStats {
-    uint64_t hits = 0, rejected = 0, shared = 0;
-  };
-  RemoteStats remote_stats() const;
 
  private:
   std::optional<Binary> from_remote(const std::string& key);
@@ -67,7 +63,6 @@ class CachingCompiler final : public Compiler {
   std::shared_ptr<Compiler> inner_;
   std::shared_ptr<CodeCache> cache_;
   std::shared_ptr<RemoteCache> remote_;
-  std::atomic<uint64_t> hits_{0}, rejected_{0}, shared_{0};
 };
 
 using BinaryFuture = std::shared_future<std::shared_ptr<const Binary>>;

@@ -63,11 +63,6 @@ RemoteCache::Stats RemoteCache::stats() const {
   return stats_;
 }
 
-bool RemoteCache::reachable() {
-  std::lock_guard<std::mutex> g(m_);
-  return ctx_ || Clock::now() >= retry_at_;
-}
-
 void RemoteCache::fail_locked(const std::string& why) {
   ++stats_.failures;
   if (ctx_) {

@@ -78,9 +78,6 @@ class RemoteCache {
   // Deletes the lease if `token` holds it (compare-and-delete).
   void release_lease(const std::string& key, const std::string& token);
 
-  // False while in back-off after a failure.
-  bool reachable();
-
   struct Stats {
     uint64_t commands = 0, failures = 0, skipped = 0;  // skipped: calls answered at once during a back-off
   };
