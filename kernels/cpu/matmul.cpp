@@ -17,29 +17,32 @@
 
 typedef float kiln_vf __attribute__((vector_size(64)));
 
-#if defined(__AVX512F__)
-constexpr int64_t MR = 8, NR = 32;
+#if defined(MR) && defined(NV)
+// A spec that tunes the micro-tile too (matmul_search.toml): MR rows, NV vectors.
+constexpr int64_t kMR = MR, kNR = 16 * NV;
+#elif defined(__AVX512F__)
+constexpr int64_t kMR = 8, kNR = 32;
 #else
-constexpr int64_t MR = 6, NR = 16;
+constexpr int64_t kMR = 6, kNR = 16;
 #endif
-static_assert(NR % 16 == 0, "NR is a whole number of 16-float vectors");
+static_assert(kNR % 16 == 0, "the micro-tile is a whole number of 16-float vectors");
 
-// B[0..kb, 0..nb) (row stride N) into strips of NR columns: strip s holds, for
-// each k, NR values (zero past nb).
+// B[0..kb, 0..nb) (row stride N) into strips of kNR columns: strip s holds, for
+// each k, kNR values (zero past nb).
 static inline void pack_b(float* __restrict dst, const float* __restrict B, int64_t N, int64_t nb, int64_t kb) {
-  for (int64_t j0 = 0; j0 < nb; j0 += NR) {
-    const int64_t c = nb - j0 < NR ? nb - j0 : NR;
+  for (int64_t j0 = 0; j0 < nb; j0 += kNR) {
+    const int64_t c = nb - j0 < kNR ? nb - j0 : kNR;
     for (int64_t k = 0; k < kb; ++k) {
       const float* src = B + k * N + j0;
-      float* d = dst + k * NR;
-      if (c == NR) {
-        std::memcpy(d, src, NR * sizeof(float));
+      float* d = dst + k * kNR;
+      if (c == kNR) {
+        std::memcpy(d, src, kNR * sizeof(float));
       } else {
         for (int64_t j = 0; j < c; ++j) d[j] = src[j];
-        for (int64_t j = c; j < NR; ++j) d[j] = 0.f;
+        for (int64_t j = c; j < kNR; ++j) d[j] = 0.f;
       }
     }
-    dst += kb * NR;
+    dst += kb * kNR;
   }
 }
 
@@ -56,7 +59,7 @@ static inline void micro(const float* __restrict a, int64_t lda, const float* __
   for (int64_t i = 0; i < R; ++i) row[i] = a + i * lda;
   for (int64_t k = 0; k < kb; ++k) {
     kiln_vf bv[V];
-    for (int64_t v = 0; v < V; ++v) std::memcpy(&bv[v], b + k * NR + 16 * v, sizeof(kiln_vf));
+    for (int64_t v = 0; v < V; ++v) std::memcpy(&bv[v], b + k * kNR + 16 * v, sizeof(kiln_vf));
     for (int64_t i = 0; i < R; ++i) {
       const kiln_vf av = row[i][k] - kiln_vf{};  // a broadcast (x - 0 is x, so it folds into the load)
       for (int64_t v = 0; v < V; ++v) acc[i][v] += av * bv[v];
@@ -82,13 +85,13 @@ static inline void micro(const float* __restrict a, int64_t lda, const float* __
   }
 }
 
-// One strip of NR (or fewer) columns against `rows` rows of A, in micro-tiles
-// of MR rows and a smaller one for what is left.
+// One strip of kNR (or fewer) columns against `rows` rows of A, in micro-tiles
+// of kMR rows and a smaller one for what is left.
 template <int64_t V>
 static inline void strip(const float* a, int64_t lda, const float* b, int64_t kb, float* C, int64_t ldc, int64_t rows,
                          int64_t nr, bool first) {
   int64_t i = 0;
-  for (; i + MR <= rows; i += MR) micro<MR, V>(a + i * lda, lda, b, kb, C + i * ldc, ldc, nr, first);
+  for (; i + kMR <= rows; i += kMR) micro<kMR, V>(a + i * lda, lda, b, kb, C + i * ldc, ldc, nr, first);
   for (; i + 4 <= rows; i += 4) micro<4, V>(a + i * lda, lda, b, kb, C + i * ldc, ldc, nr, first);
   for (; i + 2 <= rows; i += 2) micro<2, V>(a + i * lda, lda, b, kb, C + i * ldc, ldc, nr, first);
   for (; i < rows; ++i) micro<1, V>(a + i * lda, lda, b, kb, C + i * ldc, ldc, nr, first);
@@ -97,7 +100,7 @@ static inline void strip(const float* a, int64_t lda, const float* b, int64_t kb
 void matmul(kiln::program_id pid, const float* A, const float* B, float* C,
             int64_t M, int64_t N, int64_t K) {
   // BN rounded up to whole strips; one panel per thread, reused by its tiles.
-  constexpr int64_t kPanelCols = (BN + NR - 1) / NR * NR;
+  constexpr int64_t kPanelCols = (BN + kNR - 1) / kNR * kNR;
   alignas(64) static thread_local float panel[BK * kPanelCols];
   const int64_t m0 = pid.x * BM, n0 = pid.y * BN;
   const int64_t mb = M - m0 < BM ? M - m0 : BM;
@@ -110,13 +113,13 @@ void matmul(kiln::program_id pid, const float* A, const float* B, float* C,
   for (int64_t k0 = 0; k0 < K; k0 += BK) {
     const int64_t kb = K - k0 < BK ? K - k0 : BK;
     pack_b(panel, B + k0 * N + n0, N, nb, kb);
-    for (int64_t j0 = 0; j0 < nb; j0 += NR) {
-      const int64_t nr = nb - j0 < NR ? nb - j0 : NR;
+    for (int64_t j0 = 0; j0 < nb; j0 += kNR) {
+      const int64_t nr = nb - j0 < kNR ? nb - j0 : kNR;
       const float* a = A + m0 * K + k0;
       float* c = C + m0 * N + n0 + j0;
       const float* b = panel + j0 * kb;
-      if (NR > 16 && nr <= 16) strip<1>(a, K, b, kb, c, N, mb, nr, k0 == 0);
-      else strip<NR / 16>(a, K, b, kb, c, N, mb, nr, k0 == 0);
+      if (kNR > 16 && nr <= 16) strip<1>(a, K, b, kb, c, N, mb, nr, k0 == 0);
+      else strip<kNR / 16>(a, K, b, kb, c, N, mb, nr, k0 == 0);
     }
   }
 }
