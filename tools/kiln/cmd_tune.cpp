@@ -16,6 +16,7 @@
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/runtime.hpp"
+#include "plot.hpp"
 
 namespace kiln::cli {
 
@@ -123,6 +124,7 @@ struct TuneArgs {
   bool no_library = false;
   std::string effort;
   double budget_seconds = 0;
+  std::string plot;  // a PNG of best-so-far against configs timed
 };
 
 // Tuning-key values from --set, strictly: every key name, whole numbers, no
@@ -155,6 +157,7 @@ void run_tune(Globals& g, const TuneArgs& a) {
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
+  if (std::string why; !a.plot.empty() && !can_plot(&why)) fail(Errc::usage, "--plot {}: {}", a.plot, why);
   // Seeded random inputs in the backend's memory (the GPU's, on cuda).
   DeviceArgs args(spec, parse_scalars(spec, split_sets(a.sets)), rt.backend(spec.backend).device());
   args.fill_random(a.seed);
@@ -177,6 +180,16 @@ void run_tune(Globals& g, const TuneArgs& a) {
   TuningCache::Stats cs = rt.tuning_cache() ? rt.tuning_cache()->stats() : TuningCache::Stats{};
   std::string source = !o.from_cache ? "tuned" : cs.remote_hits ? "remote" : cs.artifact_hits ? "artifact" : "cache";
   if (!o.choice) g.exit_code = 1;
+  if (!a.plot.empty()) {
+    if (o.from_cache) {
+      std::fprintf(stderr, "kiln: warning: --plot: answered from the %s, so nothing was timed to draw (--force tunes "
+                   "again; kiln plot draws saved --json outputs)\n", source.c_str());
+    } else {
+      plot_search(a.plot, fmt::format("{} at {} ({})", spec.name, r.key.values_text(), r.key.device.substr(0, r.key.device.find(" ("))),
+                  {curve_of_tuning(record_json(r, source, secs, &o))});
+      if (!a.json) std::fprintf(out(), "wrote %s\n", a.plot.c_str());
+    }
+  }
   if (a.json) {
     json j = record_json(r, source, secs, &o);
     j["records"] = {{"local_hits", cs.local_hits},         {"artifact_hits", cs.artifact_hits},
@@ -288,6 +301,7 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--max-configs", a->max_configs, "Benchmark at most this many configs (default: KILN_TUNE_MAX_CONFIGS)")
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--plot", a->plot, "Draw the best time so far against configs timed into this PNG (PLplot)");
   cmd->callback([&g, a] { run_tune(g, *a); });
 
   auto* rep = app.add_subcommand("report", "Print a stored tuning record as a table; runs nothing");
