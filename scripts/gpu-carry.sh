@@ -6,12 +6,12 @@ cd "$(dirname "$0")/.."
 rm -rf build-gpu-carry
 mkdir -p build-gpu-carry/tests build-gpu-carry/bench
 for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/kiln_bench_first_call; do
-  [ -f "build-gpu/$f" ] && strip -o "build-gpu-carry/$f" "build-gpu/$f"
+  if [ -f "build-gpu/$f" ]; then strip -o "build-gpu-carry/$f" "build-gpu/$f"; fi
 done
 # XGBoost for the budgeted search, with what it needs that the GPU machine may lack.
 mkdir -p build-gpu-carry/lib
 for l in libxgboost.so.0 libdmlc.so.0 libgomp.so.1; do
   src=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
-  [ -n "$src" ] && cp -L "$src" build-gpu-carry/lib/
+  if [ -n "$src" ]; then cp -L "$src" build-gpu-carry/lib/; fi
 done
 du -sh build-gpu-carry

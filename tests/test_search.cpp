@@ -5,10 +5,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdio>
+#include <map>
+
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/args.hpp"
 #include "kiln/runtime.hpp"
+#include "tune/search.hpp"
+#include "tune/surrogate.hpp"
 #include "util.hpp"
 
 using namespace kiln;
@@ -117,4 +123,74 @@ TEST_F(SearchTest, WithoutXgboostTheRoundsAreRandomAndTheRecordSaysWhy) {
   EXPECT_EQ(j["method"], "budgeted");
   EXPECT_NE(j["start"].get<std::string>().find("random draws (libxgboost cannot be opened"), std::string::npos)
       << j["start"];
+}
+
+// The budgeted search replayed against measurements: each fixture in
+// tests/fixtures/search (made by bench/search/run.sh) holds every runnable
+// config of a kernel whose space has at least 10,000 points, timed at one
+// shape by an exhaustive tuning. The search sees the recorded times instead
+// of timing anything, so this checks what it would choose and how much of
+// the space it would time, for several seeds, with no timing in the test.
+TEST(SearchFixture, TheBudgetedSearchFindsWithin2PercentOfTheBestTimingAFifthOrLess) {
+  std::string why;
+  if (!Surrogate::make(&why)) GTEST_SKIP() << "no surrogate model here: " << why;
+  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/search";
+  int fixtures = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++fixtures;
+    SCOPED_TRACE(entry.path().filename().string());
+    auto j = nlohmann::json::parse(read_file(entry.path()).value());
+    KernelSpec spec = load_spec(fs::path(KILN_SOURCE_DIR) / j["spec"].get<std::string>());
+    EXPECT_GE(spec.space.size(), 10000u);
+    std::map<size_t, ConfigResult> truth;
+    double best = INFINITY;
+    for (const auto& c : j["configs"]) {
+      Config cfg;
+      for (const auto& p : spec.space.params) cfg.values.push_back({p.name, c["params"].at(p.name).get<int64_t>()});
+      auto idx = spec.space.index_of(cfg);
+      ASSERT_TRUE(idx) << cfg.str() << " is not in the spec's space: the fixture is for another spec";
+      ConfigResult r;
+      r.config = cfg;
+      if (c["result"] == "ok" && c["ns"].is_number()) {
+        r.ns = c["ns"].get<double>();
+        best = std::min(best, *r.ns);
+      } else {
+        r.kind = FailKind::crash;
+      }
+      truth[*idx] = r;
+    }
+    std::vector<size_t> runnable;
+    for (const auto& [i, r] : truth) runnable.push_back(i);
+    ASSERT_GE(runnable.size(), 100u);
+    std::optional<size_t> start;
+    if (spec.tuning.default_config) start = spec.space.index_of(*spec.tuning.default_config);
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      auto search = make_budgeted_search(start, seed, true);
+      std::map<size_t, ConfigResult> seen;
+      for (;;) {
+        SearchState st{spec.space, runnable,
+                       [&](size_t i) -> const ConfigResult* {
+                         auto it = seen.find(i);
+                         return it == seen.end() ? nullptr : &it->second;
+                       },
+                       SIZE_MAX};
+        std::vector<size_t> batch = search->next(st);
+        if (batch.empty()) break;
+        for (size_t i : batch) {
+          ASSERT_TRUE(truth.count(i)) << "the search proposed a config that cannot run";
+          seen[i] = truth[i];
+        }
+      }
+      double found = INFINITY;
+      for (const auto& [i, r] : seen)
+        if (r.ok()) found = std::min(found, *r.ns);
+      EXPECT_LE(found, best * 1.02) << "seed " << seed << ": " << seen.size() << " timed";
+      EXPECT_LE(seen.size(), runnable.size() / 5) << "seed " << seed << ": found " << found / best << "x the best";
+      std::printf("  %s seed %llu: %zu of %zu runnable timed (%.1f%%), best found %.4fx the best of all\n",
+                  entry.path().filename().c_str(), static_cast<unsigned long long>(seed), seen.size(), runnable.size(),
+                  100.0 * static_cast<double>(seen.size()) / static_cast<double>(runnable.size()), found / best);
+    }
+  }
+  EXPECT_GE(fixtures, 1) << "no fixtures in " << dir;
 }

@@ -15,14 +15,30 @@ namespace {
 class Exhaustive final : public SearchStrategy {
  public:
   SearchMethod method() const override { return SearchMethod::exhaustive; }
+  std::string start() const override { return stopped_ ? "exhaustive: stopped by its time budget" : ""; }
   std::vector<size_t> next(const SearchState& s) override {
-    if (done_) return {};
-    done_ = true;
-    return s.runnable;
+    // Without a time budget, one batch: every compile runs in parallel.
+    // With one, batches of kBatch, so that what was timed when the budget
+    // runs out is kept, and tuning again times the rest.
+    constexpr size_t kBatch = 256;
+    const bool budgeted = s.seconds_left < 1e299;
+    if (budgeted && s.seconds_left <= 0) {
+      stopped_ = std::any_of(s.runnable.begin(), s.runnable.end(), [&](size_t i) { return !s.result(i); });
+      return {};
+    }
+    if (!budgeted) {
+      if (done_) return {};
+      done_ = true;
+      return s.runnable;
+    }
+    std::vector<size_t> out;
+    for (size_t i : s.runnable)
+      if (!s.result(i) && out.size() < kBatch) out.push_back(i);
+    return out;
   }
 
  private:
-  bool done_ = false;
+  bool done_ = false, stopped_ = false;
 };
 
 class CoordDescent final : public SearchStrategy {
@@ -123,41 +139,85 @@ class Budgeted final : public SearchStrategy {
     for (size_t i : s.runnable)
       if (!s.result(i)) left.push_back(i);
     if (left.empty()) return {};
+    const size_t n = s.runnable.size();
+    // Sizes follow the space: rounds of n/256 (at least 8), a first sample of
+    // n/32 (at least 8), and settled once n/32 configs (at least two rounds)
+    // in a row have not improved the best by 1%.
+    const size_t round = std::max<size_t>(8, n / 256);
+    const size_t patience = std::max<size_t>(2 * round, n / 32);
     // How the best moved since the last round.
     double best = INFINITY;
+    std::optional<size_t> best_i;
     for (size_t i : s.runnable)
-      if (const ConfigResult* r = s.result(i); r && r->ok()) best = std::min(best, *r->ns);
-    if (round_ > 0 && settle_) {
-      calm_ = best > best_ * 0.99 ? calm_ + 1 : 0;
-      if (calm_ >= 2) return {};
+      if (const ConfigResult* r = s.result(i); r && r->ok() && *r->ns < best) best = *r->ns, best_i = i;
+    if (round_ > 0) {
+      if (best < best_ * 0.99) {
+        best_ = best;
+        since_ = 0;
+      } else {
+        since_ += proposed_;
+      }
+      if (settle_ && since_ >= patience) return {};
+    } else {
+      best_ = best;
     }
-    best_ = best;
     std::vector<size_t> out;
+    auto take = [&](size_t i) {
+      if (out.size() < (round_ == 0 ? std::max<size_t>(8, n / 32) : round) &&
+          std::find(out.begin(), out.end(), i) == out.end())
+        out.push_back(i);
+    };
     if (round_++ == 0) {
-      size_t n = std::max<size_t>(8, s.runnable.size() / 16);
-      if (start_ && std::find(left.begin(), left.end(), *start_) != left.end()) out.push_back(*start_);
+      if (start_ && std::find(left.begin(), left.end(), *start_) != left.end()) take(*start_);
       std::shuffle(left.begin(), left.end(), rng_);
-      for (size_t i : left)
-        if (out.size() < n && (out.empty() || out.front() != i)) out.push_back(i);
+      for (size_t i : left) take(i);
+      proposed_ = out.size();
       return out;
     }
-    constexpr size_t kRound = 8;
+    // The untimed neighbours of the best (each param one step), a quarter of
+    // the round: the model proposes where it expects speed, they refine
+    // where speed was found.
+    if (best_i) {
+      std::vector<size_t> nb = neighbours(s, *best_i);
+      std::shuffle(nb.begin(), nb.end(), rng_);
+      for (size_t i : nb)
+        if (out.size() < round / 4) take(i);
+    }
     std::vector<size_t> ranked = left;
     if (model_ && rank(s, ranked)) {
       for (size_t i : ranked)
-        if (out.size() < kRound - 1) out.push_back(i);
+        if (out.size() < round - 1) take(i);
       // One random draw keeps the model honest where it knows nothing.
-      std::vector<size_t> rest(ranked.begin() + static_cast<long>(out.size()), ranked.end());
-      if (!rest.empty()) out.push_back(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng_)]);
+      std::vector<size_t> rest;
+      for (size_t i : left)
+        if (std::find(out.begin(), out.end(), i) == out.end()) rest.push_back(i);
+      if (!rest.empty()) take(rest[std::uniform_int_distribution<size_t>(0, rest.size() - 1)(rng_)]);
     } else {
       std::shuffle(left.begin(), left.end(), rng_);
-      for (size_t i : left)
-        if (out.size() < kRound) out.push_back(i);
+      for (size_t i : left) take(i);
     }
+    proposed_ = out.size();
     return out;
   }
 
  private:
+  // Runnable configs without a result one step from `i` in one param.
+  static std::vector<size_t> neighbours(const SearchState& s, size_t i) {
+    std::vector<size_t> out;
+    const Config c = s.space.at(i);
+    for (size_t p = 0; p < s.space.params.size(); ++p) {
+      const auto& vals = s.space.params[p].values;
+      const size_t at = static_cast<size_t>(std::find(vals.begin(), vals.end(), c.values[p].second) - vals.begin());
+      for (int step : {-1, 1}) {
+        if ((step < 0 && at == 0) || at + step >= vals.size()) continue;
+        Config x = c;
+        x.values[p].second = vals[at + step];
+        auto j = s.space.index_of(x);
+        if (j && std::binary_search(s.runnable.begin(), s.runnable.end(), *j) && !s.result(*j)) out.push_back(*j);
+      }
+    }
+    return out;
+  }
   static std::vector<float> features(const ConfigSpace& space, size_t i) {
     Config c = space.at(i);
     std::vector<float> f;
@@ -202,7 +262,8 @@ class Budgeted final : public SearchStrategy {
   bool settle_;
   std::unique_ptr<Surrogate> model_;
   std::string text_;
-  int round_ = 0, calm_ = 0;
+  int round_ = 0;
+  size_t since_ = 0, proposed_ = 0;  // configs proposed since the best last gained 1%; in the last round
   double best_ = INFINITY;
 };
 

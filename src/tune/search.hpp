@@ -37,7 +37,9 @@ class SearchStrategy {
   virtual std::string start() const { return ""; }
 };
 
-// Every runnable config, in one batch.
+// Every runnable config: in one batch, or, under a time budget
+// (SearchState::seconds_left), in batches until the budget is spent; what
+// was timed is kept, and tuning again times the rest.
 std::unique_ptr<SearchStrategy> make_exhaustive_search();
 
 // Coordinate descent: from `start` (or, if it is absent or fails, the first
