@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fmt/format.h>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -351,4 +353,65 @@ TEST_F(CudaTest, MatmulAlignmentSpecialisationBothWays) {
     std::cout << "[  NOTE    ] " << (aligned_first ? "aligned first" : "misaligned first") << ": aligned call runs "
               << (aligned_first ? first : second).str() << ", misaligned " << misaligned.str() << "\n";
   }
+}
+
+// Registers known for a sibling ([tuning] registers_by): with R = 128 live
+// values a thread, the config compiled first (T = 256) needs over 64
+// registers a thread, so its sibling with 1024 threads a block cannot launch
+// (64K registers a block) and is pruned before it is compiled, with the
+// reason; without registers_by all four compile.
+TEST_F(CudaTest, ARegisterSiblingPrunesABlockItsRegistersRuleOutBeforeCompiling) {
+  if (nvrtc_missing()) return;
+  const std::string src = R"(extern "C" __global__ void k(float* x, long long n) {
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = x[(threadIdx.x + i * 7) % n];
+#pragma unroll
+  for (int it = 0; it < 8; ++it)
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = acc[i] * acc[(i + 1) % R] + 1.0f;
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < R; ++i) s += acc[i];
+  x[threadIdx.x % n] = s;
+}
+)";
+  const std::string toml = R"(name = "regs"
+backend = "cuda"
+source = "k.cu"
+entry = "k"
+grid = ["1"]
+block = ["T"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "inout" }, { name = "n", type = "i64" } ]
+[params]
+R = [8, 128]
+T = [256, 1024]
+)";
+  auto compile = [&](const std::string& name, const std::string& extra) {
+    fs::path d = dir.path() / name;
+    fs::create_directories(d);
+    std::ofstream(d / "k.cu") << src;
+    std::ofstream(d / "k.toml") << toml + extra;
+    fs::path outp = d / "out.json";
+    ProcessResult r = run_process(
+        {"bash", "-c",
+         fmt::format("{} KILN_CACHE_DIR={} {} -q compile {} --json > {}", gpu() ? "" : "KILN_CUDA_ARCH=sm_90",
+                     (d / "cache").string(), test::kiln_exe(), (d / "k.toml").string(), outp.string())},
+        300);
+    EXPECT_TRUE(r.ok()) << r.describe() << r.output;
+    return nlohmann::json::parse(read_file(outp).value_or("{}"));
+  };
+  nlohmann::json with = compile("with", "[tuning]\nregisters_by = [\"R\"]\n");
+  ASSERT_TRUE(with.contains("totals")) << with.dump();
+  EXPECT_EQ(with["totals"]["configs"], 3) << with.dump(1);
+  EXPECT_EQ(with["pruned_by_registers"], 1);
+  for (const auto& c : with["configs"]) {
+    EXPECT_FALSE(c["params"]["R"] == 128 && c["params"]["T"] == 1024) << "compiled: " << c.dump();
+    if (c["params"]["R"] == 128) {
+      EXPECT_GT(c["registers"].get<int>(), 64) << c.dump();
+    }
+  }
+  nlohmann::json without = compile("without", "");
+  EXPECT_EQ(without["totals"]["configs"], 4) << without.dump(1);
+  EXPECT_EQ(without["pruned_by_registers"], 0);
 }

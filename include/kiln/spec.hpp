@@ -91,6 +91,10 @@ struct TuningSpec {
   std::optional<Config> default_config;    // where coordinate descent starts
   std::optional<Config> reference_config;  // whose outputs others must match
   double rtol = -1, atol = -1;             // negative: the dtype's default
+  // The params a thread's register count follows (cuda): configs that agree
+  // on them are siblings, and once one is compiled, a sibling whose block
+  // would need more registers than the device has is pruned before compiling.
+  std::vector<std::string> registers_by;
 
   // The hint points: diagonal takes the i-th hint of every dimension,
   // grid takes every combination. Each point is in key order.

@@ -135,6 +135,31 @@ std::string statically_pruned(const KernelSpec& spec, const Config& c, const Lau
   return "";
 }
 
+std::string register_sibling_key(const KernelSpec& spec, const Config& c) {
+  std::string k;
+  for (const auto& name : spec.tuning.registers_by) k += fmt::format("{}={} ", name, c.get(name).value_or(0));
+  return k;
+}
+
+std::string pruned_by_sibling_registers(const Backend& backend, const KernelSpec& spec, const Config& c, int registers,
+                                        const std::string& sibling) {
+  const int most = backend.max_threads_for_registers(registers);
+  if (most <= 0 || !c.library.empty()) return "";
+  int64_t threads = 1;
+  try {
+    for (const auto& e : spec.block) {
+      for (const auto& sym : e.symbols())
+        if (!spec.space.find(sym)) return "";  // the block depends on the call
+      threads *= compile_expr(spec, e, &c).eval(nullptr);
+    }
+  } catch (const Error&) {
+    return "";
+  }
+  if (threads <= most) return "";
+  return fmt::format("{} threads per block, but its sibling {} was compiled to {} registers a thread, which allows {}",
+                     threads, sibling, registers, most);
+}
+
 std::string Backend::check_resources(const KernelMeta& meta, const LaunchDims& dims) {
   if (dims.empty()) return "";
   int64_t threads = dims.block.x * dims.block.y * dims.block.z;

@@ -953,7 +953,7 @@ class SpecReader {
 
   void read_tuning(KernelSpec& s, const toml::node& n) {
     const toml::table& t = table(n, "tuning");
-    only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol"},
+    only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol", "registers_by"},
               " in [tuning]");
     TuningSpec& ts = s.tuning;
     if (const toml::node* k = t.get("key")) {
@@ -1013,6 +1013,15 @@ class SpecReader {
       else if (v == "coordesc") ts.search = SearchKind::coordesc;
       else if (v == "budgeted") ts.search = SearchKind::budgeted;
       else error(*se, fmt::format("tuning.search: unknown '{}' (known: exhaustive, coordesc, budgeted)", v));
+    }
+    if (const toml::node* rb = t.get("registers_by")) {
+      for (const auto& el : array(*rb, "tuning.registers_by")) {
+        const std::string& name = str(el, "tuning.registers_by");
+        if (!s.space.find(name)) error(el, fmt::format("tuning.registers_by: '{}' is not a param", name));
+        if (std::find(ts.registers_by.begin(), ts.registers_by.end(), name) != ts.registers_by.end())
+          error(el, fmt::format("tuning.registers_by: '{}' appears twice", name));
+        ts.registers_by.push_back(name);
+      }
     }
     if (const toml::node* d = t.get("default")) ts.default_config = read_config(s, *d, "tuning.default");
     if (const toml::node* r = t.get("reference")) ts.reference_config = read_config(s, *r, "tuning.reference");

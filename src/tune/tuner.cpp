@@ -588,6 +588,8 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
     Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits, *p_.backend);
     std::map<size_t, ConfigResult> done = plan.reused;
     std::set<size_t> fresh;  // evaluated by this tuning
+    std::map<std::string, std::pair<int, std::string>> sibling_registers;  // class -> registers, the config compiled
+    size_t pruned_by_registers = 0;
 
     TuningRecord rec;
     rec.kernel = spec.name;
@@ -674,7 +676,54 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
         todo.insert(todo.begin(), ref);
       }
       std::vector<BinaryFuture> fs;
-      for (size_t i : todo) fs.push_back(s.compile(candidate(spec, i)));
+      if (!spec.tuning.registers_by.empty()) {
+        // Registers known for a sibling (a config that agrees on the spec's
+        // registers_by params): one config of each sibling class whose
+        // registers are not known yet is compiled first; then the others
+        // whose block would need more registers than the device has are
+        // pruned before compiling.
+        std::vector<size_t> first, rest;
+        std::set<std::string> classes;
+        for (size_t i : todo) {
+          const std::string k = register_sibling_key(spec, candidate(spec, i));
+          if (!sibling_registers.count(k) && classes.insert(k).second) first.push_back(i);
+          else rest.push_back(i);
+        }
+        std::vector<BinaryFuture> ffirst;
+        for (size_t i : first) ffirst.push_back(s.compile(candidate(spec, i)));
+        wait_all(ffirst, fmt::format("compiling {} {} (one of each register sibling class)", spec.name, what), s.show());
+        for (size_t k = 0; k < first.size(); ++k) {
+          try {
+            const Config c = candidate(spec, first[k]);
+            if (int regs = ffirst[k].get()->meta.registers; regs > 0)
+              sibling_registers[register_sibling_key(spec, c)] = {regs, c.str()};
+          } catch (const Error&) {
+          }
+        }
+        std::vector<size_t> kept = first;
+        for (size_t i : rest) {
+          const Config c = candidate(spec, i);
+          auto it = sibling_registers.find(register_sibling_key(spec, c));
+          std::string why = it == sibling_registers.end()
+                                ? ""
+                                : pruned_by_sibling_registers(*p_.backend, spec, c, it->second.first, it->second.second);
+          if (why.empty()) {
+            kept.push_back(i);
+            continue;
+          }
+          ConfigResult r;
+          r.config = c;
+          r.kind = FailKind::pruned;
+          r.error = "pruned before compiling: " + why;
+          done[i] = std::move(r);
+          ++pruned_by_registers;
+        }
+        todo = kept;
+        fs = ffirst;
+        for (size_t k = first.size(); k < todo.size(); ++k) fs.push_back(s.compile(candidate(spec, todo[k])));
+      } else {
+        for (size_t i : todo) fs.push_back(s.compile(candidate(spec, i)));
+      }
       wait_all(fs, fmt::format("compiling {} {}", spec.name, what), s.show());
       ProgressBar bar(fmt::format("benchmarking {} {}", spec.name, what), todo.size(), s.show());
       for (size_t k = 0; k < todo.size(); ++k) {
@@ -715,7 +764,10 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       }
     }
     rec.start = strategy->start();
-    if (rec.method == SearchMethod::budgeted) {
+    if (pruned_by_registers > 0)
+      rec.start += fmt::format("{}{} pruned before compiling by a sibling's registers", rec.start.empty() ? "" : "; ",
+                               pruned_by_registers);
+    if (rec.method == SearchMethod::budgeted || !rec.start.empty()) {
       size_t timed = 0;
       for (size_t i : plan.runnable) timed += done.count(i);
       rec.start += fmt::format("; {} of {} runnable configs timed in {:.1f} s{}", timed, plan.runnable.size(),

@@ -127,6 +127,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   h.add("rtol", fmt::format("{:.17g}", s.tuning.rtol)).add("atol", fmt::format("{:.17g}", s.tuning.atol));
   h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));
   for (const auto& k : s.tuning.key) h.add("key", k);
+  for (const auto& p : s.tuning.registers_by) h.add("registers_by", p);  // what is pruned before compiling
   return h.digest().hex();
 }
 

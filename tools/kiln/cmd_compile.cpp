@@ -1,6 +1,8 @@
 // kiln compile SPEC: compiles every config of a spec, in parallel, through the cache.
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,7 +43,7 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
   std::vector<BinaryFuture> futures;
   std::vector<nlohmann::json> explained;
   BinaryKeyer keyer(spec, rt.backend(spec.backend));
-  for (const auto& c : configs) {
+  auto submit = [&](const Config& c) {
     CompileRequest req = make_compile_request(spec, c);
     BinaryKey key = keyer.key(c);
     if (explain && !json) std::fprintf(out(), "config %s\n%s\n\n", c.str().c_str(), key.to_string().c_str());
@@ -58,8 +60,42 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                            {"includes_toolchain", key.includes_external}});
     keys.push_back(key.hex());
     futures.push_back(pool.submit(req, keys.back()));
+  };
+  const bool show = !opts.quiet && !json && stderr_is_terminal();
+  size_t by_registers = 0;
+  if (!spec.tuning.registers_by.empty()) {
+    // Registers known for a sibling ([tuning] registers_by): one config of
+    // each sibling class is compiled first; the others whose block would
+    // need more registers than the device has are pruned before compiling.
+    std::vector<Config> first, rest;
+    std::set<std::string> classes;
+    for (const auto& c : configs) (classes.insert(register_sibling_key(spec, c)).second ? first : rest).push_back(c);
+    for (const auto& c : first) submit(c);
+    wait_all(futures, "compiling " + spec.name + " (one of each register sibling class)", show);
+    std::map<std::string, std::pair<int, std::string>> regs;
+    for (size_t k = 0; k < first.size(); ++k) {
+      try {
+        if (int r = futures[k].get()->meta.registers; r > 0) regs[register_sibling_key(spec, first[k])] = {r, first[k].str()};
+      } catch (const Error&) {
+      }
+    }
+    configs = first;
+    for (const auto& c : rest) {
+      auto it = regs.find(register_sibling_key(spec, c));
+      std::string why = it == regs.end() ? "" : pruned_by_sibling_registers(rt.backend(spec.backend), spec, c,
+                                                                             it->second.first, it->second.second);
+      if (!why.empty()) {
+        pruned.push_back({c, "before compiling: " + why});
+        ++by_registers;
+        continue;
+      }
+      configs.push_back(c);
+      submit(c);
+    }
+  } else {
+    for (const auto& c : configs) submit(c);
   }
-  wait_all(futures, "compiling " + spec.name, !opts.quiet && !json && stderr_is_terminal());
+  wait_all(futures, "compiling " + spec.name, show);
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<CompileRecord> records = pool.records();
@@ -122,6 +158,7 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                           {"wall_seconds", wall},
                           {"configs", rows},
                           {"pruned", pruned.size()},
+                          {"pruned_by_registers", by_registers},
                           {"totals",
                            {{"configs", configs.size()},
                             {"compiled", compiled},
@@ -132,9 +169,12 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
   }
   std::fprintf(out(), "%s", table.str().c_str());
   std::fprintf(out(), "%zu configs of %s: %zu compiled, %zu cached, %zu failed in %s (%s of compiling, %d threads); "
-               "%zu pruned (no call can run them)\n",
+               "%zu pruned (no call can run them%s)\n",
                configs.size(), spec.name.c_str(), compiled, cached, failed, seconds_text(wall).c_str(),
-               seconds_text(compiler_seconds).c_str(), pool.threads(), pruned.size());
+               seconds_text(compiler_seconds).c_str(), pool.threads(), pruned.size(),
+               by_registers ? fmt::format("; {} by a sibling's registers, before compiling", by_registers).c_str() : "");
+  for (const auto& [c, why] : pruned)
+    if (why.rfind("before compiling: ", 0) == 0) std::fprintf(out(), "  %s: pruned %s\n", c.str().c_str(), why.c_str());
   for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
   return nullptr;
 }

@@ -259,6 +259,12 @@ class Backend {
   // Why a compiled config cannot launch with these dims on this device
   // (threads, registers or shared memory beyond what it has), or "".
   virtual std::string check_resources(const KernelMeta& meta, const LaunchDims& dims);
+  // The most threads a block may have when each uses `registers` registers;
+  // 0 when registers do not limit a block here.
+  virtual int max_threads_for_registers(int registers) const {
+    (void)registers;
+    return 0;
+  }
 
   // Library choices (LibraryCall in kiln/spec.hpp). "" when the library call
   // `name` can be made here, else why not (the library is not installed, no
@@ -273,6 +279,15 @@ class Backend {
 // exceeds `limits`. "" when some call may run it. Used to prune before
 // compiling, by `kiln compile`, background compiles and the tuner.
 std::string statically_pruned(const KernelSpec& spec, const Config& config, const LaunchLimits& limits);
+
+// The register sibling class of `config`: its values of the spec's [tuning]
+// registers_by params ("" when the spec names none).
+std::string register_sibling_key(const KernelSpec& spec, const Config& config);
+// Why `config` cannot launch, judged before compiling it from the
+// `registers` a thread its sibling (`sibling`, the config's text) was
+// compiled to and the block the params alone decide; "" when it may.
+std::string pruned_by_sibling_registers(const Backend& backend, const KernelSpec& spec, const Config& config,
+                                        int registers, const std::string& sibling);
 
 // A binary standing for a library call: no code; its metadata names the
 // call ("library:cublas_sgemm"), and the backend's load() makes it launchable.

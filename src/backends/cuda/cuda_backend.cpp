@@ -20,7 +20,7 @@ using namespace cuda;
 namespace {
 
 // Bump when the generated source around a kernel changes: old binaries no longer fit.
-constexpr int kCudaAbiVersion = 1;
+constexpr int kCudaAbiVersion = 2;
 
 // The largest shared memory a block can opt in to, by architecture, for
 // pruning when there is no device to ask.
@@ -698,25 +698,30 @@ class CudaBackend final : public Backend {
     s += req.source_text;
     if (!req.source_text.empty() && req.source_text.back() != '\n') s += '\n';
     s += fmt::format("#line 1 \"<kiln entry check for {}>\"\n", c_escape(req.kernel));
+    // Every name here starts with kiln_: a param's #define (say T or R)
+    // must not rewrite the check.
     s += R"(namespace kiln_check {
-template <class T> struct is_ptr { static constexpr bool value = false; };
-template <class T> struct is_ptr<T*> { static constexpr bool value = true; };
-template <class F> struct sig;
-template <class... P> struct sig<void (*)(P...)> {
-  static constexpr int count = sizeof...(P);
-  template <int I, class T, class... R> struct at { using type = typename at<I - 1, R...>::type; };
-  template <class T, class... R> struct at<0, T, R...> { using type = T; };
-  template <int I> using arg = typename at<I, P..., void>::type;
+template <class kiln_T> struct kiln_is_ptr { static constexpr bool kiln_value = false; };
+template <class kiln_T> struct kiln_is_ptr<kiln_T*> { static constexpr bool kiln_value = true; };
+template <class kiln_F> struct kiln_sig_of;
+template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
+  static constexpr int kiln_count = sizeof...(kiln_P);
+  template <int kiln_I, class kiln_T, class... kiln_R> struct kiln_at {
+    using kiln_type = typename kiln_at<kiln_I - 1, kiln_R...>::kiln_type;
+  };
+  template <class kiln_T, class... kiln_R> struct kiln_at<0, kiln_T, kiln_R...> { using kiln_type = kiln_T; };
+  template <int kiln_I> using kiln_arg = typename kiln_at<kiln_I, kiln_P..., void>::kiln_type;
 };
 }  // namespace kiln_check
 )";
-    s += fmt::format("using kiln_sig = kiln_check::sig<decltype(&{})>;\n", req.entry);
-    s += fmt::format("static_assert(kiln_sig::count == {}, \"kiln: the entry '{}' does not take the {} arguments the "
+    s += fmt::format("using kiln_sig = kiln_check::kiln_sig_of<decltype(&{})>;\n", req.entry);
+    s += fmt::format("static_assert(kiln_sig::kiln_count == {}, \"kiln: the entry '{}' does not take the {} arguments the "
                      "spec lists\");\n",
                      req.args.size(), req.entry, req.args.size());
     for (size_t i = 0; i < req.args.size(); ++i) {
       const ArgSig& a = req.args[i];
-      s += fmt::format("static_assert(kiln_check::is_ptr<kiln_sig::arg<{}>>::value == {} && sizeof(kiln_sig::arg<{}>) "
+      s += fmt::format("static_assert(kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value == {} && "
+                       "sizeof(kiln_sig::kiln_arg<{}>) "
                        "== {}, \"kiln: argument {} ('{}') of the spec is {}{}, which the entry's parameter {} does not "
                        "match\");\n",
                        i, a.pointer ? "true" : "false", i, a.pointer ? 8 : dtype_size(a.dtype), i, a.name,
@@ -872,6 +877,7 @@ template <class... P> struct sig<void (*)(P...)> {
   }
 
   bool compiles_out_of_process() const override { return false; }
+  int max_threads_for_registers(int registers) const override { return max_threads_for(registers); }
 
   LaunchLimits limits() override {
     if (unavailable_reason().empty()) return cuda_device().info().limits;
