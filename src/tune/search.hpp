@@ -48,14 +48,15 @@ std::unique_ptr<SearchStrategy> make_exhaustive_search();
 // to the fastest if it is at least 1% faster; it stops when none is.
 std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start, std::string why);
 
-// Budgeted search: a seeded sample first (the start config, if any, and
-// about 1/16 of the runnable configs, at least 8), then rounds of 8: a
-// surrogate model (gradient-boosted trees, XGBoost) is fitted to log time
-// over the configs timed so far (params as log2 features; a failed config
-// counts as 4 times the slowest that ran) and the 7 configs it predicts
-// fastest are timed, with 1 drawn at random. It stops when the time budget
-// or the evaluation cap is spent, or, with `until_settled`, when two rounds
-// in a row improve the best by less than 1%. Without XGBoost the rounds are
+// Budgeted search over n runnable configs: a seeded sample first (the start
+// config, if any, and n/32 others, at least 8), then rounds of n/256 (at
+// least 8): a quarter untimed neighbours of the best so far, then the
+// configs a surrogate model (gradient-boosted trees, XGBoost, fitted to log
+// time over the configs timed so far; params as log2 features; a failed
+// config counts as 4 times the slowest that ran) predicts fastest, and 1
+// drawn at random. It stops when the time budget or the evaluation cap is
+// spent, or, with `until_settled`, once n/32 configs (at least two rounds)
+// in a row have not improved the best by 1%. Without XGBoost the rounds are
 // random draws (its start() says so).
 std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled);
 
