@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "compile/compile_pool.hpp"
@@ -72,6 +73,7 @@ TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
   auto specs = builtin_specs();
   ASSERT_GE(specs.size(), 3u);
   size_t configs = 0;
+  std::set<std::string> keys;
   for (const auto& p : specs) {
     KernelSpec s = load_spec(p);
     ASSERT_EQ(s.backend, "cuda");
@@ -95,13 +97,16 @@ TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
       EXPECT_FALSE(b->meta.symbol.empty());
       EXPECT_GT(b->meta.max_threads, 0);
       EXPECT_GT(b->bytes.size(), 100u);
+      keys.insert(b->key);
       ++configs;
     }
   }
   EXPECT_GT(configs, 10u);
   // NVRTC runs in worker processes by default: a crash in it cannot take this process down.
   EXPECT_EQ(rt.compile_mode("cuda"), CompileMode::subprocess);
-  EXPECT_GE(rt.worker_pool()->counters().calls, configs);
+  // (One call per distinct binary: the search spec shares matmul.cu, and its
+  // configs that the small spec also has are the same binaries.)
+  EXPECT_GE(rt.worker_pool()->counters().calls, keys.size());
 }
 
 TEST_F(CudaTest, MetadataRoundTripsThroughTheCache) {

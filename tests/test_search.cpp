@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "core/fsutil.hpp"
@@ -193,4 +194,38 @@ TEST(SearchFixture, TheBudgetedSearchFindsWithin2PercentOfTheBestTimingAFifthOrL
     }
   }
   EXPECT_GE(fixtures, 1) << "no fixtures in " << dir;
+}
+
+// kiln tune --plot draws the search just made into a PNG; kiln plot draws
+// saved --json outputs; input that is not a tuning's output is refused
+// with nothing written.
+TEST_F(SearchTest, TheSearchCurveIsDrawnIntoAPng) {
+  const fs::path png = dir.path() / "curve.png", json = dir.path() / "quick.json", png2 = dir.path() / "both.png";
+  const std::string env = fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2", (dir.path() / "cache3").string());
+  const std::string spec = (dir.path() / "k.toml").string();
+  ProcessResult r = run_process(
+      {"bash", "-c",
+       fmt::format("{} {} -q tune {} --set n=8 --effort quick --max-configs 24 --plot {} --json > {}", env,
+                   test::kiln_exe(), spec, png.string(), json.string())},
+      120);
+  const bool can_draw = r.output.find("built without PLplot") == std::string::npos;
+  if (!can_draw) {
+    // Refused before tuning, saying why.
+    EXPECT_FALSE(r.ok());
+    EXPECT_FALSE(fs::exists(png));
+    GTEST_SKIP() << "this kiln was built without PLplot: " << r.output;
+  }
+  ASSERT_TRUE(r.ok()) << r.describe() << r.output;
+  auto png_magic = [](const fs::path& p) { return read_file(p).value_or("").substr(0, 4) == "\x89PNG"; };
+  EXPECT_TRUE(png_magic(png));
+  r = run_process({test::kiln_exe(), "plot", "-o", png2.string(), json.string(), json.string()}, 60);
+  ASSERT_TRUE(r.ok()) << r.describe() << r.output;
+  EXPECT_NE(r.output.find("2 curves"), std::string::npos) << r.output;
+  EXPECT_TRUE(png_magic(png2));
+  const fs::path bad = dir.path() / "bad.json", png3 = dir.path() / "bad.png";
+  std::ofstream(bad) << "{\"not\": \"a tuning\"}";
+  r = run_process({test::kiln_exe(), "plot", "-o", png3.string(), bad.string()}, 60);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.output.find("is not the output of kiln tune --json"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(png3));
 }
