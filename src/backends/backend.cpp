@@ -141,6 +141,14 @@ std::string register_sibling_key(const KernelSpec& spec, const Config& c) {
   return k;
 }
 
+int learned_registers(const Backend& backend, const KernelMeta& meta) {
+  if (meta.registers <= 0) return 0;
+  // Launch bounds held the compiler to fewer threads than its registers
+  // allow: its register count then follows the block, not the siblings'.
+  if (meta.max_threads > 0 && meta.max_threads < backend.max_threads_for_registers(meta.registers)) return 0;
+  return meta.registers;
+}
+
 std::string pruned_by_sibling_registers(const Backend& backend, const KernelSpec& spec, const Config& c, int registers,
                                         const std::string& sibling) {
   const int most = backend.max_threads_for_registers(registers);

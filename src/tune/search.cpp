@@ -140,9 +140,9 @@ class Budgeted final : public SearchStrategy {
       if (!s.result(i)) left.push_back(i);
     if (left.empty()) return {};
     const size_t n = s.runnable.size();
-    // Sizes follow the space: rounds of n/256 (at least 8), a first sample of
-    // n/32 (at least 8), and settled once n/32 configs (at least two rounds)
-    // in a row have not improved the best by 1%.
+    // Sizes follow the space: a first sample and rounds of n/256 (at least
+    // 8), and settled once n/32 configs (at least two rounds) in a row have
+    // not improved the best by 1%.
     const size_t round = std::max<size_t>(8, n / 256);
     const size_t patience = std::max<size_t>(2 * round, n / 32);
     // How the best moved since the last round.
@@ -163,9 +163,7 @@ class Budgeted final : public SearchStrategy {
     }
     std::vector<size_t> out;
     auto take = [&](size_t i) {
-      if (out.size() < (round_ == 0 ? std::max<size_t>(8, n / 32) : round) &&
-          std::find(out.begin(), out.end(), i) == out.end())
-        out.push_back(i);
+      if (out.size() < round && std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
     };
     if (round_++ == 0) {
       if (start_ && std::find(left.begin(), left.end(), *start_) != left.end()) take(*start_);

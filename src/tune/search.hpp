@@ -48,9 +48,9 @@ std::unique_ptr<SearchStrategy> make_exhaustive_search();
 // to the fastest if it is at least 1% faster; it stops when none is.
 std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start, std::string why);
 
-// Budgeted search over n runnable configs: a seeded sample first (the start
-// config, if any, and n/32 others, at least 8), then rounds of n/256 (at
-// least 8): a quarter untimed neighbours of the best so far, then the
+// Budgeted search over n runnable configs, in rounds of n/256 (at least 8):
+// first a seeded sample (the start config, if any, and random others), then
+// rounds of a quarter untimed neighbours of the best so far, then the
 // configs a surrogate model (gradient-boosted trees, XGBoost, fitted to log
 // time over the configs timed so far; params as log2 features; a failed
 // config counts as 4 times the slowest that ran) predicts fastest, and 1

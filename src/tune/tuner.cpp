@@ -477,7 +477,9 @@ Plan make_plan(const KernelSpec& spec, const std::optional<TuningRecord>& rec, c
   std::map<std::string, const ConfigResult*> by_binary;
   if (rec)
     for (const auto& c : rec->configs)
-      if (!c.binary.empty() && c.kind != FailKind::pruned && c.kind != FailKind::unavailable) by_binary[c.binary] = &c;
+      // Pruned results with a binary key were judged for this key's call
+      // (after compiling, or before it by a register sibling): kept too.
+      if (!c.binary.empty() && c.kind != FailKind::unavailable) by_binary[c.binary] = &c;
   for (size_t i = n; i < total; ++i) {
     Config c = candidate(spec, i);
     std::string why = backend.library_unavailable(c.library);
@@ -691,11 +693,13 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
         }
         std::vector<BinaryFuture> ffirst;
         for (size_t i : first) ffirst.push_back(s.compile(candidate(spec, i)));
-        wait_all(ffirst, fmt::format("compiling {} {} (one of each register sibling class)", spec.name, what), s.show());
+        if (!ffirst.empty())
+          wait_all(ffirst, fmt::format("compiling {} {} (one of each register sibling class)", spec.name, what),
+                   s.show());
         for (size_t k = 0; k < first.size(); ++k) {
           try {
             const Config c = candidate(spec, first[k]);
-            if (int regs = ffirst[k].get()->meta.registers; regs > 0)
+            if (int regs = learned_registers(*p_.backend, ffirst[k].get()->meta); regs > 0)
               sibling_registers[register_sibling_key(spec, c)] = {regs, c.str()};
           } catch (const Error&) {
           }
@@ -713,6 +717,7 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
           }
           ConfigResult r;
           r.config = c;
+          r.binary = s.keyer().hex(c);  // what a later tuning of this key reuses it by
           r.kind = FailKind::pruned;
           r.error = "pruned before compiling: " + why;
           done[i] = std::move(r);
@@ -769,7 +774,7 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
                                pruned_by_registers);
     if (rec.method == SearchMethod::budgeted || !rec.start.empty()) {
       size_t timed = 0;
-      for (size_t i : plan.runnable) timed += done.count(i);
+      for (size_t i : plan.runnable) timed += done.count(i) && done[i].kind != FailKind::pruned;
       rec.start += fmt::format("; {} of {} runnable configs timed in {:.1f} s{}", timed, plan.runnable.size(),
                                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                                o.budget_seconds > 0 ? fmt::format(" (budget {:g} s)", o.budget_seconds) : "");

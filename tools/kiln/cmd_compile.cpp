@@ -75,7 +75,8 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
     std::map<std::string, std::pair<int, std::string>> regs;
     for (size_t k = 0; k < first.size(); ++k) {
       try {
-        if (int r = futures[k].get()->meta.registers; r > 0) regs[register_sibling_key(spec, first[k])] = {r, first[k].str()};
+        if (int r = learned_registers(rt.backend(spec.backend), futures[k].get()->meta); r > 0)
+          regs[register_sibling_key(spec, first[k])] = {r, first[k].str()};
       } catch (const Error&) {
       }
     }

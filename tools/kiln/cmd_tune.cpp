@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,14 @@ void run_tune(Globals& g, const TuneArgs& a) {
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
   if (std::string why; !a.plot.empty() && !can_plot(&why)) fail(Errc::usage, "--plot {}: {}", a.plot, why);
+  if (!a.plot.empty() && !std::filesystem::exists(a.plot)) {  // found out before tuning, not after
+    if (FILE* f = std::fopen(a.plot.c_str(), "wb")) {
+      std::fclose(f);
+      std::filesystem::remove(a.plot);
+    } else {
+      fail(Errc::usage, "--plot {}: cannot write there", a.plot);
+    }
+  }
   // Seeded random inputs in the backend's memory (the GPU's, on cuda).
   DeviceArgs args(spec, parse_scalars(spec, split_sets(a.sets)), rt.backend(spec.backend).device());
   args.fill_random(a.seed);
@@ -180,16 +189,24 @@ void run_tune(Globals& g, const TuneArgs& a) {
   TuningCache::Stats cs = rt.tuning_cache() ? rt.tuning_cache()->stats() : TuningCache::Stats{};
   std::string source = !o.from_cache ? "tuned" : cs.remote_hits ? "remote" : cs.artifact_hits ? "artifact" : "cache";
   if (!o.choice) g.exit_code = 1;
-  if (!a.plot.empty()) {
+  // The picture comes after the results are printed: a failure to draw
+  // warns and loses nothing.
+  auto draw = [&] {
+    if (a.plot.empty()) return;
     if (o.from_cache) {
       std::fprintf(stderr, "kiln: warning: --plot: answered from the %s, so nothing was timed to draw (--force tunes "
                    "again; kiln plot draws saved --json outputs)\n", source.c_str());
-    } else {
-      plot_search(a.plot, fmt::format("{} at {} ({})", spec.name, r.key.values_text(), r.key.device.substr(0, r.key.device.find(" ("))),
+      return;
+    }
+    try {
+      plot_search(a.plot, fmt::format("{} at {} ({})", spec.name, r.key.values_text(),
+                                      r.key.device.substr(0, r.key.device.find(" ("))),
                   {curve_of_tuning(record_json(r, source, secs, &o))});
       if (!a.json) std::fprintf(out(), "wrote %s\n", a.plot.c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "kiln: warning: --plot: %s\n", e.what());
     }
-  }
+  };
   if (a.json) {
     json j = record_json(r, source, secs, &o);
     j["records"] = {{"local_hits", cs.local_hits},         {"artifact_hits", cs.artifact_hits},
@@ -197,11 +214,13 @@ void run_tune(Globals& g, const TuneArgs& a) {
                     {"remote_writes", cs.remote_writes},   {"lease_waits", cs.lease_waits},
                     {"leases_taken", cs.leases_taken}};
     std::fprintf(out(), "%s\n", dump_json(j, 2).c_str());
+    draw();
     return;
   }
   std::fprintf(out(), "kernel %s at %s (%s search, reference %s)\n", spec.name.c_str(), r.key.values_text().c_str(),
                search_method_name(r.method), r.reference.empty() ? "-" : r.reference.c_str());
   print_record(r);
+  draw();
   if (!o.choice) {
     std::fprintf(stderr, "kiln: error: %s\n", r.all_failed_message().c_str());
     return;

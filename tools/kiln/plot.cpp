@@ -32,7 +32,7 @@ std::string config_key(const nlohmann::ordered_json& params) {
   if (params.contains("library")) return "library:" + params["library"].get<std::string>();
   std::vector<std::string> words;
   for (const auto& [name, v] : params.items()) words.push_back(name + "=" + std::to_string(v.get<int64_t>()));
-  return canonical(words);
+  return words.empty() ? "-" : canonical(words);  // Config::str() of a config without params
 }
 
 std::string config_key(const std::string& text) {
@@ -60,19 +60,22 @@ SearchCurve curve_of_tuning(const nlohmann::ordered_json& j, const std::string& 
   size_t pruned = 0, libraries = 0;
   for (const auto& cfg : j.at("configs")) {
     const std::string result = cfg.value("result", "");
-    const bool library = cfg["params"].contains("library");
+    const auto& params = cfg.at("params");
+    const bool library = params.contains("library");
     if (result == "pruned" || result == "unavailable") {
       pruned += !library;
       continue;
     }
     libraries += library;
-    const double t = cfg["ns"].is_number() && result == "ok" ? cfg["ns"].get<double>() : NAN;
-    ns[config_key(cfg["params"])] = t;
+    const double t = cfg.contains("ns") && cfg.at("ns").is_number() && result == "ok" ? cfg.at("ns").get<double>() : NAN;
+    ns[config_key(params)] = t;
     in_order.push_back(t);
   }
   const size_t space = j.value("space_size", size_t{0});
-  c.runnable = method == "exhaustive" || space < pruned ? in_order.size() : space - pruned + libraries;
-  if (method == "exhaustive") {
+  // An exhaustive record that its time budget stopped lists only what it timed.
+  const bool whole = method == "exhaustive" && j.value("start", "").find("stopped by its time budget") == std::string::npos;
+  c.runnable = whole || space < pruned ? in_order.size() : space - pruned + libraries;
+  if (whole) {
     c.ns = std::move(in_order);
   } else {
     for (const auto& e : j.value("evaluated", nlohmann::ordered_json::array())) {
@@ -176,8 +179,8 @@ void plot_search(const std::filesystem::path& png, const std::string& title, con
     } else if (!xs[k].empty()) {
       plline(static_cast<PLINT>(xs[k].size()), xs[k].data(), ys[k].data());
     }
-    double last = ys[k].empty() ? NAN : ys[k].back();
-    labels.push_back(fmt::format("{}, reached {:.3f}x", curves[k].label, last));
+    labels.push_back(ys[k].empty() ? curves[k].label + ", no config ran"
+                                   : fmt::format("{}, reached {:.3f}x", curves[k].label, ys[k].back()));
     opts.push_back(PL_LEGEND_LINE);
     colors.push_back(color);
     styles.push_back(1);

@@ -20,8 +20,9 @@ struct SearchCurve {
 
 // The curve of one `kiln tune --json` object: a budgeted or coordinate
 // search in the order it timed (its "evaluated" list, times from its
-// configs); an exhaustive one over every runnable config in space order,
-// which is the order an exhaustive search times them.
+// configs); a whole exhaustive one over every runnable config in the
+// record's order (space order; an exhaustive tuning times its library
+// choices and reference first).
 SearchCurve curve_of_tuning(const nlohmann::ordered_json& tune_json, const std::string& label_prefix = "");
 
 // Whether this kiln can draw (built with PLplot, and its cairo driver is

@@ -283,6 +283,10 @@ std::string statically_pruned(const KernelSpec& spec, const Config& config, cons
 // The register sibling class of `config`: its values of the spec's [tuning]
 // registers_by params ("" when the spec names none).
 std::string register_sibling_key(const KernelSpec& spec, const Config& config);
+// The registers a thread of `meta`'s binary uses, as a guide to its
+// siblings: 0 when unknown, or when launch bounds held the compiler to
+// fewer threads than those registers allow (its count then follows its block).
+int learned_registers(const Backend& backend, const KernelMeta& meta);
 // Why `config` cannot launch, judged before compiling it from the
 // `registers` a thread its sibling (`sibling`, the config's text) was
 // compiled to and the block the params alone decide; "" when it may.
