@@ -3,14 +3,19 @@
 // inputs, and the first call runs (compiling, tuning or reading the caches
 // as needed) and is waited for. Run it twice against one KILN_CACHE_DIR:
 // the first run is cold (empty caches), the second warm.
-// Usage: kiln_bench_first_call SPEC [--size-hint] --set NAME=VALUE ...
+// Usage: kiln_bench_first_call SPEC [--size-hint] [--wait-tuned] [--no-library] --set NAME=VALUE ...
 // (--size-hint: a SizeHintMultiKernel, tuned at the spec's hint points,
-// instead of a Kernel tuned at the call's shape.)
-// Prints one line: "<seconds to first launch> <handle> <what the first call did>".
+// instead of a Kernel tuned at the call's shape. --wait-tuned: after the
+// first call, call the kernel in a loop until the background tuning is in
+// use (KILN_FIRST_CALL=swap) and say when. --no-library: the spec's library
+// choices are left out.)
+// Prints one line: "<seconds to first launch> <what the first call ran> (<source>)";
+// with --wait-tuned a second: "tuned <seconds from start> <choice> (<source>) <calls meanwhile>".
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/device_args.hpp"
@@ -26,9 +31,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::pair<std::string, std::string>> sets;
-  bool size_hint = false;
+  bool size_hint = false, wait_tuned = false, no_library = false;
   for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--size-hint") == 0) {
+    if (std::strcmp(argv[i], "--wait-tuned") == 0) {
+      wait_tuned = true;
+    } else if (std::strcmp(argv[i], "--no-library") == 0) {
+      no_library = true;
+    } else if (std::strcmp(argv[i], "--size-hint") == 0) {
       size_hint = true;
     } else if (std::strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
       std::string s = argv[++i];
@@ -72,13 +81,34 @@ int main(int argc, char** argv) {
       what = k.config_for(a.params()).str() + " (size hints)";
     } else {
       KernelSpec s = load_spec(argv[1]);
+      if (no_library) s.libraries.clear();
       Kernel k(rt, s);
       Device& dev = rt.backend(s.backend).device();
       DeviceArgs a(s, parse_scalars(s, sets), dev);
       a.fill_random(1);
       k.launch(a.params());
       dev.sync(nullptr);
-      what = k.choice(a.params()).config.str() + " (" + k.choice(a.params()).source + ")";
+      const Choice* first = &k.choice(a.params());
+      what = first->config.str() + " (" + first->source + ")";
+      std::printf("%.3f %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  what.c_str());
+      if (wait_tuned) {
+        // Calls go on while the tuning runs, as an application's would (one a millisecond).
+        size_t calls = 0;
+        while (&k.choice(a.params()) == first && rt.tunings_pending() > 0) {
+          k.launch(a.params());
+          dev.sync(nullptr);
+          ++calls;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        rt.wait_tuned();
+        const Choice& c = k.choice(a.params());
+        std::printf("tuned %.3f %s (%s) %zu\n",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    c.config.str().c_str(), c.source.c_str(), calls);
+      }
+      std::fflush(stdout);
+      return 0;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%.3f %s\n", secs, what.c_str());

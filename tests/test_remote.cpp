@@ -227,7 +227,7 @@ TEST_F(RemoteTest, RemoteValuesThatDoNotValidateAreNeverTrusted) {
   Config seven;
   seven.values = {{"MODE", 7}};
   foreign.best = seven;
-  foreign.configs = {ConfigResult{seven, std::string(32, 'a'), 1.0, 1, 1, 5, FailKind::none, ""}};
+  foreign.configs = {ConfigResult{seven, std::string(32, 'a'), 1.0, 1, 1, 5, FailKind::none, "", ""}};
   ASSERT_TRUE(raw.hset(hash, key.values_hex(), record_to_text(foreign)));
   {
     Runtime rt(options("e", redis.url()));

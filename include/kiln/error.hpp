@@ -21,6 +21,7 @@ enum class Errc {
   io,        // a file or process operation failed
   usage,     // the caller passed something kiln cannot use
   artifact,  // a packed artifact is damaged, truncated, of another version, or for another device
+  cancelled, // the work was stopped before it finished (a runtime going away)
   internal,  // a bug in kiln
 };
 

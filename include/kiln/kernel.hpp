@@ -1,9 +1,14 @@
 // Kernel: a handle that compiles and tunes lazily. When made, it starts
-// compiling its config space in the background (Options::background_compile);
-// the first call for a new tuning key waits for what is left, tunes on that
-// call's own arguments (read, never written) and remembers the choice in
-// memory and in the tuning cache; every later call with that key computes
-// the launch shape and launches, taking no lock and allocating nothing.
+// compiling its config space in the background (Options::background_compile).
+// The first call for a new tuning key takes the tuning record's choice when
+// there is one. When there is none, by default (KILN_FIRST_CALL=swap) it
+// launches a safe choice at once (safe_choices in kiln/ext/tuner.hpp) and
+// the key is tuned behind it, on a copy of the call's arguments, on the
+// runtime's background thread; the winner replaces the safe choice for later
+// calls (Runtime::wait_tuned waits for that). With KILN_FIRST_CALL=wait the
+// call tunes on its own arguments (read, never written) before returning.
+// Every later call with that key computes the launch shape and launches,
+// taking no lock and allocating nothing.
 //
 // Thread-safe: calls may come from any number of threads at once.
 #pragma once
@@ -12,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/ext/backend.hpp"
 #include "kiln/ext/tuner.hpp"
@@ -35,7 +41,7 @@ struct Choice {
   Config config;
   std::shared_ptr<LoadedKernel> kernel;
   LaunchPlan plan;
-  std::string source;  // "tuned", "cache"
+  std::string source;  // "tuned", "cache", or "safe" (no record yet: see KILN_FIRST_CALL)
 };
 
 namespace detail {
@@ -138,8 +144,9 @@ class Kernel : public detail::TypedCall<Kernel> {
 
  private:
   const Choice* decide(void* const* params, const int64_t* key, Stream stream);
+  const Choice* first_call(void* const* params, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with its background tunings
 };
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -12,6 +13,12 @@ namespace kiln {
 
 enum class CompileMode { automatic, threads, subprocess };
 enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3 };
+// What a handle's first call of a shape with no tuning record does
+// (KILN_FIRST_CALL): `wait` tunes before returning; `swap` launches a safe
+// choice at once and tunes behind it on copies of the call's inputs, then
+// swaps the winner in for later calls; `serve` launches the safe choice and
+// never tunes (as serving mode does for that handle's misses).
+enum class FirstCall : uint8_t { wait, swap, serve };
 
 struct Options {
   std::filesystem::path cache_dir;    // KILN_CACHE_DIR; default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
@@ -25,6 +32,9 @@ struct Options {
   int workers = 0;                    // KILN_WORKERS: worker processes; 0: compile_threads
   bool tune_in_process = false;       // KILN_TUNE_IN_PROCESS=1: benchmark without a worker
   int tune_max_configs = 0;           // KILN_TUNE_MAX_CONFIGS: cap on configs tried; 0: no cap
+  int quick_above = 128;              // KILN_QUICK_ABOVE: a space with more runnable configs for a call is
+                                      // searched with the budgeted search (effort quick) unless the spec
+                                      // names its search or the caller asks for one (docs/tuning.md)
   double bench_budget_ms = 50;        // KILN_BENCH_BUDGET_MS: timed repetitions per config
   double bench_timeout_s = 30;        // KILN_BENCH_TIMEOUT: the longest a config's benchmark may run
                                       // (once a config is timed, the deadline follows it: docs/tuning.md)
@@ -51,6 +61,7 @@ struct Options {
   std::string bundle;                 // KILN_BUNDLE: a name; the records this process uses are kept together
                                       // under it in Redis and fetched in one round trip by the next process
   bool serving = false;               // KILN_SERVING=1: cached choices only, never benchmark on the call path
+  FirstCall first_call = FirstCall::swap;  // KILN_FIRST_CALL=wait|swap|serve (docs/dispatch.md)
   std::filesystem::path artifact;     // KILN_ARTIFACT: a packed artifact (kiln pack) loaded at start
   bool artifact_sources_only = false; // KILN_ARTIFACT_MISMATCH=sources: an artifact for another device or
                                       // toolchain gives its sources only (then tuned here), not refused

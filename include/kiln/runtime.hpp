@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -56,12 +57,33 @@ class Runtime {
   // The benchmarker of a backend (in a worker, or in-process with KILN_TUNE_IN_PROCESS).
   Benchmarker& benchmarker(const std::string& backend);
 
+  // Runs `config` once on a call's arguments (read, never written), in a
+  // worker unless KILN_TUNE_IN_PROCESS=1, as a tuning's checking run does:
+  // "" when it ran cleanly, wrote every output and no input; else why not.
+  // How a safe choice that nothing has checked yet is checked before it
+  // runs on the caller's buffers. Throws Error(Errc::compile) when it does
+  // not compile, and for faults that are not the config's.
+  std::string try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream);
+
+  // Background tunings (KILN_FIRST_CALL=swap): handles queue them; they run
+  // one at a time, in order, on a thread of the runtime's, so their timings
+  // do not compete with each other. A job gets the flag that tells it to
+  // stop (set when the runtime is destroyed: jobs not started are dropped,
+  // the running one stops between configs). Thread-safe.
+  void run_in_background(std::string what, std::function<void(const std::atomic<bool>& stop)> job);
+  // Waits until every background tuning queued so far has finished (or, with
+  // a timeout, until it passes: false then). A program or a test calls this
+  // to have the tuned choices in use.
+  bool wait_tuned(double timeout_s = -1);
+  // Background tunings queued or running now.
+  size_t tunings_pending() const;
+
  private:
   struct BackendState;
   BackendState& state(const std::string& name);
 
   Options opts_;
-  std::mutex m_;
+  mutable std::mutex m_;
   std::shared_ptr<CodeCache> code_cache_;  // stays null with KILN_NO_CACHE
   std::map<std::string, std::unique_ptr<BackendState>> backends_;
   std::shared_ptr<WorkerPool> workers_;
@@ -70,6 +92,13 @@ class Runtime {
   std::atomic<uint64_t> serving_misses_{0};
   std::set<std::string> missed_;  // keys a serving miss was logged for (under m_)
   TuneOutcome serve(const KernelSpec& spec, void* const* params);
+
+ public:
+  // Counts a call answered with no tuned choice of its own (serving mode, or
+  // KILN_FIRST_CALL=serve): logged once per key, kept for `kiln report --misses`.
+  void note_miss(const KernelSpec& spec, const TuningKey& key, const std::string& ran, const std::string& how);
+
+ private:
 
  public:
   // Calls in serving mode that had no tuned choice of their own (each key counted every time it is decided).
@@ -82,11 +111,14 @@ class Runtime {
     uint64_t configs_timed = 0;      // configs benchmarked by tunings
     uint64_t records_local = 0, records_artifact = 0, records_remote = 0;  // tuning records answered from each
     uint64_t serving_misses = 0;
+    uint64_t background_tunings = 0;  // background tunings finished (KILN_FIRST_CALL=swap)
   };
   Stats stats();
 
  private:
   std::atomic<uint64_t> configs_timed_{0};
+  struct Background;
+  std::unique_ptr<Background> background_;
 };
 
 }  // namespace kiln

@@ -88,6 +88,7 @@ struct TuningSpec {
   std::vector<std::pair<std::string, std::vector<int64_t>>> hints;
   HintPoints hint_points = HintPoints::diagonal;
   SearchKind search = SearchKind::exhaustive;
+  bool search_given = false;               // the spec names its search (else large spaces search quickly)
   std::optional<Config> default_config;    // where coordinate descent starts
   std::optional<Config> reference_config;  // whose outputs others must match
   double rtol = -1, atol = -1;             // negative: the dtype's default
@@ -153,7 +154,15 @@ struct LibraryCall {
   const char* what;     // for messages and docs
 };
 const std::vector<LibraryCall>& library_calls();
+// The call a library choice names: its table entry's name, or that name
+// with a rank "#k" (the k-th algorithm a library's heuristic offers; k <
+// kLibraryRanks) for libraries that rank algorithms (cuBLASLt). nullptr when
+// kiln knows no such call.
 const LibraryCall* find_library_call(std::string_view name);
+constexpr int kLibraryRanks = 16;
+// A choice's name split into the call's name and its rank (0 without "#k";
+// -1 when the suffix is malformed).
+std::pair<std::string_view, int> library_rank(std::string_view name);
 // Expressions may use align_<buffer>: the largest power of two, at most 256,
 // that divides the buffer's address in the call (256 for a null pointer).
 // "align_A" → "A", or "" when `sym` is no alignment symbol.

@@ -94,6 +94,7 @@ struct ConfigResult {
   int reps = 0;
   FailKind kind = FailKind::none;
   std::string error;  // why it failed (empty when it ran and agreed with the reference)
+  std::string detail; // what ran, where the choice decides it per call (a library's algorithm, tile, stages)
   bool ok() const { return kind == FailKind::none && ns.has_value(); }
 };
 

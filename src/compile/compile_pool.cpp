@@ -47,6 +47,12 @@ Binary CachingCompiler::compile(const CompileRequest& req, const std::string& ke
   });
 }
 
+std::optional<Binary> CachingCompiler::cached(const std::string& key) {
+  std::optional<Binary> b = cache_->get(key);
+  if (b) b->from_cache = true;
+  return b;
+}
+
 namespace {
 std::string bin_prefix() { return fmt::format("kiln:b{}:", BinaryKey::kFormatVersion); }
 constexpr size_t kMaxRemoteBinaryBytes = 16u << 20;
@@ -79,6 +85,7 @@ CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compi
     : backend_(std::move(backend)), compiler_(std::move(compiler)) {
   if (threads < 1) threads = 1;
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  urgent_thread_ = std::thread([this] { run_urgent(); });
 }
 
 CompilePool::~CompilePool() {
@@ -88,19 +95,43 @@ CompilePool::~CompilePool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  urgent_thread_.join();
 }
 
-void CompilePool::run() {
+// Pool threads take urgent work first, and start no background compile
+// while urgent work is pending; the urgent thread takes urgent work only, so
+// a call never waits for a busy pool.
+void CompilePool::run() { work(false); }
+void CompilePool::run_urgent() { work(true); }
+
+void CompilePool::work(bool urgent_only) {
   for (;;) {
     std::function<void()> task;
+    bool was_urgent = false;
     {
       std::unique_lock<std::mutex> lk(m_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front().second);
-      queue_.pop_front();
+      cv_.wait(lk, [&] {
+        return stop_ || !urgent_.empty() || (!urgent_only && !queue_.empty() && urgent_pending_ == 0);
+      });
+      if (!urgent_.empty()) {
+        task = std::move(urgent_.front().second);
+        urgent_.pop_front();
+        was_urgent = true;
+      } else if (!urgent_only && !queue_.empty()) {
+        task = std::move(queue_.front().second);
+        queue_.pop_front();
+      } else {
+        return;  // stopping, nothing left for this thread
+      }
     }
     task();
+    if (was_urgent) {
+      {
+        std::lock_guard<std::mutex> g(m_);
+        --urgent_pending_;
+      }
+      cv_.notify_all();
+    }
   }
 }
 
@@ -126,9 +157,43 @@ BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config, b
 }
 
 BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key, bool urgent) {
-  std::lock_guard<std::mutex> g(m_);
+  std::optional<Binary> hit;
+  if (urgent) {
+    bool known;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      known = futures_.count(key) > 0;
+    }
+    // A call is waiting: the code cache is read here, not after a hop to a
+    // pool thread that may be busy.
+    if (!known) {
+      try {
+        hit = compiler_->cached(key);
+      } catch (const Error&) {
+        // the cache's trouble: compiled as usual below
+      }
+    }
+  }
+  std::unique_lock<std::mutex> g(m_);
   ++counters_.submitted;
   auto it = futures_.find(key);
+  if (it == futures_.end() && hit) {
+    std::promise<std::shared_ptr<const Binary>> p;
+    p.set_value(std::make_shared<const Binary>(std::move(*hit)));
+    BinaryFuture f = p.get_future().share();
+    futures_.emplace(key, f);
+    ++counters_.cache_hits;
+    CompileRecord r;
+    r.kernel = req.kernel;
+    r.config = req.config_text;
+    r.key = key;
+    r.ok = r.cache_hit = true;
+    r.bytes = f.get()->bytes.size();
+    records_.push_back(std::move(r));
+    if (records_.size() > kKeepRecords) records_.pop_front();
+    finished(key, true);
+    return f;
+  }
   if (it != futures_.end()) {
     ++counters_.deduped;
     if (urgent)
@@ -136,7 +201,9 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
         if (q->first == key) {
           auto task = std::move(*q);
           queue_.erase(q);
-          queue_.push_front(std::move(task));
+          urgent_.push_back(std::move(task));
+          ++urgent_pending_;
+          cv_.notify_all();
           break;
         }
     CompileRecord r;
@@ -197,9 +264,16 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
       promise->set_exception(std::current_exception());
     }
   };
-  if (urgent) queue_.emplace_front(key, std::move(task));
-  else queue_.emplace_back(key, std::move(task));
-  cv_.notify_one();
+  if (urgent) {
+    urgent_.emplace_back(key, std::move(task));
+    ++urgent_pending_;
+    g.unlock();
+    cv_.notify_all();
+  } else {
+    queue_.emplace_back(key, std::move(task));
+    g.unlock();
+    cv_.notify_all();
+  }
   return fut;
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,13 @@ class Compiler {
  public:
   virtual ~Compiler() = default;
   virtual Binary compile(const CompileRequest& req, const std::string& key) = 0;
+  // The binary of `key` if a cache this compiler reads holds it (no compile,
+  // no lock, no other process): how a call that waits for one config is
+  // answered on its own thread.
+  virtual std::optional<Binary> cached(const std::string& key) {
+    static_cast<void>(key);
+    return std::nullopt;
+  }
 };
 
 class DirectCompiler final : public Compiler {
@@ -56,6 +64,7 @@ class CachingCompiler final : public Compiler {
                   std::shared_ptr<RemoteCache> remote = nullptr)
       : inner_(std::move(inner)), cache_(std::move(cache)), remote_(std::move(remote)) {}
   Binary compile(const CompileRequest& req, const std::string& key) override;
+  std::optional<Binary> cached(const std::string& key) override;
 
  private:
   std::optional<Binary> from_remote(const std::string& key);
@@ -94,8 +103,10 @@ class CompilePool {
   // Computes the request's binary key now, then compiles on a pool thread.
   // An identical request already submitted shares its future.
   BinaryFuture submit(const CompileRequest& req);
-  // `urgent`: a call waits for it; it goes to the front of the queue (an
-  // identical request still queued is moved there), ahead of background compiles.
+  // `urgent`: a call waits for it. A binary the code cache holds is read on
+  // the caller's thread; otherwise it runs on a thread kept for urgent work
+  // (an identical request still queued is moved there), and while urgent
+  // work is pending, no background compile starts: it compiles alone.
   BinaryFuture submit(const CompileRequest& req, const std::string& key, bool urgent = false);
   // One config of a spec: a template config is compiled as above; a library
   // choice gets its stand-in binary at once (or its reason for being unavailable).
@@ -110,11 +121,15 @@ class CompilePool {
 
  private:
   void run();
+  void run_urgent();
+  void work(bool urgent_only);
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<Compiler> compiler_;
   mutable std::mutex m_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::string, std::function<void()>>> queue_;  // (key, task)
+  std::deque<std::pair<std::string, std::function<void()>>> queue_;   // (key, task)
+  std::deque<std::pair<std::string, std::function<void()>>> urgent_;  // run by urgent_thread_
+  size_t urgent_pending_ = 0;  // urgent tasks queued or running: background compiles wait meanwhile
   void finished(const std::string& key, bool ok);  // holds m_
   std::map<std::string, BinaryFuture> futures_;  // by key: in flight, or done and kept
   std::deque<std::string> done_order_;           // done keys, oldest first
@@ -122,6 +137,7 @@ class CompilePool {
   Counters counters_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::thread urgent_thread_;
 };
 
 // A progress bar on stderr: drawn only when `show` (callers pass: stderr is

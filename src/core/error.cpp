@@ -16,6 +16,7 @@ const char* errc_name(Errc c) noexcept {
     case Errc::io: return "io";
     case Errc::usage: return "usage";
     case Errc::artifact: return "artifact";
+    case Errc::cancelled: return "cancelled";
     case Errc::internal: return "internal";
   }
   return "unknown";
@@ -23,7 +24,7 @@ const char* errc_name(Errc c) noexcept {
 
 Errc errc_from_name(const std::string& name) noexcept {
   for (Errc c : {Errc::spec, Errc::expr, Errc::compile, Errc::worker, Errc::launch, Errc::tune, Errc::cache,
-                 Errc::io, Errc::usage, Errc::artifact, Errc::internal})
+                 Errc::io, Errc::usage, Errc::artifact, Errc::cancelled, Errc::internal})
     if (name == errc_name(c)) return c;
   return Errc::internal;
 }

@@ -72,6 +72,7 @@ Options Options::from_env() {
   o.workers = env_int("KILN_WORKERS", 0, 1, 256);
   o.tune_in_process = env_bool("KILN_TUNE_IN_PROCESS");
   o.tune_max_configs = env_int("KILN_TUNE_MAX_CONFIGS", 0, 1, 1000000);
+  o.quick_above = env_int("KILN_QUICK_ABOVE", o.quick_above, 0, 1000000);
   o.bench_budget_ms = env_double("KILN_BENCH_BUDGET_MS", o.bench_budget_ms, 0.0, 600000);
   o.bench_timeout_s = env_double("KILN_BENCH_TIMEOUT", o.bench_timeout_s, 0.01, kMaxTimeoutSeconds);
   o.bench_deadline_floor_s = env_double("KILN_BENCH_DEADLINE_FLOOR", o.bench_deadline_floor_s, 0.01, kMaxTimeoutSeconds);
@@ -107,6 +108,13 @@ Options Options::from_env() {
     o.bundle = v;
   }
   o.serving = env_bool("KILN_SERVING");
+  if (const char* v = env("KILN_FIRST_CALL")) {
+    std::string_view f(v);
+    if (f == "wait") o.first_call = FirstCall::wait;
+    else if (f == "swap") o.first_call = FirstCall::swap;
+    else if (f == "serve") o.first_call = FirstCall::serve;
+    else fail(Errc::usage, "KILN_FIRST_CALL='{}' is not one of wait, swap, serve", v);
+  }
   if (const char* v = env("KILN_ARTIFACT")) o.artifact = v;
   if (const char* v = env("KILN_ARTIFACT_MISMATCH")) {
     std::string_view m(v);

@@ -1,6 +1,8 @@
 #include "kiln/spec.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <deque>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -272,22 +274,70 @@ std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::
 
 
 const std::vector<LibraryCall>& library_calls() {
-  static const std::vector<LibraryCall> calls = {
-      {"openblas_sgemm", "cpu",
-       {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
-        {"i64", Intent::in}},
-       "C[M,N] = A[M,K] @ B[K,N], row-major fp32, through OpenBLAS's cblas_sgemm (args A, B, C, M, N, K)"},
-      {"cublas_sgemm", "cuda",
-       {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
-        {"i64", Intent::in}},
-       "C[M,N] = A[M,K] @ B[K,N], row-major fp32 (no TF32), through cuBLAS's cublasSgemm (args A, B, C, M, N, K)"},
-  };
+  static const std::vector<LibraryCall> calls = [] {
+    std::vector<LibraryCall> v = {
+        {"openblas_sgemm", "cpu",
+         {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
+          {"i64", Intent::in}},
+         "C[M,N] = A[M,K] @ B[K,N], row-major fp32, through OpenBLAS's cblas_sgemm (args A, B, C, M, N, K)"},
+        {"cublas_sgemm", "cuda",
+         {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
+          {"i64", Intent::in}},
+         "C[M,N] = A[M,K] @ B[K,N], row-major fp32 (no TF32), through cuBLAS's cublasSgemm (args A, B, C, M, N, K)"},
+    };
+    // cuBLASLt: cublaslt_<dtype>_<nn|nt>[_<epilogue>], each name taking a
+    // suffix #k (k < kLibraryRanks): the k-th algorithm of cuBLASLt's
+    // heuristic for the call's problem.
+    static std::deque<std::string> text;  // what the table's pointers point into
+    for (const char* dt : {"bf16", "f16"})
+      for (const char* layout : {"nn", "nt"})
+        for (const char* epi : {"", "bias", "residual", "gelu", "bias_gelu"}) {
+          const std::string name =
+              fmt::format("cublaslt_{}_{}{}{}", dt, layout, *epi ? "_" : "", epi);
+          const std::string t = std::string(dt) + "*";
+          std::vector<std::pair<std::string, Intent>> args = {{t, Intent::in}, {t, Intent::in}, {t, Intent::out}};
+          if (*epi && std::string_view(epi) != "gelu") args.push_back({t, Intent::in});
+          for (int i = 0; i < 3; ++i) args.push_back({"i64", Intent::in});
+          const std::string b = std::string(layout) == "nn" ? "B[K,N]" : "B[N,K] (a linear layer's weight: A @ B^T)";
+          const std::string e = std::string_view(epi) == "bias"        ? " + bias[N]"
+                                : std::string_view(epi) == "residual"  ? " + R[M,N]"
+                                : std::string_view(epi) == "gelu"      ? ", then GELU (tanh)"
+                                : std::string_view(epi) == "bias_gelu" ? " + bias[N], then GELU (tanh)"
+                                                                       : "";
+          const std::string extra = std::string_view(epi) == "bias"        ? ", bias"
+                                    : std::string_view(epi) == "residual"  ? ", R"
+                                    : std::string_view(epi) == "bias_gelu" ? ", bias"
+                                                                           : "";
+          text.push_back(name);
+          const char* n = text.back().c_str();
+          text.push_back(fmt::format("C[M,N] = A[M,K] @ {}{}, row-major {} with fp32 accumulation, through "
+                                     "cuBLASLt's cublasLtMatmul; #k runs the k-th algorithm its heuristic offers "
+                                     "for the call (args A, B, C{}, M, N, K)",
+                                     b, e, dt, extra));
+          v.push_back({n, "cuda", std::move(args), text.back().c_str()});
+        }
+    return v;
+  }();
   return calls;
 }
 
+std::pair<std::string_view, int> library_rank(std::string_view name) {
+  auto hash = name.rfind('#');
+  if (hash == std::string_view::npos) return {name, 0};
+  int k = 0;
+  std::string_view digits = name.substr(hash + 1);
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || k < 0 || k >= kLibraryRanks)
+    return {name, -1};
+  return {name.substr(0, hash), k};
+}
+
 const LibraryCall* find_library_call(std::string_view name) {
+  auto [base, rank] = library_rank(name);
+  const bool ranked = base.size() != name.size();
+  if (rank < 0 || (ranked && base.substr(0, 9) != "cublaslt_")) return nullptr;
   for (const auto& c : library_calls())
-    if (name == c.name) return &c;
+    if (base == c.name) return &c;
   return nullptr;
 }
 
@@ -509,7 +559,7 @@ class SpecReader {
 
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
-                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description"},
+                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -540,6 +590,16 @@ class SpecReader {
     }
     if (const toml::node* fl = root.get("cflags")) {
       for (const auto& el : array(*fl, "cflags")) s.cflags.push_back(str(el, "cflags"));
+    }
+    // cuda: the one architecture the kernel is built for (sm_90a: Hopper's
+    // own instructions, wgmma), whatever KILN_CUDA_ARCH or the device says.
+    if (const toml::node* t = root.get("target")) {
+      const std::string& v = str(*t, "target");
+      bool ok = v.size() >= 5 && v.compare(0, 3, "sm_") == 0;
+      for (size_t i = 3; ok && i < v.size(); ++i)
+        ok = std::isdigit(static_cast<unsigned char>(v[i])) || (i + 1 == v.size() && (v[i] == 'a' || v[i] == 'f'));
+      if (!ok) error(*t, fmt::format("target: '{}' is not a GPU architecture such as sm_90a", v));
+      s.cflags.push_back("--gpu-architecture=" + v);
     }
 
     read_args(s, required("args"));
@@ -671,7 +731,22 @@ class SpecReader {
 
     if (const toml::node* lib = root.get("library")) {
       for (const auto& el : array(*lib, "library")) {
-        const std::string& name = str(el, "library");
+       // "name#a-b": the choices name#a to name#b (ranked algorithms of a library).
+       std::vector<std::string> names = {str(el, "library")};
+       if (auto hash = names[0].rfind('#'), dash = names[0].rfind('-');
+           hash != std::string::npos && dash != std::string::npos && dash > hash) {
+         int a = -1, b = -1;
+         std::string_view sa(names[0].data() + hash + 1, dash - hash - 1), sb(names[0].data() + dash + 1);
+         auto ra = std::from_chars(sa.data(), sa.data() + sa.size(), a);
+         auto rb = std::from_chars(sb.data(), sb.data() + sb.size(), b);
+         if (sa.empty() || sb.empty() || ra.ptr != sa.data() + sa.size() || rb.ptr != sb.data() + sb.size() || a < 0 ||
+             b < a || b >= kLibraryRanks)
+           error(el, fmt::format("library: '{}': a range is name#a-b with 0 <= a <= b < {}", names[0], kLibraryRanks));
+         std::string base = names[0].substr(0, hash);
+         names.clear();
+         for (int k = a; k <= b; ++k) names.push_back(fmt::format("{}#{}", base, k));
+       }
+       for (const std::string& name : names) {
         const LibraryCall* call = find_library_call(name);
         if (!call) {
           std::string known;
@@ -695,6 +770,7 @@ class SpecReader {
         if (std::find(s.libraries.begin(), s.libraries.end(), name) != s.libraries.end())
           error(el, fmt::format("library: '{}' appears twice", name));
         s.libraries.push_back(name);
+       }
       }
     }
 
@@ -1009,6 +1085,7 @@ class SpecReader {
     }
     if (const toml::node* se = t.get("search")) {
       const std::string& v = str(*se, "tuning.search");
+      ts.search_given = true;
       if (v == "exhaustive") ts.search = SearchKind::exhaustive;
       else if (v == "coordesc") ts.search = SearchKind::coordesc;
       else if (v == "budgeted") ts.search = SearchKind::budgeted;

@@ -3,9 +3,12 @@
 
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "dispatch/call_copy.hpp"
 #include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/runtime.hpp"
+
+#include <map>
 
 namespace kiln {
 
@@ -28,6 +31,9 @@ struct Kernel::Impl {
   std::vector<std::unique_ptr<Choice>> choices;  // one per (config, source): bounded by the space
   std::vector<BinaryFuture> background;
   bool started = false;
+  // Shape keys tuning in the background (KILN_FIRST_CALL=swap), with the
+  // safe choice their calls run meanwhile; under memo.mutex().
+  std::map<std::vector<int64_t>, const Choice*> pending;
 
   // `asked`: prepare() was called, so compile even with background compiling off.
   void start_background(bool asked) {
@@ -57,7 +63,7 @@ struct Kernel::Impl {
 };
 
 Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
-    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
+    : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
   impl_->start_background(false);
 }
 
@@ -107,12 +113,29 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   std::lock_guard<std::mutex> g(m.memo.mutex());
   const Choice* found;
   if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
+  std::vector<int64_t> shape_key(key, key + m.shape.key_size());
+  if (auto it = m.pending.find(shape_key); it != m.pending.end()) {
+    m.memo.insert(key, it->second);  // evicted while its tuning runs: the safe choice again
+    return it->second;
+  }
   TuneOptions to = m.tune;
   to.stream = stream;
   // A record (local, artifact, remote) answers with no need of the whole
   // space compiled: only the chosen config is compiled, ahead of the rest.
   to.cached_only = true;
   TuneOutcome o = m.rt.tune(m.spec, params, to);
+  const FirstCall mode = m.rt.options().serving ? FirstCall::wait : m.rt.options().first_call;
+  // A record that answered without a choice (no config survived, or the
+  // reference disagreed with all) is the answer: no safe choice overrides it.
+  if (!o.choice && !o.from_cache && mode != FirstCall::wait) {
+    if (const Choice* c = first_call(params, shape_key, stream, mode)) {
+      m.memo.insert(key, c);
+      return c;
+    }
+    if (mode == FirstCall::serve)
+      fail(Errc::tune, "kernel '{}' at {}: KILN_FIRST_CALL=serve, and no config can run this call without tuning",
+           m.spec.name, o.record.key.values_text());
+  }
   if (!o.choice) {
     // Tuning: wait for what the background compile has left (none was started with it off).
     std::vector<BinaryFuture> fs;
@@ -128,6 +151,98 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
   log::info("kernel '{}' at {}: {} ({})", m.spec.name, o.record.key.values_text(), c->config.str(), c->source);
   m.memo.insert(key, c);
+  return c;
+}
+
+// A shape with no record, under KILN_FIRST_CALL=swap or serve: the first
+// safe choice that compiles, loads and (unless proven) runs cleanly in a
+// worker runs now; with swap, the shape is tuned behind it on a copy of the
+// call's arguments and the winner replaces it in the memo. nullptr when no
+// safe choice can run the call (the caller then tunes it as with wait).
+// Holds memo.mutex().
+const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>& shape_key, Stream stream,
+                                 FirstCall mode) {
+  Impl& m = *impl_;
+  Backend& be = m.rt.backend(m.spec.backend);
+  std::vector<SafeChoice> safe = safe_choices(m.spec, params, be, m.rt.tuning_cache().get());
+  const Choice* c = nullptr;
+  std::string how, failures;
+  for (const auto& s : safe) {
+    try {
+      // A config nothing has checked runs once in a worker first: a crash
+      // or a hang there costs the worker, not this process.
+      if (!s.proven)
+        if (std::string why = m.rt.try_config(m.spec, s.config, params, stream); !why.empty()) {
+          failures += fmt::format("\n  {}: {}", s.config.str(), why);
+          continue;
+        }
+      const Choice* cand = m.choice_for(s.config, "safe");
+      if (std::string why = cand->kernel->can_implement(params); !why.empty()) {
+        failures += fmt::format("\n  {}: {}", s.config.str(), why);
+        continue;
+      }
+      c = cand;
+      how = s.how;
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
+      failures += fmt::format("\n  {}: {}", s.config.str(), e.what());
+    }
+  }
+  if (!c) {
+    log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", m.spec.name,
+              failures);
+    return nullptr;
+  }
+  TuningKey tkey = make_tuning_key(m.spec, be, params);
+  if (mode == FirstCall::serve) {
+    m.rt.note_miss(m.spec, tkey, c->config.str(), how);
+    return c;
+  }
+  log::info("kernel '{}' at {}: {} ({}) runs while the shape is tuned in the background", m.spec.name,
+            tkey.values_text(), c->config.str(), how);
+  auto copy = std::make_shared<CallCopy>(m.spec, params, be.device(), stream);
+  m.pending[shape_key] = c;
+  std::shared_ptr<Impl> self = impl_;
+  const Config safe_config = c->config;
+  m.rt.run_in_background(
+      fmt::format("kernel '{}' at {}", m.spec.name, tkey.values_text()),
+      [self, copy, shape_key, safe_config](const std::atomic<bool>& stop) mutable {
+        Impl& m = *self;
+        auto forget = [&] {
+          std::lock_guard<std::mutex> g(m.memo.mutex());
+          m.pending.erase(shape_key);
+        };
+        TuneOutcome o;
+        try {
+          TuneOptions to = m.tune;
+          to.stream = nullptr;
+          to.show_progress = false;
+          to.cancel = &stop;
+          o = m.rt.tune(m.spec, copy->params(), to);
+        } catch (...) {
+          forget();  // the safe choice stays; a later process tunes the shape
+          throw;
+        }
+        copy.reset();
+        if (const ConfigResult* r = o.record.find(safe_config); r && !r->ok() && r->kind != FailKind::pruned)
+          log::warn("kernel '{}' at {}: the calls before the swap ran {}, which the tuning found {}: {}", m.spec.name,
+                    o.record.key.values_text(), safe_config.str(), fail_kind_name(r->kind), r->error);
+        if (!o.choice) {
+          log::warn("kernel '{}' at {}: the background tuning chose nothing; the safe choice {} stays: {}",
+                    m.spec.name, o.record.key.values_text(), safe_config.str(), o.record.all_failed_message());
+          forget();
+          return;
+        }
+        const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
+        {
+          std::lock_guard<std::mutex> g(m.memo.mutex());
+          m.memo.insert(shape_key.data(), c);
+          m.pending.erase(shape_key);
+        }
+        log::info("kernel '{}' at {}: tuned in the background: {} replaces {}", m.spec.name,
+                  o.record.key.values_text(), c->config.str(), safe_config.str());
+      });
   return c;
 }
 

@@ -1,4 +1,7 @@
 #include "compile/code_cache.hpp"
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include "compile/compile_pool.hpp"
 #include "kiln/runtime.hpp"
 
@@ -14,6 +17,60 @@
 #include "worker/worker_pool.hpp"
 
 namespace kiln {
+
+// The background tunings' queue and its thread (started on first use).
+struct Runtime::Background {
+  struct Job {
+    std::string what;
+    std::function<void(const std::atomic<bool>&)> fn;
+  };
+  std::mutex m;
+  std::condition_variable cv, idle;
+  std::deque<Job> queue;
+  size_t running = 0;
+  uint64_t finished = 0;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  ~Background() {
+    {
+      std::lock_guard<std::mutex> g(m);
+      stop = true;
+      if (!queue.empty())
+        log::info("{} background tuning(s) not started are dropped: the runtime is going away", queue.size());
+      queue.clear();
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+
+  void loop() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lk(m);
+        cv.wait(lk, [&] { return stop.load() || !queue.empty(); });
+        if (stop) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+        ++running;
+      }
+      try {
+        job.fn(stop);
+      } catch (const Error& e) {
+        if (e.code() != Errc::cancelled) log::warn("background tuning of {} failed: {}", job.what, e.what());
+      } catch (const std::exception& e) {
+        log::warn("background tuning of {} failed: {}", job.what, e.what());
+      }
+      {
+        std::lock_guard<std::mutex> g(m);
+        --running;
+        ++finished;
+      }
+      idle.notify_all();
+    }
+  }
+};
 
 struct Runtime::BackendState {
   std::shared_ptr<Backend> backend;
@@ -32,7 +89,48 @@ Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
   // A packed artifact: all of it, or (refused) nothing of it.
   if (!opts_.artifact.empty()) log::info("{}", load_artifact(*this, opts_.artifact, opts_.artifact_sources_only));
 }
-Runtime::~Runtime() = default;
+Runtime::~Runtime() {
+  background_.reset();  // first: a running tuning uses everything below
+}
+
+void Runtime::run_in_background(std::string what, std::function<void(const std::atomic<bool>&)> job) {
+  Background* b;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (!background_) background_ = std::make_unique<Background>();
+    b = background_.get();
+  }
+  {
+    std::lock_guard<std::mutex> g(b->m);
+    if (b->stop) return;
+    b->queue.push_back({std::move(what), std::move(job)});
+    if (!b->thread.joinable()) b->thread = std::thread([b] { b->loop(); });
+  }
+  b->cv.notify_all();
+}
+
+bool Runtime::wait_tuned(double timeout_s) {
+  Background* b;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    b = background_.get();
+  }
+  if (!b) return true;
+  std::unique_lock<std::mutex> lk(b->m);
+  auto done = [&] { return b->queue.empty() && b->running == 0; };
+  if (timeout_s < 0) {
+    b->idle.wait(lk, done);
+    return true;
+  }
+  return b->idle.wait_for(lk, std::chrono::duration<double>(timeout_s), done);
+}
+
+size_t Runtime::tunings_pending() const {
+  std::lock_guard<std::mutex> g(m_);
+  if (!background_) return 0;
+  std::lock_guard<std::mutex> lk(background_->m);
+  return background_->queue.size() + background_->running;
+}
 
 Runtime::BackendState& Runtime::state(const std::string& name) {
   std::lock_guard<std::mutex> g(m_);
@@ -101,66 +199,45 @@ Benchmarker& Runtime::benchmarker(const std::string& backend) {
 }
 
 // Serving mode: cached choices only. A key with no record of its own runs
-// the choice of the nearest tuned key (log2 distance over the key values)
-// that can run it, else the spec's default, else the first config that can;
-// the miss is counted, logged once per key and kept for `kiln report --misses`.
+// the first of its safe choices (safe_choices: the nearest tuned key's
+// choice that can run it, the spec's default, the cheap rule); the miss is
+// counted, logged once per key and kept for `kiln report --misses`.
 TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
   Backend& be = backend(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();
   TuningKey key = make_tuning_key(spec, be, params);
-  std::vector<int64_t> slots(spec.args.size(), 0);
-  read_int_slots(spec, params, slots.data());
-  const LaunchLimits limits = be.limits();
   TuneOutcome out;
   out.record.kernel = spec.name;
   out.record.key = key;
   if (cache)
-    if (auto rec = cache->get(key))
-      if (auto c = Tuner::choose(*rec, spec, slots.data(), limits)) {
+    if (auto rec = cache->get(key)) {
+      std::vector<int64_t> slots(spec.args.size(), 0);
+      read_int_slots(spec, params, slots.data());
+      if (auto c = Tuner::choose(*rec, spec, slots.data(), be.limits())) {
         out.choice = c;
         out.from_cache = true;
         out.record = std::move(*rec);
         return out;
       }
-  std::string how;
-  if (cache) {
-    std::vector<std::pair<double, TuningRecord>> near;
-    for (auto& r : cache->all(key)) {
-      if (!r.best || r.key.values.size() != key.values.size()) continue;
-      double d = log2_distance(key.values, r.key.values);
-      near.emplace_back(d, std::move(r));
     }
-    std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [d, r] : near)
-      if (auto c = Tuner::choose(r, spec, slots.data(), limits)) {
-        out.choice = c;
-        how = fmt::format("the choice of the nearest tuned key {}", r.key.values_text());
-        break;
-      }
-  }
-  if (!out.choice && spec.tuning.default_config &&
-      Tuner::why_not(spec, *spec.tuning.default_config, slots.data(), limits).empty()) {
-    out.choice = spec.tuning.default_config;
-    how = "the spec's default config";
-  }
-  for (size_t i = 0; !out.choice && i < spec.space.size(); ++i)
-    if (Tuner::why_not(spec, spec.space.at(i), slots.data(), limits).empty()) {
-      out.choice = spec.space.at(i);
-      how = "the first config that can run it";
-    }
-  serving_misses_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> g(m_);
-    if (missed_.insert(key.base_hex() + "/" + key.values_hex()).second) {
-      log::warn("serving: kernel '{}' has no tuned choice at {}; running {} ({}); `kiln report {} --misses` lists "
-                "such keys",
-                spec.name, key.values_text(), out.choice ? out.choice->str() : std::string("nothing"),
-                how.empty() ? "no config can run it" : how, spec.spec_path.string());
-      if (cache) cache->note_serving_miss(key);
-    }
-  }
+  std::vector<SafeChoice> safe = safe_choices(spec, params, be, cache.get());
+  if (!safe.empty()) out.choice = safe.front().config;
+  note_miss(spec, key, out.choice ? out.choice->str() : std::string("nothing"),
+            safe.empty() ? std::string("no config can run it") : safe.front().how);
   if (!out.choice) out.record.verdict = "serving mode: no tuned choice and no config can run this call";
   return out;
+}
+
+void Runtime::note_miss(const KernelSpec& spec, const TuningKey& key, const std::string& ran, const std::string& how) {
+  serving_misses_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<TuningCache> cache = tuning_cache();
+  std::lock_guard<std::mutex> g(m_);
+  if (missed_.insert(key.base_hex() + "/" + key.values_hex()).second) {
+    log::warn("serving: kernel '{}' has no tuned choice at {}; running {} ({}); `kiln report {} --misses` lists "
+              "such keys",
+              spec.name, key.values_text(), ran, how, spec.spec_path.string());
+    if (cache) cache->note_serving_miss(key);
+  }
 }
 
 Runtime::Stats Runtime::stats() {
@@ -182,6 +259,13 @@ Runtime::Stats Runtime::stats() {
   }
   st.configs_timed = configs_timed_.load(std::memory_order_relaxed);
   st.serving_misses = serving_misses();
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (background_) {
+      std::lock_guard<std::mutex> lk(background_->m);
+      st.background_tunings = background_->finished;
+    }
+  }
   return st;
 }
 
@@ -201,6 +285,80 @@ TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const Tun
 }
 
 std::shared_ptr<RemoteCache> Runtime::remote_cache() { return remote_; }
+
+std::string Runtime::try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream) {
+  Backend& be = backend(spec.backend);
+  Benchmarker& bench = benchmarker(spec.backend);
+  std::vector<int64_t> slots(spec.args.size(), 0);
+  read_int_slots(spec, params, slots.data());
+  const LaunchLimits limits = be.limits();
+  // What its outputs are compared with: the spec's reference config, else
+  // its first library choice that is here (what a tuning trusts); else
+  // nothing (a crash, a hang, an unwritten output or a written input still fail it).
+  std::optional<Config> ref;
+  if (spec.tuning.reference_config && !(*spec.tuning.reference_config == config) &&
+      Tuner::why_not(spec, *spec.tuning.reference_config, slots.data(), limits).empty())
+    ref = spec.tuning.reference_config;
+  for (size_t i = 0; !ref && i < spec.libraries.size(); ++i)
+    if (spec.libraries[i] != config.library && be.library_unavailable(spec.libraries[i]).empty()) {
+      ref = Config{};
+      ref->library = spec.libraries[i];
+    }
+  BenchInputs in(spec, params, be.device(), bench.in_process(), stream);
+  BenchSettings st = bench.settings();
+  st.time = false;
+  // One checking run: "" or why it failed; throws for faults that are not the config's.
+  auto run = [&](const Config& c) -> std::string {
+    std::shared_ptr<const Binary> bin = compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
+    LaunchDims dims = c.library.empty() ? LaunchPlan(spec, c, limits).eval(slots.data()) : LaunchDims{};
+    if (c.library.empty())
+      if (std::string why = be.check_resources(bin->meta, dims); !why.empty()) return "pruned: " + why;
+    std::shared_ptr<LoadedKernel> loaded = bench.in_process() ? load(*bin) : nullptr;
+    const std::string what = fmt::format("kernel '{}' (config {})", spec.name, c.str());
+    try {
+      BenchResult r = bench.run(*bin, loaded.get(), in, dims, what, st, opts_.bench_timeout_s);
+      for (size_t i = 0; i < r.unwritten.size() && i < spec.args.size(); ++i)
+        if (r.unwritten[i] > 0)
+          return fmt::format("it left {} elements of '{}' unwritten", r.unwritten[i], spec.args[i].name);
+    } catch (const WorkerError& e) {
+      if (!e.fault().of_request) throw;
+      return e.what();
+    } catch (const Error& e) {
+      if (e.code() != Errc::launch) throw;
+      return e.what();
+    }
+    return "";
+  };
+  std::vector<std::vector<std::byte>> expect;
+  if (ref) {
+    std::string why;
+    try {
+      why = run(*ref);
+    } catch (const Error& e) {
+      if (e.code() != Errc::compile) throw;
+      why = e.what();
+    }
+    if (why.empty()) {
+      for (size_t i = 0; i < spec.args.size(); ++i) {
+        auto out = in.result(i);
+        expect.emplace_back(out.begin(), out.end());
+      }
+    } else {
+      log::info("kernel '{}': the reference {} did not run ({}); {} is checked without it", spec.name, ref->str(),
+                why, config.str());
+      ref.reset();
+    }
+  }
+  if (std::string why = run(config); !why.empty()) return why;
+  if (ref)
+    for (size_t i = 0; i < spec.args.size(); ++i) {
+      auto out = in.result(i);
+      if (out.empty()) continue;
+      if (auto bad = Tuner::compare(spec.args[i].dtype, out, expect[i], spec.tuning))
+        return fmt::format("wrong result in '{}' against {}: {}", spec.args[i].name, ref->str(), *bad);
+    }
+  return "";
+}
 
 std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {
   BackendState& st = state(bin.backend);

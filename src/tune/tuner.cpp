@@ -127,6 +127,8 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
   if (!r.verdict.empty()) return std::nullopt;  // the record refused to choose, and says why
   std::vector<const ConfigResult*> cands;
   for (const ConfigResult* c : r.ranked()) {
+    // Ranked fastest first: past the tie window of the first candidate, none can be chosen.
+    if (!cands.empty() && *c->ns > *cands[0]->ns * (1 + std::min(r.noise, kMaxTieWindow))) break;
     const std::string& lib = c->config.library;
     if (lib.empty() ? !spec.space.index_of(c->config)
                     : std::find(spec.libraries.begin(), spec.libraries.end(), lib) == spec.libraries.end())
@@ -167,7 +169,7 @@ double spread(std::vector<double> v) {
 class Session {
  public:
   Session(Tuner::Parts& p, const KernelSpec& spec, void* const* params, const TuneOptions& o)
-      : p_(p), spec_(spec), inputs_(spec, params, p.backend->device(), p.bench->in_process(), o.stream),
+      : p_(p), spec_(spec), params_(params), inputs_(spec, params, p.backend->device(), p.bench->in_process(), o.stream),
         slots_(spec.args.size(), 0), keyer_(spec, *p.backend), limits_(p.backend->limits()), show_(o.show_progress) {
     read_int_slots(spec, params, slots_.data());
   }
@@ -252,6 +254,23 @@ class Session {
       r.kind = FailKind::pruned;
       r.error = "pruned: " + why;
       return r;
+    }
+    if (!c.library.empty()) {
+      // A library's own rules for the call (sizes it takes, the algorithms its heuristic offers).
+      try {
+        std::shared_ptr<LoadedKernel> lib = p_.load(*bin);
+        if (std::string why = lib->can_implement(params_); !why.empty()) {
+          r.kind = FailKind::pruned;
+          r.error = "pruned: " + why;
+          return r;
+        }
+        r.detail = lib->describe(params_);
+      } catch (const Error& e) {
+        if (e.code() != Errc::launch) throw;
+        r.kind = FailKind::launch;
+        r.error = e.what();
+        return r;
+      }
     }
     BenchResult res;
     double wall = 0;
@@ -433,6 +452,7 @@ class Session {
 
   Tuner::Parts& p_;
   const KernelSpec& spec_;
+  void* const* params_;
   BenchInputs inputs_;
   std::vector<int64_t> slots_;
   BinaryKeyer keyer_;
@@ -553,13 +573,53 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
     else search = spec.tuning.search;
   }
   if (o.budget_seconds > 0 && !o.search && (!o.effort || *o.effort != Effort::full)) search = SearchKind::budgeted;
+  // Nobody chose the search: a space with many runnable configs for this
+  // call is searched quickly (decided once the runnable count is known).
+  const bool automatic = !o.search && !o.effort && o.budget_seconds <= 0 && !spec.tuning.search_given &&
+                         search == SearchKind::exhaustive;
+  auto automatic_search = [&](size_t runnable) {
+    if (automatic && runnable > static_cast<size_t>(p_.opts.quick_above)) search = SearchKind::budgeted, settle = true;
+  };
   const auto started = std::chrono::steady_clock::now();
 
-  // 1. A record that answers.
+  // 1. A record that answers. The warm path: a record tuned over this very
+  // config space, holding what the search wants, answers without a binary
+  // key computed or a library opened (a library choice is opened when it
+  // runs, not to check that it could).
+  auto fast_answer = [&](const TuningRecord& rec) -> bool {
+    if (!rec.verdict.empty() || !rec.best || !(rec.space.hash() == spec.space.hash())) return false;
+    size_t pruned = 0;
+    for (const auto& c : rec.configs) {
+      if (!c.config.library.empty() || c.kind != FailKind::pruned) continue;
+      ++pruned;
+      // Pruned for the call it was tuned at (alignment, an unkeyed scalar)
+      // but runnable for this one: it must be timed, so not the warm path.
+      if (c.binary.empty() && why_not(spec, c.config, slots.data(), limits).empty()) return false;
+    }
+    for (const auto& lib : spec.libraries) {
+      auto it = std::find_if(rec.configs.begin(), rec.configs.end(),
+                             [&](const ConfigResult& c) { return c.config.library == lib; });
+      if (it == rec.configs.end() || it->kind == FailKind::unavailable) return false;  // look again: it may be here now
+    }
+    SearchKind wanted = search;
+    if (automatic && spec.space.size() - std::min(pruned, spec.space.size()) > static_cast<size_t>(p_.opts.quick_above))
+      wanted = SearchKind::budgeted;
+    const bool whole = rec.configs.size() >= spec.space.size() + spec.libraries.size();
+    return whole || (rec.method != SearchMethod::exhaustive && wanted != SearchKind::exhaustive);
+  };
   auto answer = [&](std::optional<TuningRecord> rec) -> std::optional<TuneOutcome> {
     if (!rec || o.force) return std::nullopt;
+    if (fast_answer(*rec))
+      if (auto c = choose(*rec, spec, slots.data(), limits)) {
+        TuneOutcome out;
+        out.choice = c;
+        out.record = std::move(*rec);
+        out.from_cache = true;
+        return out;
+      }
     BinaryKeyer keyer(spec, *p_.backend);
     Plan plan = make_plan(spec, rec, &keyer, slots.data(), limits, *p_.backend);
+    automatic_search(plan.runnable.size());
     if (!complete(plan, *rec, spec, search)) return std::nullopt;
     TuneOutcome out;
     out.choice = choose(*rec, spec, slots.data(), limits);
@@ -588,6 +648,7 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
     int cap = o.max_configs > 0 ? o.max_configs : p_.opts.tune_max_configs;
     Session s(p_, spec, params, o);
     Plan plan = make_plan(spec, existing, &s.keyer(), slots.data(), limits, *p_.backend);
+    automatic_search(plan.runnable.size());
     std::map<size_t, ConfigResult> done = plan.reused;
     std::set<size_t> fresh;  // evaluated by this tuning
     std::map<std::string, std::pair<int, std::string>> sibling_registers;  // class -> registers, the config compiled
@@ -732,6 +793,8 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       wait_all(fs, fmt::format("compiling {} {}", spec.name, what), s.show());
       ProgressBar bar(fmt::format("benchmarking {} {}", spec.name, what), todo.size(), s.show());
       for (size_t k = 0; k < todo.size(); ++k) {
+        if (o.cancel && o.cancel->load(std::memory_order_relaxed))
+          throw Error(Errc::cancelled, fmt::format("kernel '{}' at {}: tuning stopped", spec.name, key.values_text()));
         done[todo[k]] = s.evaluate(candidate(spec, todo[k]));
         fresh.insert(todo[k]);
         outcome.evaluated.push_back(candidate(spec, todo[k]).str());

@@ -250,6 +250,7 @@ std::string record_to_json(const TuningRecord& r) {
                        {"reps", c.reps},
                        {"kind", fail_kind_name(c.kind)},
                        {"error", c.error}});
+    if (!c.detail.empty()) configs.back()["detail"] = c.detail;
   }
   json key = json::object();
   json names = json::array();
@@ -344,6 +345,7 @@ std::optional<TuningRecord> record_from_text(std::string_view text, const Tuning
       if (!kind) return std::nullopt;
       cr.kind = *kind;
       cr.error = c.at("error").get<std::string>();
+      if (c.contains("detail")) cr.detail = c["detail"].get<std::string>();
       // A result is a time (with its binary) or a reason, never neither.
       if (cr.kind == FailKind::none && (!cr.ns || !(*cr.ns > 0) || (!is_hex32(cr.binary) && cr.config.library.empty())))
         return std::nullopt;

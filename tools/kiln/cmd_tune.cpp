@@ -52,7 +52,8 @@ void print_record(const TuningRecord& r) {
   for (const ConfigResult* c : ranked) {
     ++rank;
     bool chosen = r.best && c->config == *r.best;
-    t.row({std::to_string(rank), c->config.str(), ns_text(*c->ns), ns_text(c->min_ns),
+    t.row({std::to_string(rank), c->detail.empty() ? c->config.str() : c->config.str() + " (" + c->detail + ")",
+           ns_text(*c->ns), ns_text(c->min_ns),
            fmt::format("{:.3f}x", *c->ns / base), chosen ? "chosen" : "ok"});
   }
   std::vector<const ConfigResult*> failed;
@@ -80,6 +81,7 @@ json record_json(const TuningRecord& r, const std::string& source, double second
                        {"binary", c.binary},
                        {"ns", c.ns ? json(*c.ns) : json(nullptr)},
                        {"result", fail_kind_name(c.kind)},
+                       {"detail", c.detail.empty() ? json(nullptr) : json(c.detail)},
                        {"error", c.error.empty() ? json(nullptr) : json(c.error)}});
   json key = json::object();
   for (const auto& [n, v] : r.key.values) key[n] = v;
@@ -306,11 +308,13 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_option("spec", a->spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)");
   cmd->add_flag("--json", a->json, "Print one JSON object (see docs/cli.md)");
-  cmd->add_option("--search", a->search, "exhaustive, coordesc or budgeted (default: the spec's, else exhaustive)")
+  cmd->add_option("--search", a->search,
+                  "exhaustive, coordesc or budgeted (default: the spec's; a spec that names none is searched "
+                  "exhaustively, or with --effort quick where more than KILN_QUICK_ABOVE (128) configs can run the call)")
       ->check(CLI::IsMember({"exhaustive", "coordesc", "budgeted"}));
   cmd->add_option("--effort", a->effort,
                   "none: the spec's search; quick: a budgeted search (a surrogate model picks what to time) until "
-                  "it settles; full: every config")
+                  "it settles; full: every config (default: see --search)")
       ->check(CLI::IsMember({"none", "quick", "full"}));
   cmd->add_option("--budget-seconds", a->budget_seconds,
                   "Stop searching after this long (a budgeted search unless --search or --effort full says otherwise)")

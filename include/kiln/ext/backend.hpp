@@ -150,6 +150,12 @@ class LoadedKernel {
     static_cast<void>(params);
     return 0;
   }
+  // What runs for a call, where the choice decides it per call (a library's
+  // algorithm, tile, stages, split-K); "" when there is nothing to add.
+  virtual std::string describe(void* const* params) const {
+    static_cast<void>(params);
+    return "";
+  }
   const std::string& key() const { return key_; }
   const KernelMeta& meta() const { return meta_; }
   // The backend's own handle of the loaded code (cuda: the CUkernel), for

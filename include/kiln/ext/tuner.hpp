@@ -17,6 +17,7 @@
 // the key's lock).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,6 +32,7 @@ namespace kiln {
 
 class Benchmarker;
 class CompilePool;
+class TuningCache;
 
 // How hard a tuning looks: `none` the spec's search, `quick` a budgeted
 // search until it settles, `full` every config.
@@ -47,6 +49,9 @@ struct TuneOptions {
   std::optional<Effort> effort;      // overrides `search` when set
   double budget_seconds = 0;         // > 0: stop searching after this long (a budgeted search unless
                                      // `search` or effort=full says otherwise)
+  // Set from another thread to stop a tuning between configs: it throws
+  // Error(Errc::cancelled) and stores nothing.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct TuneOutcome {
@@ -64,6 +69,30 @@ struct TuneOutcome {
   // the best-so-far curve of a search (`kiln tune --json`: "evaluated").
   std::vector<std::string> evaluated;
 };
+
+// A config for a call that has no tuning record of its own, made without
+// benchmarking (a first call under KILN_FIRST_CALL=swap or serve, serving
+// mode), and why it was picked.
+struct SafeChoice {
+  Config config;
+  std::string how;
+  // Checked already: a library choice (what tunings trust), or a config that
+  // ran and agreed at a nearby key. Others are run once in a worker before
+  // their result is given (Runtime::try_config).
+  bool proven = false;
+};
+// The safe choices for a call, best first (docs/dispatch.md): the choices of
+// the nearest tuned keys (L1 distance over log2 of the key values) that can
+// run it; the spec's default config; then the cheap rule: the spec's first
+// available library choice (nothing to compile, and the library is what a
+// tuning trusts), then the template config that fills the device with the
+// fewest programs (the smallest grid of at least one program per
+// multiprocessor or core; where none reaches that, the largest grid); then
+// the first config that can run the call. Only configs that can run the call
+// are listed, and a config that failed (crashed, computed something else,
+// timed out) in a nearby record is left out. `cache` may be null.
+std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,
+                                     const TuningCache* cache);
 
 class Tuner {
  public:
@@ -97,6 +126,7 @@ class Tuner {
   static std::optional<Config> choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
                                       const LaunchLimits& limits);
   static constexpr double kMaxTieWindow = 0.03;
+
 
   // The default tolerances for comparing outputs of dtype `t`.
   static double default_rtol(DType t);

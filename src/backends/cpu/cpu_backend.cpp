@@ -39,6 +39,8 @@ std::string find_in_path(const std::string& prog) {
 }  // namespace
 
 std::string cpu_model() {
+  // Read once: every tuning key and binary key names it.
+  static const std::string once = [] {
   std::string model = "unknown cpu", flags;
   if (auto info = read_file("/proc/cpuinfo")) {
     std::stringstream ss(*info);
@@ -53,6 +55,8 @@ std::string cpu_model() {
     }
   }
   return fmt::format("{} (flags {})", model, hash_bytes(flags).hex().substr(0, 12));
+  }();
+  return once;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/cuda/cublaslt.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 
@@ -732,7 +733,12 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
 
   Binary compile(const CompileRequest& req, const std::string& key) override {
     const Nvrtc& n = nvrtc();
-    const std::string target = arch();
+    // A spec's `target` (a --gpu-architecture flag) replaces the default architecture.
+    std::string target;
+    for (const auto& f : req.cflags)
+      if (f.rfind("--gpu-architecture=", 0) == 0) target = f.substr(19);
+    const bool own_target = !target.empty();
+    if (!own_target) target = arch();
     auto t0 = std::chrono::steady_clock::now();
     std::string src = generate_source(req);
     nvrtcProgram prog = nullptr;
@@ -745,7 +751,8 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     } destroy{n, &prog};
     std::string expr = "&" + req.entry;
     n.nvrtcAddNameExpression(prog, expr.c_str());
-    std::vector<std::string> opts = {"--gpu-architecture=" + target};
+    std::vector<std::string> opts;
+    if (!own_target) opts.push_back("--gpu-architecture=" + target);
     for (const auto& f : fixed_flags()) opts.push_back(f);
     for (const auto& d : req.include_dirs) opts.push_back("-I" + d);
     if (!n.include_dir.empty()) opts.push_back("-I" + n.include_dir);
@@ -822,12 +829,18 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
   Device& device() override { return cuda_device(); }
 
   std::string library_unavailable(const std::string& name) override {
+    if (is_cublaslt(name)) {
+      if (!find_library_call(name)) return Backend::library_unavailable(name);
+      if (std::string why = cublaslt_unavailable(); !why.empty()) return why;
+      return unavailable_reason();
+    }
     if (name != "cublas_sgemm") return Backend::library_unavailable(name);
     if (std::string why = Cublas::get().why; !why.empty()) return why;
     return unavailable_reason();
   }
   std::string library_identity(const std::string& name) override {
     std::string dev = unavailable_reason().empty() ? cuda_device().info().arch : std::string("no device");
+    if (is_cublaslt(name)) return fmt::format("{} {} {}", name, cublaslt_version(), dev);
     return fmt::format("{} cuBLAS {} {}", name, Cublas::get().version, dev);
   }
 
@@ -838,6 +851,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
       std::string name = bin.meta.symbol.substr(8);
       if (std::string why = library_unavailable(name); !why.empty())
         fail(Errc::launch, "kernel '{}': library call '{}' is unavailable: {}", bin.kernel, name, why);
+      if (is_cublaslt(name)) return make_cublaslt_kernel(bin.key, bin.meta, name, cuda_device());
       return std::make_shared<CublasSgemm>(bin.key, bin.meta, cuda_device());
     }
     std::string what = fmt::format("kernel '{}' (config {})", bin.kernel, bin.config_text);

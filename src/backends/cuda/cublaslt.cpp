@@ -1,0 +1,297 @@
+#include "backends/cuda/cublaslt.hpp"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "backends/cuda/cuda_api.hpp"
+#include "core/format.hpp"
+#include "core/log.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The few cuBLASLt types and constants kiln uses (cublasLt.h, CUDA 12 and 13).
+using LtHandle = void*;
+using LtDesc = void*;
+using LtLayout = void*;
+using LtPref = void*;
+struct LtAlgo {
+  uint64_t data[8];
+};
+struct LtHeuristic {
+  LtAlgo algo;
+  size_t workspace;
+  int state;
+  float waves;
+  int reserved[4];
+};
+constexpr int kCompute32F = 68;                      // CUBLAS_COMPUTE_32F
+constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;     // cudaDataType
+constexpr int kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8, kDescBiasType = 26;
+constexpr uint32_t kEpiDefault = 1, kEpiBias = 4, kEpiGelu = 32, kEpiGeluBias = 36;
+constexpr int kPrefMaxWorkspace = 1;
+constexpr int kAlgoId = 0, kAlgoTile = 1, kAlgoSplitK = 2, kAlgoReduction = 3, kAlgoSwizzle = 4, kAlgoCustom = 5,
+              kAlgoStages = 6;
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLAS asks for on Hopper
+constexpr int kAsk = 16;                              // algorithms asked of the heuristic
+
+struct Lt {
+  int (*create)(LtHandle*);
+  int (*destroy)(LtHandle);
+  int (*desc_create)(LtDesc*, int, int);
+  int (*desc_destroy)(LtDesc);
+  int (*desc_set)(LtDesc, int, const void*, size_t);
+  int (*layout_create)(LtLayout*, int, uint64_t, uint64_t, int64_t);
+  int (*layout_destroy)(LtLayout);
+  int (*pref_create)(LtPref*);
+  int (*pref_destroy)(LtPref);
+  int (*pref_set)(LtPref, int, const void*, size_t);
+  int (*heuristic)(LtHandle, LtDesc, LtLayout, LtLayout, LtLayout, LtLayout, LtPref, int, LtHeuristic*, int*);
+  int (*matmul)(LtHandle, LtDesc, const void*, const void*, LtLayout, const void*, LtLayout, const void*, const void*,
+                LtLayout, void*, LtLayout, const LtAlgo*, void*, size_t, void*);
+  int (*algo_get)(const LtAlgo*, int, void*, size_t, size_t*);
+  size_t (*version)();
+  std::string why;
+
+  static const Lt& get() {
+    static const Lt lt = [] {
+      Lt o{};
+      void* h = nullptr;
+      std::vector<std::string> tried;
+      for (const char* n : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+        tried.push_back(n);
+        if ((h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+      }
+      std::string why;
+      if (!h)
+        if (const Nvrtc* nv = Nvrtc::get(&why); nv && !nv->path.empty()) {
+          std::string dir = nv->path.substr(0, nv->path.rfind('/'));
+          for (const char* n : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+            tried.push_back(dir + "/" + n);
+            if ((h = ::dlopen(tried.back().c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+          }
+        }
+      if (!h) {
+        o.why = fmt::format("cuBLASLt is not installed (tried {})", fmt::join(tried, ", "));
+        return o;
+      }
+      std::string missing;
+      auto bind = [&](auto& fn, const char* sym) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, sym));
+        if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(sym);
+      };
+      bind(o.create, "cublasLtCreate");
+      bind(o.destroy, "cublasLtDestroy");
+      bind(o.desc_create, "cublasLtMatmulDescCreate");
+      bind(o.desc_destroy, "cublasLtMatmulDescDestroy");
+      bind(o.desc_set, "cublasLtMatmulDescSetAttribute");
+      bind(o.layout_create, "cublasLtMatrixLayoutCreate");
+      bind(o.layout_destroy, "cublasLtMatrixLayoutDestroy");
+      bind(o.pref_create, "cublasLtMatmulPreferenceCreate");
+      bind(o.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+      bind(o.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+      bind(o.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+      bind(o.matmul, "cublasLtMatmul");
+      bind(o.algo_get, "cublasLtMatmulAlgoConfigGetAttribute");
+      bind(o.version, "cublasLtGetVersion");
+      if (!missing.empty()) o.why = "libcublasLt lacks functions kiln calls: " + missing;
+      return o;
+    }();
+    return lt;
+  }
+};
+
+enum class Epi { none, bias, residual, gelu, bias_gelu };
+
+struct Problem {
+  int dtype = kR16BF;
+  bool nt = false;
+  Epi epi = Epi::none;
+  int rank = 0;
+  int extra = -1;  // the bias or residual argument
+  int m = 3, n = 4, k = 5;
+};
+
+Problem parse(const std::string& name) {
+  auto [base, rank] = library_rank(name);
+  Problem p;
+  p.rank = rank;
+  std::string b(base);
+  p.dtype = b.rfind("cublaslt_f16_", 0) == 0 ? kR16F : kR16BF;
+  p.nt = b.find("_nt") != std::string::npos;
+  auto ends = [&](const char* e) { return b.size() >= std::strlen(e) && b.compare(b.size() - std::strlen(e), std::string::npos, e) == 0; };
+  if (ends("_bias_gelu")) p.epi = Epi::bias_gelu;
+  else if (ends("_bias")) p.epi = Epi::bias;
+  else if (ends("_residual")) p.epi = Epi::residual;
+  else if (ends("_gelu")) p.epi = Epi::gelu;
+  if (p.epi == Epi::bias || p.epi == Epi::bias_gelu || p.epi == Epi::residual) p.extra = 3, p.m = 4, p.n = 5, p.k = 6;
+  return p;
+}
+
+class LtKernel final : public LoadedKernel {
+ public:
+  LtKernel(std::string key, KernelMeta meta, const std::string& name, Device& dev)
+      : LoadedKernel(std::move(key), std::move(meta)), lt_(Lt::get()), dev_(dev), name_(name), p_(parse(name)) {
+    if (!lt_.why.empty()) fail(Errc::launch, "{}: {}", name_, lt_.why);
+    dev_.bind();
+    if (lt_.create(&h_) != 0) fail(Errc::launch, "{}: cublasLtCreate failed", name_);
+    if (lt_.desc_create(&desc_, kCompute32F, kR32F) != 0) fail(Errc::launch, "{}: cublasLtMatmulDescCreate failed", name_);
+    const int32_t ta = p_.nt ? 1 : 0, tb = 0;
+    lt_.desc_set(desc_, kDescTransA, &ta, sizeof ta);
+    lt_.desc_set(desc_, kDescTransB, &tb, sizeof tb);
+    uint32_t epi = p_.epi == Epi::bias        ? kEpiBias
+                   : p_.epi == Epi::gelu      ? kEpiGelu
+                   : p_.epi == Epi::bias_gelu ? kEpiGeluBias
+                                              : kEpiDefault;
+    lt_.desc_set(desc_, kDescEpilogue, &epi, sizeof epi);
+    if (p_.epi == Epi::bias || p_.epi == Epi::bias_gelu) {
+      const int32_t bt = p_.dtype;
+      lt_.desc_set(desc_, kDescBiasType, &bt, sizeof bt);
+    }
+    lt_.pref_create(&pref_);
+    const uint64_t ws = kWorkspaceBytes;
+    lt_.pref_set(pref_, kPrefMaxWorkspace, &ws, sizeof ws);
+    workspace_ = dev_.alloc(kWorkspaceBytes);
+  }
+  ~LtKernel() override {
+    for (auto& [k, s] : shapes_)
+      for (LtLayout l : {s.a, s.b, s.d}) lt_.layout_destroy(l);
+    if (workspace_) dev_.free(workspace_);
+    if (pref_) lt_.pref_destroy(pref_);
+    if (desc_) lt_.desc_destroy(desc_);
+    if (h_) lt_.destroy(h_);
+  }
+
+  std::string can_implement(void* const* params) const override {
+    auto [M, N, K] = mnk(params);
+    if (M <= 0 || N <= 0) return "";  // nothing to compute: the launch returns at once
+    if (K <= 0) return "K is 0: cuBLASLt has nothing to multiply";
+    std::lock_guard<std::mutex> g(m_);
+    const Shape& s = shape(M, N, K);
+    if (static_cast<int>(s.algos.size()) <= p_.rank)
+      return fmt::format("cuBLASLt's heuristic offers {} algorithm{} for {}x{}x{}; #{} is not one", s.algos.size(),
+                         s.algos.size() == 1 ? "" : "s", M, N, K, p_.rank);
+    return "";
+  }
+
+  std::string describe(void* const* params) const override {
+    auto [M, N, K] = mnk(params);
+    if (M <= 0 || N <= 0 || K <= 0) return "";
+    std::lock_guard<std::mutex> g(m_);
+    const Shape& s = shape(M, N, K);
+    if (static_cast<int>(s.algos.size()) <= p_.rank) return "";
+    const LtAlgo& a = s.algos[p_.rank].algo;
+    auto get = [&](int attr) {
+      uint32_t v = 0;
+      size_t w = 0;
+      lt_.algo_get(&a, attr, &v, sizeof v, &w);
+      return v;
+    };
+    return fmt::format("cuBLASLt algo {} tile {} stages {} split-k {} reduction {} swizzle {} custom {}",
+                       static_cast<int32_t>(get(kAlgoId)), get(kAlgoTile), get(kAlgoStages), get(kAlgoSplitK),
+                       get(kAlgoReduction), get(kAlgoSwizzle), get(kAlgoCustom));
+  }
+
+  void launch(void* const* params, const LaunchDims&, Stream stream) override {
+    auto [M, N, K] = mnk(params);
+    if (M <= 0 || N <= 0) return;
+    const void* A = *static_cast<void* const*>(params[0]);
+    const void* B = *static_cast<void* const*>(params[1]);
+    void* C = *static_cast<void* const*>(params[2]);
+    const void* extra = p_.extra >= 0 ? *static_cast<void* const*>(params[p_.extra]) : nullptr;
+    const float alpha = 1, beta = p_.epi == Epi::residual ? 1.0f : 0.0f;
+    const void* cin = p_.epi == Epi::residual ? extra : C;
+    void* s = stream ? stream : static_cast<void*>(per_thread_stream());
+    std::lock_guard<std::mutex> g(m_);
+    dev_.bind();
+    const Shape& sh = shape(M, N, K);
+    if (p_.epi == Epi::bias || p_.epi == Epi::bias_gelu) lt_.desc_set(desc_, kDescBiasPointer, &extra, sizeof extra);
+    const LtAlgo* algo = static_cast<int>(sh.algos.size()) > p_.rank ? &sh.algos[p_.rank].algo : nullptr;
+    // cuBLASLt's operands: D^T = op(B) A^T in its column-major terms.
+    int r = lt_.matmul(h_, desc_, &alpha, B, sh.a, A, sh.b, &beta, cin, sh.d, C, sh.d, algo, workspace_,
+                       kWorkspaceBytes, s);
+    if (r != 0 && algo) {
+      // The library refused the algorithm it offered: its own choice instead, said once.
+      if (!said_fallback_) {
+        said_fallback_ = true;
+        log::warn("{}: cuBLASLt refused the algorithm it ranked #{} for {}x{}x{} (status {}); running its own choice "
+                  "instead",
+                  name_, p_.rank, M, N, K, r);
+      }
+      r = lt_.matmul(h_, desc_, &alpha, B, sh.a, A, sh.b, &beta, cin, sh.d, C, sh.d, nullptr, workspace_,
+                     kWorkspaceBytes, s);
+    }
+    if (r != 0) fail(Errc::launch, "{}: cublasLtMatmul({}x{}x{}) failed with status {}", name_, M, N, K, r);
+  }
+
+ private:
+  struct Shape {
+    LtLayout a = nullptr, b = nullptr, d = nullptr;
+    std::vector<LtHeuristic> algos;
+  };
+  std::tuple<int64_t, int64_t, int64_t> mnk(void* const* params) const {
+    return {*static_cast<const int64_t*>(params[p_.m]), *static_cast<const int64_t*>(params[p_.n]),
+            *static_cast<const int64_t*>(params[p_.k])};
+  }
+  // The layouts and the heuristic's algorithms for one shape; holds m_.
+  const Shape& shape(int64_t M, int64_t N, int64_t K) const {
+    auto key = std::make_tuple(M, N, K);
+    auto it = shapes_.find(key);
+    if (it != shapes_.end()) return it->second;
+    dev_.bind();
+    Shape s;
+    const uint64_t m = static_cast<uint64_t>(M), n = static_cast<uint64_t>(N), k = static_cast<uint64_t>(K);
+    // Row-major X[r][c] is column-major c x r. B: N x K (nt) is K x N, transposed; K x N (nn) is N x K.
+    if (p_.nt) lt_.layout_create(&s.a, p_.dtype, k, n, static_cast<int64_t>(k));
+    else lt_.layout_create(&s.a, p_.dtype, n, k, static_cast<int64_t>(n));
+    lt_.layout_create(&s.b, p_.dtype, k, m, static_cast<int64_t>(k));
+    lt_.layout_create(&s.d, p_.dtype, n, m, static_cast<int64_t>(n));
+    if (p_.epi == Epi::bias || p_.epi == Epi::bias_gelu) {
+      // The heuristic looks at the bias pointer's alignment: any well-aligned one will do here.
+      const void* aligned = workspace_;
+      lt_.desc_set(desc_, kDescBiasPointer, &aligned, sizeof aligned);
+    }
+    LtHeuristic res[kAsk] = {};
+    int got = 0;
+    if (lt_.heuristic(h_, desc_, s.a, s.b, s.d, s.d, pref_, kAsk, res, &got) == 0)
+      for (int i = 0; i < got; ++i)
+        if (res[i].state == 0) s.algos.push_back(res[i]);
+    return shapes_.emplace(key, std::move(s)).first->second;
+  }
+
+  const Lt& lt_;
+  Device& dev_;
+  std::string name_;
+  Problem p_;
+  LtHandle h_ = nullptr;
+  LtDesc desc_ = nullptr;
+  LtPref pref_ = nullptr;
+  void* workspace_ = nullptr;
+  mutable std::mutex m_;
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, Shape> shapes_;
+  bool said_fallback_ = false;
+};
+
+}  // namespace
+
+std::string cublaslt_unavailable() { return Lt::get().why; }
+
+std::string cublaslt_version() {
+  const Lt& lt = Lt::get();
+  return lt.why.empty() ? fmt::format("cuBLASLt {}", lt.version()) : "cuBLASLt (unavailable)";
+}
+
+bool is_cublaslt(const std::string& name) { return name.rfind("cublaslt_", 0) == 0; }
+
+std::shared_ptr<LoadedKernel> make_cublaslt_kernel(std::string key, KernelMeta meta, const std::string& name,
+                                                   Device& dev) {
+  return std::make_shared<LtKernel>(std::move(key), std::move(meta), name, dev);
+}
+
+}  // namespace kiln::cuda
