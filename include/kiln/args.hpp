@@ -88,7 +88,10 @@ class HostArgs {
   std::vector<void*> params_;        // per arg: &buffers_[i] or &scalar_[i]
 };
 
-// Fills `bytes` of dtype `t` with seeded random values.
-void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed);
+// Fills `bytes` of dtype `t` with seeded random values: uniform in [-1, 1)
+// (integers in [-100, 100]); with `wide`, floats of a large dynamic range,
+// +-2^e * (1 + f) with e uniform in [-8, 8) (so products span 2^32), which
+// shows wrong accumulation or tolerances that a narrow range hides.
+void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed, bool wide = false);
 
 }  // namespace kiln

@@ -48,7 +48,7 @@ class DeviceArgs {
   void* buffer(size_t arg) const { return ptrs_[arg]; }
   int64_t elements(size_t arg) const { return elements_[arg]; }
   // Fills in and inout buffers with seeded random values (as HostArgs does).
-  void fill_random(uint64_t seed);
+  void fill_random(uint64_t seed, bool wide = false);
   // A buffer's bytes, copied to the host.
   std::vector<std::byte> read(size_t arg) const;
 

@@ -92,6 +92,10 @@ struct TuningSpec {
   std::optional<Config> default_config;    // where coordinate descent starts
   std::optional<Config> reference_config;  // whose outputs others must match
   double rtol = -1, atol = -1;             // negative: the dtype's default
+  // The length of the sums each output element is (a GEMM's K), over the
+  // integer scalars: with it, the default tolerances of f16 and bf16 outputs
+  // follow it (docs/tuning.md).
+  std::optional<Expr> reduction;
   // The params a thread's register count follows (cuda): configs that agree
   // on them are siblings, and once one is compiled, a sibling whose block
   // would need more registers than the device has is pruned before compiling.

@@ -45,11 +45,11 @@ DeviceArgs::DeviceArgs(const KernelSpec& spec, const std::vector<ScalarValue>& s
   }
 }
 
-void DeviceArgs::fill_random(uint64_t seed) {
+void DeviceArgs::fill_random(uint64_t seed, bool wide) {
   for (size_t i = 0; i < args_.size(); ++i) {
     if (!ptrs_[i] || args_[i].intent == Intent::out) continue;
     std::vector<std::byte> host(static_cast<size_t>(elements_[i]) * dtype_size(args_[i].dtype));
-    kiln::fill_random(args_[i].dtype, host, seed + 0x1000 * (i + 1));
+    kiln::fill_random(args_[i].dtype, host, seed + 0x1000 * (i + 1), wide);
     dev_.to_device(ptrs_[i], host.data(), host.size(), nullptr);
   }
   dev_.sync(nullptr);

@@ -167,13 +167,19 @@ float bf16_bits_to_f32(uint16_t h) {
   return f;
 }
 
-void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed) {
+void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed, bool wide) {
   uint64_t s = seed;
   size_t n = bytes.size() / dtype_size(t);
   void* p = bytes.data();
   for (size_t i = 0; i < n; ++i) {
     uint64_t r = splitmix64(s);
     double u = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+    if (wide) {
+      // Sign from one bit, exponent from five, mantissa from the rest.
+      double v = std::ldexp(1.0 + static_cast<double>((r >> 16) & 0xFFFF) / 65536.0,
+                            static_cast<int>((r >> 1) & 15) - 8);
+      u = (r & 1) ? (1 - v) / 2 : (1 + v) / 2;  // so that 2u - 1 = +-v
+    }
     switch (t) {
       case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(2 * u - 1); break;
       case DType::f64: static_cast<double*>(p)[i] = 2 * u - 1; break;

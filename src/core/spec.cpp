@@ -1029,7 +1029,8 @@ class SpecReader {
 
   void read_tuning(KernelSpec& s, const toml::node& n) {
     const toml::table& t = table(n, "tuning");
-    only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol", "registers_by"},
+    only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol", "registers_by",
+                  "reduction"},
               " in [tuning]");
     TuningSpec& ts = s.tuning;
     if (const toml::node* k = t.get("key")) {
@@ -1112,6 +1113,15 @@ class SpecReader {
     };
     tol("rtol", ts.rtol);
     tol("atol", ts.atol);
+    if (const toml::node* r = t.get("reduction")) {
+      Expr e = expr(*r, "tuning.reduction");
+      for (const auto& sym : e.symbols())
+        if (!is_int_scalar(s, sym))
+          error(*r, fmt::format("tuning.reduction: '{}' is not an integer scalar argument (the sums' length "
+                                "follows the call, not a config)",
+                                sym));
+      ts.reduction = std::move(e);
+    }
   }
 
  private:

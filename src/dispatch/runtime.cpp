@@ -350,11 +350,13 @@ std::string Runtime::try_config(const KernelSpec& spec, const Config& config, vo
     }
   }
   if (std::string why = run(config); !why.empty()) return why;
+  const int64_t reduction =
+      spec.tuning.reduction ? compile_expr(spec, *spec.tuning.reduction, nullptr).eval(slots.data()) : 0;
   if (ref)
     for (size_t i = 0; i < spec.args.size(); ++i) {
       auto out = in.result(i);
       if (out.empty()) continue;
-      if (auto bad = Tuner::compare(spec.args[i].dtype, out, expect[i], spec.tuning))
+      if (auto bad = Tuner::compare(spec.args[i].dtype, out, expect[i], spec.tuning, reduction))
         return fmt::format("wrong result in '{}' against {}: {}", spec.args[i].name, ref->str(), *bad);
     }
   return "";

@@ -88,10 +88,23 @@ std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, si
 }  // namespace
 
 std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte> got, std::span<const std::byte> ref,
-                                          const TuningSpec& ts) {
+                                          const TuningSpec& ts, int64_t reduction) {
   size_t n = got.size() / dtype_size(dtype);
   double rtol = ts.rtol >= 0 ? ts.rtol : default_rtol(dtype);
   double atol = ts.atol >= 0 ? ts.atol : default_atol(dtype);
+  if (reduction > 0 && (dtype == DType::f16 || dtype == DType::bf16)) {
+    // Sums of `reduction` products accumulated in fp32, then rounded to a
+    // 16-bit output, compared with another such sum: each side rounds once
+    // to the output (u = 2^-8 bf16, 2^-11 f16), so rtol = 2u; and sums in
+    // another order differ by about sqrt(reduction) roundings of the
+    // partial sums (fp32 accumulators; a split reduction adds its partials
+    // in fp32 too), which is what matters where a sum cancels to near zero:
+    // atol = u * max|ref| * max(1, sqrt(reduction) / 16) (one output unit of
+    // the largest value up to 256 terms, 8 at 16384).
+    const double u = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+    if (ts.rtol < 0) rtol = 2 * u;
+    if (ts.atol < 0) atol = u * std::max(1.0, std::sqrt(static_cast<double>(reduction)) / 16);
+  }
   bool scale = ts.atol < 0;
   auto cast = [](auto* dummy, std::span<const std::byte> s) {
     return reinterpret_cast<const std::remove_pointer_t<decltype(dummy)>*>(s.data());
@@ -172,6 +185,7 @@ class Session {
       : p_(p), spec_(spec), params_(params), inputs_(spec, params, p.backend->device(), p.bench->in_process(), o.stream),
         slots_(spec.args.size(), 0), keyer_(spec, *p.backend), limits_(p.backend->limits()), show_(o.show_progress) {
     read_int_slots(spec, params, slots_.data());
+    if (spec.tuning.reduction) reduction_ = compile_expr(spec, *spec.tuning.reduction, nullptr).eval(slots_.data());
   }
 
   const std::vector<int64_t>& slots() const { return slots_; }
@@ -443,7 +457,7 @@ class Session {
     for (size_t i = 0; i < spec_.args.size(); ++i) {
       auto out = inputs_.result(i);
       if (out.empty()) continue;
-      if (auto bad = Tuner::compare(spec_.args[i].dtype, out, ref_[i], spec_.tuning))
+      if (auto bad = Tuner::compare(spec_.args[i].dtype, out, ref_[i], spec_.tuning, reduction_))
         return fmt::format("wrong result in '{}' against the reference config {}: {}", spec_.args[i].name, reference_,
                            *bad);
     }
@@ -452,6 +466,7 @@ class Session {
 
   Tuner::Parts& p_;
   const KernelSpec& spec_;
+  int64_t reduction_ = 0;
   void* const* params_;
   BenchInputs inputs_;
   std::vector<int64_t> slots_;

@@ -128,6 +128,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));
   for (const auto& k : s.tuning.key) h.add("key", k);
   for (const auto& p : s.tuning.registers_by) h.add("registers_by", p);  // what is pruned before compiling
+  if (s.tuning.reduction) h.add("reduction", s.tuning.reduction->str());  // the tolerances follow it
   return h.digest().hex();
 }
 

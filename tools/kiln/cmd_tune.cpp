@@ -122,6 +122,7 @@ struct TuneArgs {
   std::string search;
   bool force = false;
   uint64_t seed = 0;
+  std::string inputs = "uniform";
   int max_configs = 0;
   bool explain = false;
   bool no_library = false;
@@ -171,7 +172,7 @@ void run_tune(Globals& g, const TuneArgs& a) {
   }
   // Seeded random inputs in the backend's memory (the GPU's, on cuda).
   DeviceArgs args(spec, parse_scalars(spec, split_sets(a.sets)), rt.backend(spec.backend).device());
-  args.fill_random(a.seed);
+  args.fill_random(a.seed, a.inputs == "wide");
   TuneOptions to;
   if (a.search == "exhaustive") to.search = SearchKind::exhaustive;
   else if (a.search == "coordesc") to.search = SearchKind::coordesc;
@@ -322,6 +323,10 @@ void add_tune(CLI::App& app, Globals& g) {
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
   cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: templates only");
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--inputs", a->inputs,
+                  "uniform: floats in [-1, 1); wide: +-2^e (1 + f) with e in [-8, 8), a large dynamic range")
+      ->check(CLI::IsMember({"uniform", "wide"}))
+      ->capture_default_str();
   cmd->add_option("--max-configs", a->max_configs, "Benchmark at most this many configs (default: KILN_TUNE_MAX_CONFIGS)")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--plot", a->plot, "Draw the best time so far against configs timed into this PNG (PLplot)");

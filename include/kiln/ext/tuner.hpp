@@ -133,9 +133,12 @@ class Tuner {
   static double default_atol(DType t);
   // Compares a buffer of `dtype` values with a reference one, with the
   // tolerances of `ts` (or the defaults); says where the worst error is, or
-  // nullopt when they agree.
+  // nullopt when they agree. `reduction`: the length of the sums each
+  // element is (the spec's [tuning] reduction for this call; 0: not given),
+  // which f16 and bf16 defaults follow (docs/tuning.md).
   static std::optional<std::string> compare(DType dtype, std::span<const std::byte> got,
-                                            std::span<const std::byte> ref, const TuningSpec& ts);
+                                            std::span<const std::byte> ref, const TuningSpec& ts,
+                                            int64_t reduction = 0);
 
  private:
   Parts p_;
