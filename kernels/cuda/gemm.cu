@@ -1,0 +1,547 @@
+// bf16 / fp16 GEMM on the tensor cores (mma.sync m16n8k16, fp32 accumulate):
+//   C[M,N] = epilogue(A[M,K] . B)          A, C row-major; any M, N, K
+// with B, by the define BT:
+//   BT = 0: B is K x N row-major             C = A . B
+//   BT = 1: B is N x K row-major (a linear layer's weight)   C = A . B^T
+// Element type by the define DT: 0 __nv_bfloat16, 1 __half (A, B, C, bias, R
+// all of it). Epilogue by the define EPI, on the fp32 accumulators before the
+// single rounding to DT:
+//   EPI 0  C = A.B
+//   EPI 1  C = A.B + bias[n]
+//   EPI 2  C = A.B + R[m,n]                    (R: M x N, DT)
+//   EPI 3  C = silu(A.B)                       silu(x) = x / (1 + exp(-x))
+//   EPI 4  C = gelu(A.B)                       the erf form: 0.5 x (1 + erf(x / sqrt 2)), erf to 1.5e-7
+//   EPI 5  C = gelu(A.B + bias[n])             (erf form)
+//   EPI 6  C = silu(A.Bg) * (A.Bu)             two weights, same layout as B, one pass over A
+// Entry (one name, `gemm`; the arguments follow EPI):
+//   EPI 0, 3, 4:  gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
+//   EPI 1, 5:     gemm(const T* A, const T* B, T* C, const T* bias, long long M, long long N, long long K)
+//   EPI 2:        gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
+//   EPI 6:        gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
+// R may be the same buffer as C (in place) when SPLIT == 1: every R element of a tile is
+// read before the barrier that precedes the stores of that tile. (Not with SPLIT > 1.)
+//
+// Params (the spec's config space; all #defined by kiln):
+//   BM, BN, BK   block tile; BK in {32, 64}, BN in {64, 128, 256}, BM a multiple of 16
+//   WM, WN       warp tile (WM % 16 == 0, WN % 16 == 0); (BM/WM)*(BN/WN) warps a block
+//   STAGES       cp.async pipeline depth, 2..5
+//   SPLIT        split-K over blockIdx.z (1, 2, 4, 8), any epilogue. The SPLIT blocks of a
+//                tile form one thread-block cluster (__cluster_dims__(1, 1, SPLIT)); their
+//                fp32 partial tiles are summed through distributed shared memory, in fp32 and
+//                in a fixed order, before the epilogue: no workspace, no zeroed C, no atomics,
+//                deterministic, and as exact as SPLIT == 1 (needs BM*BN*4*NB bytes of shared
+//                memory, see the spec's `shared`).
+//   GROUP_M      raster swizzle: consecutive blocks walk GROUP_M tile-rows of C before the
+//                next tile-column, so the A and B tiles they share stay in L2
+//   VEC          8: 16-byte cp.async loads and 16-byte stores; the call must have 16-byte
+//                aligned A, B, C (and R), K % 8 == 0 and N % 8 == 0 (the spec's constraint).
+//                1: any shape and alignment: guarded scalar loads, stored to shared memory
+//                by the threads themselves (same pipeline, no cp.async), scalar stores.
+//
+// Design. A block computes a BM x BN tile of C; each warp a WM x WN part of it as
+// (WM/16) x (WN/8) m16n8 fragments. Tiles of A (BM x BK) and B are staged in a ring of
+// STAGES shared-memory buffers filled by cp.async (16-byte copies, zero-filled beyond
+// the matrices' edges: src-size 0), STAGES-1 tiles ahead of the one being multiplied.
+// Shared tiles are stored in 16-byte chunks with an XOR swizzle (see swz) so that both
+// the cp.async writes and the ldmatrix reads are bank-conflict free, with no padding.
+// Fragments come from ldmatrix.x4 (A and a BT=1 B tile: plain; a BT=0 B tile, stored
+// k-major: .trans). The epilogue applies the bias/residual/activation on the fp32
+// accumulators, rounds to DT, stages the tile through shared memory (swizzled again)
+// and writes C with 16-byte stores (VEC 8) or guarded scalar stores.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || !defined(STAGES) || \
+    !defined(SPLIT) || !defined(GROUP_M) || !defined(VEC)
+#error "gemm.cu: the params BM BN BK WM WN STAGES SPLIT GROUP_M VEC must be defined"
+#endif
+#ifndef DT
+#define DT 0
+#endif
+#ifndef BT
+#define BT 0
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+
+#if DT == 0
+typedef __nv_bfloat16 gemm_t;
+typedef __nv_bfloat162 gemm_t2;
+#define GEMM_MMA_TYPE "bf16"
+#else
+typedef __half gemm_t;
+typedef __half2 gemm_t2;
+#define GEMM_MMA_TYPE "f16"
+#endif
+
+#define GEMM_NWN (BN / WN)                   // warps along N
+#define GEMM_NT ((BM / WM) * (BN / WN) * 32)  // threads
+#define GEMM_MI (WM / 16)                    // m16 fragments a warp
+#define GEMM_NI (WN / 8)                     // n8 fragments a warp
+#define GEMM_NB (EPI == 6 ? 2 : 1)           // weight operands
+#define GEMM_A_ELEMS (BM * BK)
+#define GEMM_B_ELEMS (BN * BK)
+#define GEMM_STAGE_ELEMS (GEMM_A_ELEMS + GEMM_NB * GEMM_B_ELEMS)
+// Launch bounds. With the block size alone, ptxas picks a register count at an occupancy
+// boundary and may accept a few bytes of spills to reach it; it did so (4 to 32 bytes) for
+// gated (EPI 6) and VEC 1 configs, so those also say "1 block an SM is enough", which
+// lets ptxas use what it needs (up to 255). For the others the block size alone gave the
+// faster code (the 8-warp 128 x 128 tile: 126 registers and 2 blocks an SM, 370 TFLOP/s,
+// against 155 registers, 1 block, 277 TFLOP/s with the ", 1") and no spills in any config.
+#if EPI == 6 || VEC == 1
+#define GEMM_LAUNCH_BOUNDS __launch_bounds__(GEMM_NT, 1)
+#else
+#define GEMM_LAUNCH_BOUNDS __launch_bounds__(GEMM_NT)
+#endif
+#if SPLIT > 1
+#define GEMM_CLUSTER __cluster_dims__(1, 1, SPLIT)  // the SPLIT K-slices of a tile: one cluster
+#else
+#define GEMM_CLUSTER
+#endif
+
+static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
+static_assert(BN % 64 == 0, "BN must be a multiple of 64 (the k-major B tile and the C staging swizzle)");
+static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "inconsistent warp tiling");
+static_assert(STAGES >= 2 && STAGES <= 5, "STAGES in 2..5");
+static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT in {1, 2, 4, 8}");
+static_assert(BM % SPLIT == 0, "each block of a split-K cluster finishes BM / SPLIT rows");
+static_assert(VEC == 1 || VEC == 8, "VEC is 1 or 8");
+static_assert(GROUP_M >= 1, "GROUP_M >= 1");
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile of CPR chunks a row.
+// Rows of 8+ chunks: the chunk index's low 3 bits are XORed with row % 8, so the 8
+// rows an ldmatrix phase reads at one logical chunk (rows r0..r0+7, r0 % 8 == 0) hit 8
+// different 16-byte bank groups. Rows of 4 chunks (64 bytes; two rows a 128-byte line):
+// XOR with (row / 2) % 4, the line index, which does the same. Eight consecutive chunks
+// (one 128-byte line, as cp.async writes them) are permuted within their line: also
+// conflict free.
+template <int CPR>
+__device__ __forceinline__ int gemm_swz(int row, int chunk) {
+  static_assert(CPR == 4 || CPR % 8 == 0, "4 or a multiple of 8 chunks a row");
+  if (CPR == 4) return (row * CPR + (chunk ^ ((row >> 1) & 3))) * 8;
+  return (row * CPR + (chunk ^ (row & 7))) * 8;
+}
+
+__device__ __forceinline__ void gemm_cp_async16(unsigned dst, const void* src, bool valid) {
+  // src-size 0: nothing is read and the 16 bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void gemm_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gemm_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void gemm_ldsm_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void gemm_ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// D += A . B for one m16n8k16 fragment: a[4] (row-major A), b[2] (column-major B),
+// d[4]: d0, d1 at (row lane/4, cols 2*(lane%4) + 0, 1), d2, d3 at row lane/4 + 8.
+__device__ __forceinline__ void gemm_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte stores through PTX: a uint4 assignment may be split into four 4-byte stores.
+__device__ __forceinline__ void gemm_st_global16(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void gemm_st_shared16(unsigned addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Thread-block clusters (split K): the rank in the cluster, a full cluster barrier
+// (release/acquire: shared-memory writes before it are visible to the cluster after
+// it), and 16-byte loads from another block's shared memory.
+__device__ __forceinline__ unsigned gemm_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void gemm_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned gemm_map_rank(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float4 gemm_ld_cluster_f4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+// Float offset of element (row, col) in an fp32 [BM][BN] tile, swizzled by 16-byte
+// chunk (4 floats) like gemm_swz: conflict-free 16-byte reads along a row, and the
+// fragment writes (8 rows x 4 float2) spread over the banks.
+__device__ __forceinline__ int gemm_fswz(int row, int col) {
+  return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3);
+}
+
+// Global -> shared, one ROWS x (CPR*8) tile: element (r, c) of the tile is
+// g[(row0 + r) * ld + col0 + c], zero where row0 + r >= rmax or col0 + c >= cmax.
+// Thread tid copies chunk column tid % CPR of rows tid / CPR + j * (NT / CPR).
+template <int ROWS, int CPR>
+__device__ __forceinline__ void gemm_load_tile(unsigned s_tile, const gemm_t* __restrict__ g,
+                                               long long ld, long long row0, long long rmax, long long col0,
+                                               long long cmax, int tid) {
+  static_assert(GEMM_NT % CPR == 0, "threads a multiple of the chunks a row");
+  constexpr int RSTEP = GEMM_NT / CPR;
+  constexpr int ITERS = (ROWS + RSTEP - 1) / RSTEP;
+  const int c = tid % CPR;
+  const long long gc = col0 + c * 8;
+#pragma unroll
+  for (int j = 0; j < ITERS; ++j) {
+    const int r = tid / CPR + j * RSTEP;
+    if (ROWS % RSTEP == 0 || r < ROWS) {
+      const long long gr = row0 + r;
+      const int off = gemm_swz<CPR>(r, c);
+#if VEC == 8
+      const bool valid = gr < rmax && gc < cmax;  // whole chunks: cmax % 8 == 0 here
+      gemm_cp_async16(s_tile + off * 2, valid ? g + gr * ld + gc : g, valid);
+#else
+      const unsigned short* gs = reinterpret_cast<const unsigned short*>(g);
+      unsigned short h[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = gr < rmax && gc + e < cmax ? gs[gr * ld + gc + e] : (unsigned short)0;
+      gemm_st_shared16(s_tile + off * 2, make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
+                                                    h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16));
+#endif
+    }
+  }
+}
+
+__device__ __forceinline__ float gemm_to_f(gemm_t x) {
+#if DT == 0
+  return __bfloat162float(x);
+#else
+  return __half2float(x);
+#endif
+}
+__device__ __forceinline__ gemm_t2 gemm_pack(float a, float b) {
+#if DT == 0
+  return __floats2bfloat162_rn(a, b);
+#else
+  return __floats2half2_rn(a, b);
+#endif
+}
+__device__ __forceinline__ gemm_t gemm_from_f(float a) {
+#if DT == 0
+  return __float2bfloat16_rn(a);
+#else
+  return __float2half_rn(a);
+#endif
+}
+__device__ __forceinline__ float gemm_silu(float x) { return x / (1.f + __expf(-x)); }
+// GELU, the erf form 0.5 x (1 + erf(x / sqrt 2)) (PyTorch's default, not the tanh
+// approximation). erf by Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, far below the
+// output's rounding: branch-free and lighter on registers than erff.
+__device__ __forceinline__ float gemm_erf(float x) {
+  const float z = fabsf(x);
+  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.f));
+  float p = fmaf(1.061405429f, t, -1.453152027f);
+  p = fmaf(p, t, 1.421413741f);
+  p = fmaf(p, t, -0.284496736f);
+  p = fmaf(p, t, 0.254829592f);
+  const float r = 1.f - p * t * __expf(-z * z);
+  return copysignf(r, x);
+}
+__device__ __forceinline__ float gemm_gelu(float x) { return 0.5f * x * (1.f + gemm_erf(x * 0.70710678118654752f)); }
+
+extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __restrict__ A,
+#if EPI == 6
+                                                           const gemm_t* __restrict__ B0,
+                                                           const gemm_t* __restrict__ B1,
+#else
+                                                           const gemm_t* __restrict__ B0,
+#endif
+                                                           gemm_t* C,
+#if EPI == 1 || EPI == 5
+                                                           const gemm_t* __restrict__ bias,
+#elif EPI == 2
+                                                           const gemm_t* R,
+#endif
+                                                           long long M, long long N, long long K) {
+  extern __shared__ __align__(1024) unsigned char gemm_smem[];
+  gemm_t* const sm = reinterpret_cast<gemm_t*>(gemm_smem);
+  (void)sm;  // unused where SPLIT > 1
+  const unsigned sm_u32 = static_cast<unsigned>(__cvta_generic_to_shared(gemm_smem));
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / GEMM_NWN, warp_n = warp % GEMM_NWN;
+
+  // Which tile: blocks walk GROUP_M tile-rows down a tile-column, then the next column.
+  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const long long pid = blockIdx.x;
+  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
+  const long long first_m = pid / group * GROUP_M;
+  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  const long long pid_m = first_m + (pid % group) % group_m;
+  const long long pid_n = (pid % group) / group_m;
+  const long long bm = pid_m * BM, bn = pid_n * BN;
+
+  // This block's part of K: whole BK tiles.
+  const long long kchunk = ((K + SPLIT - 1) / SPLIT + BK - 1) / BK * BK;
+  const long long kbeg = static_cast<long long>(blockIdx.z) * kchunk;
+  const long long kend = kbeg + kchunk < K ? kbeg + kchunk : K;
+  // (No early exit for an empty slice: every block of a cluster must reach its barriers.)
+  const int ktiles = kbeg < kend ? static_cast<int>((kend - kbeg + BK - 1) / BK) : 0;
+
+  // Stage s: A tile at sm + s * STAGE_ELEMS, then the B tile(s).
+  auto load_stage = [&](int s, long long k0) {
+    const int base = s * GEMM_STAGE_ELEMS;
+    gemm_load_tile<BM, BK / 8>(sm_u32 + base * 2, A, K, bm, M, k0, K, tid);
+#pragma unroll
+    for (int j = 0; j < GEMM_NB; ++j) {
+      const int bb = base + GEMM_A_ELEMS + j * GEMM_B_ELEMS;
+#if EPI == 6
+      const gemm_t* Bj = j == 0 ? B0 : B1;
+#else
+      const gemm_t* Bj = B0;
+#endif
+#if BT
+      gemm_load_tile<BN, BK / 8>(sm_u32 + bb * 2, Bj, K, bn, N, k0, K, tid);  // [BN][BK]
+#else
+      gemm_load_tile<BK, BN / 8>(sm_u32 + bb * 2, Bj, N, k0, K, bn, N, tid);  // [BK][BN]
+#endif
+    }
+  };
+
+  float acc[GEMM_NB][GEMM_MI][GEMM_NI][4];
+#pragma unroll
+  for (int j = 0; j < GEMM_NB; ++j)
+#pragma unroll
+    for (int mi = 0; mi < GEMM_MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < GEMM_NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] = 0.f;
+
+  // Per-lane parts of the ldmatrix addresses. Every row an ldmatrix reads is
+  // (a multiple of 8) + (lane % 8), so the swizzle's XOR term is a function of the lane.
+  // A (and a BT=1 B tile): lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at
+  // k 8-15: matrices a0 (rows 0-7, k 0-7), a1 (rows 8-15, k 0-7), a2 (rows 0-7, k 8-15),
+  // a3 (rows 8-15, k 8-15), the m16n8k16 A fragment.
+  const int a_row = warp_m * WM + (lane & 15);
+  const int a_chk = lane >> 4;
+#if BT
+  // B as [n][k]: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+  // = b0, b1 of n-fragment 2p, then b0, b1 of fragment 2p+1.
+  const int b_row = warp_n * WN + ((lane >> 4) << 3) + (lane & 7);
+  const int b_chk = (lane >> 3) & 1;
+#else
+  // B as [k][n], transposed by ldmatrix.trans: matrices (k 0-7, n 0-7), (k 8-15, n 0-7),
+  // (k 0-7, n 8-15), (k 8-15, n 8-15) = b0, b1 of fragment 2p, b0, b1 of fragment 2p+1.
+  const int b_row = (((lane >> 3) & 1) << 3) + (lane & 7);
+  const int b_chk = warp_n * (WN / 8) + (lane >> 4);
+#endif
+
+  auto compute = [&](int s) {
+    const unsigned sa = sm_u32 + s * GEMM_STAGE_ELEMS * 2;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned af[GEMM_MI][4];
+#pragma unroll
+      for (int mi = 0; mi < GEMM_MI; ++mi)
+        gemm_ldsm_x4(af[mi], sa + gemm_swz<BK / 8>(a_row + mi * 16, kk * 2 + a_chk) * 2);
+#pragma unroll
+      for (int j = 0; j < GEMM_NB; ++j) {
+        const unsigned sb = sa + (GEMM_A_ELEMS + j * GEMM_B_ELEMS) * 2;
+        unsigned bf[GEMM_NI / 2][4];
+#pragma unroll
+        for (int p = 0; p < GEMM_NI / 2; ++p) {
+#if BT
+          gemm_ldsm_x4(bf[p], sb + gemm_swz<BK / 8>(b_row + p * 16, kk * 2 + b_chk) * 2);
+#else
+          gemm_ldsm_x4_trans(bf[p], sb + gemm_swz<BN / 8>(kk * 16 + b_row, b_chk + p * 2) * 2);
+#endif
+        }
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < GEMM_NI; ++ni)
+            gemm_mma(acc[j][mi][ni], af[mi], bf[ni / 2][(ni & 1) * 2], bf[ni / 2][(ni & 1) * 2 + 1]);
+      }
+    }
+  };
+
+  // The pipeline. Before iteration kt, tiles kt .. kt+STAGES-2 have been issued (one
+  // commit group each, empty groups past the end keep the count). wait_group(STAGES-2)
+  // leaves at most STAGES-2 groups in flight, so tile kt has landed for this thread; the
+  // barrier makes it visible to all, and also tells that every warp is done with
+  // iteration kt-1's buffer, which the prefetch of tile kt+STAGES-1 then overwrites.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, kbeg + static_cast<long long>(s) * BK);
+    gemm_cp_commit();
+  }
+  int rd = 0, wr = STAGES - 1;  // stage to read (tile kt), stage to write (tile kt+STAGES-1)
+  for (int kt = 0; kt < ktiles; ++kt) {
+    gemm_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (kt + STAGES - 1 < ktiles) load_stage(wr, kbeg + static_cast<long long>(kt + STAGES - 1) * BK);
+    gemm_cp_commit();
+    compute(rd);
+    rd = rd + 1 == STAGES ? 0 : rd + 1;
+    wr = wr + 1 == STAGES ? 0 : wr + 1;
+  }
+  gemm_cp_wait<0>();
+  __syncthreads();  // the pipeline's buffers are free: the epilogue reuses them
+
+#if SPLIT == 1
+  // Epilogue on the accumulators: fragment (mi, ni) holds rows lr, lr + 8 and columns
+  // lc, lc + 1 of the block tile. Applied, rounded to DT, staged in shared memory.
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < GEMM_MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < GEMM_NI; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = warp_m * WM + mi * 16 + g + h * 8;  // row in the block tile
+        const int lc = warp_n * WN + ni * 8 + t4 * 2;      // column in the block tile
+        const long long gr = bm + lr, gc = bn + lc;
+        (void)gr;
+        (void)gc;
+        float v0 = acc[0][mi][ni][2 * h], v1 = acc[0][mi][ni][2 * h + 1];
+#if EPI == 1 || EPI == 5
+        if (gc < N) v0 += gemm_to_f(bias[gc]);
+        if (gc + 1 < N) v1 += gemm_to_f(bias[gc + 1]);
+#elif EPI == 2
+        if (gr < M) {
+          if (VEC == 8 && gc + 1 < N) {  // N % 8 == 0, R 16-byte aligned: a 4-byte aligned pair
+            const gemm_t2 r = *reinterpret_cast<const gemm_t2*>(R + gr * N + gc);
+            v0 += gemm_to_f(r.x);
+            v1 += gemm_to_f(r.y);
+          } else {
+            if (gc < N) v0 += gemm_to_f(R[gr * N + gc]);
+            if (gc + 1 < N) v1 += gemm_to_f(R[gr * N + gc + 1]);
+          }
+        }
+#endif
+#if EPI == 3
+        v0 = gemm_silu(v0);
+        v1 = gemm_silu(v1);
+#elif EPI == 4 || EPI == 5
+        v0 = gemm_gelu(v0);
+        v1 = gemm_gelu(v1);
+#elif EPI == 6
+        v0 = gemm_silu(v0) * acc[1][mi][ni][2 * h];
+        v1 = gemm_silu(v1) * acc[1][mi][ni][2 * h + 1];
+#endif
+        // Stage as [BM][BN], swizzled by 16-byte chunk: the 8 rows one store
+        // instruction covers fall in 8 different chunks (bank groups).
+        *reinterpret_cast<gemm_t2*>(sm + gemm_swz<BN / 8>(lr, lc / 8) + (lc & 7)) = gemm_pack(v0, v1);
+      }
+  __syncthreads();
+  // The staged tile to C, a 16-byte chunk (8 columns of a row) at a time.
+  constexpr int CPR = BN / 8;
+#pragma unroll 4
+  for (int i = tid; i < BM * CPR; i += GEMM_NT) {
+    const int r = i / CPR, c = i % CPR;
+    const long long gr = bm + r, gc = bn + c * 8;
+    if (gr >= M) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(sm + gemm_swz<CPR>(r, c));
+    if (VEC == 8) {
+      if (gc < N) gemm_st_global16(C + gr * N + gc, v);  // N % 8 == 0: whole chunks
+    } else {
+      const unsigned short* e = reinterpret_cast<const unsigned short*>(&v);
+      unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (gc + q < N) cs[q] = e[q];
+    }
+  }
+#else
+  // Split K: the SPLIT blocks of this tile are one cluster (blockIdx.z = rank). Each
+  // writes its fp32 partial tile(s) to its own shared memory; after a cluster barrier,
+  // rank q sums rows [q*BM/SPLIT, (q+1)*BM/SPLIT) over all SPLIT blocks' shared memory
+  // (distributed shared memory, in rank order: deterministic), applies the epilogue and
+  // stores; a last cluster barrier keeps every block's shared memory alive until read.
+  const int g = lane >> 2, t4 = lane & 3;
+  float* const sf = reinterpret_cast<float*>(gemm_smem);
+#pragma unroll
+  for (int j = 0; j < GEMM_NB; ++j)
+#pragma unroll
+    for (int mi = 0; mi < GEMM_MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < GEMM_NI; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = warp_m * WM + mi * 16 + g + h * 8, lc = warp_n * WN + ni * 8 + t4 * 2;
+          *reinterpret_cast<float2*>(sf + j * BM * BN + gemm_fswz(lr, lc)) =
+              make_float2(acc[j][mi][ni][2 * h], acc[j][mi][ni][2 * h + 1]);
+        }
+  gemm_cluster_sync();
+  const unsigned rank = gemm_cluster_rank();
+  constexpr int ROWS = BM / SPLIT, CPR = BN / 8;  // rows this block finishes; 8-column chunks a row
+  for (int i = tid; i < ROWS * CPR; i += GEMM_NT) {
+    const int r = static_cast<int>(rank) * ROWS + i / CPR, c = (i % CPR) * 8;
+    const long long gr = bm + r, gc = bn + c;
+    if (gr >= M || gc >= N) continue;
+    float v[GEMM_NB][8];
+#pragma unroll
+    for (int j = 0; j < GEMM_NB; ++j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[j][e] = 0.f;
+      const unsigned lo = sm_u32 + (j * BM * BN + gemm_fswz(r, c)) * 4, hi = sm_u32 + (j * BM * BN + gemm_fswz(r, c + 4)) * 4;
+#pragma unroll
+      for (int q = 0; q < SPLIT; ++q) {
+        const float4 x = gemm_ld_cluster_f4(gemm_map_rank(lo, q)), y = gemm_ld_cluster_f4(gemm_map_rank(hi, q));
+        v[j][0] += x.x, v[j][1] += x.y, v[j][2] += x.z, v[j][3] += x.w;
+        v[j][4] += y.x, v[j][5] += y.y, v[j][6] += y.z, v[j][7] += y.w;
+      }
+    }
+    unsigned short out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float x = v[0][e];
+      const bool in = gc + e < N;
+#if EPI == 1 || EPI == 5
+      if (in) x += gemm_to_f(bias[gc + e]);
+#elif EPI == 2
+      if (in) x += gemm_to_f(R[gr * N + gc + e]);
+#endif
+#if EPI == 3
+      x = gemm_silu(x);
+#elif EPI == 4 || EPI == 5
+      x = gemm_gelu(x);
+#elif EPI == 6
+      x = gemm_silu(x) * v[GEMM_NB - 1][e];
+#endif
+      const gemm_t y = gemm_from_f(x);
+      out[e] = *reinterpret_cast<const unsigned short*>(&y);
+      (void)in;
+    }
+    if (VEC == 8) {
+      gemm_st_global16(C + gr * N + gc, make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
+                                                   out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16));
+    } else {
+      unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (gc + e < N) cs[e] = out[e];
+    }
+  }
+  gemm_cluster_sync();
+#endif
+}

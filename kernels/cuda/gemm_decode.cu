@@ -1,0 +1,313 @@
+// The decode GEMM: C[M,N] = epilogue(A[M,K] . W^T) for M <= 16 (a few tokens) and W an
+// N x K row-major weight (a linear layer's), bf16 or fp16 (define DT: 0 bf16, 1 fp16),
+// fp32 accumulation. Such a call only streams W, so the kernel is built to read each
+// weight byte exactly once, 16 bytes a load, with many loads in flight.
+//
+// Epilogue by the define EPI (on the fp32 sums, before the one rounding to DT):
+//   EPI 0  C = A.W^T                 gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
+//   EPI 2  C = A.W^T + R             gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
+//   EPI 6  C = silu(A.Wg^T) * (A.Wu^T)
+//                                    gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
+// (the same entry name and argument orders as gemm.cu's).
+//
+// Params:
+//   RG      groups of 16 weight rows (output columns) a block computes: 16*RG columns
+//   WARPS   warps a block; they split the block's part of K and add up through shared memory
+//   UNROLL  32-wide K steps a warp loads before it multiplies (loads in flight per thread:
+//           UNROLL * (MT + 2*RG*NB) 16-byte loads)
+//   KSPLIT  K split over blockIdx.y (1, 2, 4, 8), for few columns (small N): the KSPLIT blocks
+//           of a column group are one thread-block cluster and add their fp32 sums through
+//           distributed shared memory before the epilogue (no atomics, no zeroed C, any EPI).
+//   MT      token tiles of 8: the call must have M <= 8*MT
+//   VEC     8: 16-byte loads (A and W 16-byte aligned, K % 8 == 0) and paired 4-byte stores
+//           (N % 2 == 0, C 4-byte aligned): the spec's constraint; 1: any shape and
+//           alignment, guarded 2-byte loads packed into the same registers, 2-byte stores.
+//
+// How the tensor cores are used. The product is computed transposed, C^T[n, m] =
+// sum_k W[n, k] A[m, k], with mma.m16n8k16: its A operand is 16 weight rows, its B
+// operand 8 tokens. The k order inside a 32-wide step is free as long as both operands
+// use the same one, so each thread loads 16 contiguous bytes (8 k) of a weight row and of
+// a token row and uses them directly as fragments: lane (g = lane/4, t = lane%4) loads
+// W[n0+g][k+8t .. k+8t+7], W[n0+g+8][same], A[g][same] as 4 registers each (2 k a
+// register), and the two mma of the step read
+//   step 0: a = {Wg.r0, Wg8.r0, Wg.r1, Wg8.r1}, b = {A.r0, A.r1}
+//   step 1: a = {Wg.r2, Wg8.r2, Wg.r3, Wg8.r3}, b = {A.r2, A.r3}
+// In the mma's terms, lane t's logical k {2t, 2t+1, 2t+8, 2t+9} are its physical
+// k + 8t + 4*step + {0, 1, 2, 3} in both operands, so every product pairs W[n][k'] with
+// A[m][k'] and the 32 physical k are each used once. The accumulator's d0, d1 are
+// (n0+g, tokens 2t, 2t+1) and d2, d3 (n0+g+8, same tokens).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#if !defined(RG) || !defined(WARPS) || !defined(UNROLL) || !defined(KSPLIT) || !defined(MT) || !defined(VEC)
+#error "gemm_decode.cu: the params RG WARPS UNROLL KSPLIT MT VEC must be defined"
+#endif
+#ifndef DT
+#define DT 0
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+
+#if DT == 0
+typedef __nv_bfloat16 dec_t;
+typedef __nv_bfloat162 dec_t2;
+#define DEC_MMA_TYPE "bf16"
+#else
+typedef __half dec_t;
+typedef __half2 dec_t2;
+#define DEC_MMA_TYPE "f16"
+#endif
+
+#define DEC_NT (WARPS * 32)
+#define DEC_NB (EPI == 6 ? 2 : 1)
+#define DEC_KSTEP (32 * UNROLL)
+#define DEC_TOK (8 * MT)
+#define DEC_PITCH (16 * RG + 4)  // floats a token row in the reduction buffer (+4: no bank conflicts)
+
+static_assert(EPI == 0 || EPI == 2 || EPI == 6, "the decode kernel has EPI 0, 2 and 6");
+static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8, "KSPLIT in {1, 2, 4, 8}");
+#if KSPLIT > 1
+#define DEC_CLUSTER __cluster_dims__(1, KSPLIT, 1)  // the KSPLIT K-slices of a column group: one cluster
+#else
+#define DEC_CLUSTER
+#endif
+static_assert(MT == 1 || MT == 2, "MT is 1 (M <= 8) or 2 (M <= 16)");
+static_assert(VEC == 1 || VEC == 8, "VEC is 1 or 8");
+
+__device__ __forceinline__ void dec_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." DEC_MMA_TYPE "." DEC_MMA_TYPE
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes of row `row` from column k, zero where row >= rows or k + e >= kend.
+// Weights stream (read once: no L1 allocation); activations are re-read by every block
+// (read-only path, cached).
+template <bool STREAM>
+__device__ __forceinline__ uint4 dec_load(const dec_t* __restrict__ p, long long row, long long rows, long long ld,
+                                          long long k, long long kend) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+#if VEC == 8
+  if (row < rows && k < kend) {  // kend % 8 == 0: whole chunks
+    const dec_t* q = p + row * ld + k;
+    if (STREAM)
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(q));
+    else
+      asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+  }
+#else
+  if (row < rows) {
+    const unsigned short* q = reinterpret_cast<const unsigned short*>(p) + row * ld + k;
+    unsigned h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) h[e] = k + e < kend ? __ldg(q + e) : 0u;
+    v = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+  }
+#endif
+  return v;
+}
+
+// Thread-block clusters (K split over blocks): rank, full barrier (release/acquire),
+// 8-byte loads from another block's shared memory.
+__device__ __forceinline__ unsigned dec_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void dec_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned dec_map_rank(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float2 dec_ld_cluster_f2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float dec_to_f(dec_t x) {
+#if DT == 0
+  return __bfloat162float(x);
+#else
+  return __half2float(x);
+#endif
+}
+__device__ __forceinline__ dec_t2 dec_pack(float a, float b) {
+#if DT == 0
+  return __floats2bfloat162_rn(a, b);
+#else
+  return __floats2half2_rn(a, b);
+#endif
+}
+__device__ __forceinline__ dec_t dec_from_f(float a) {
+#if DT == 0
+  return __float2bfloat16_rn(a);
+#else
+  return __float2half_rn(a);
+#endif
+}
+
+// Launch bounds with "1 block an SM is enough": ptxas then uses the registers the loads in
+// flight need (40 to 128) instead of stopping at an occupancy boundary with a few bytes of
+// spills, which it did with the block size alone; measured faster too (M = 1, 4096 x 4096
+// weight: 19 us against 21 us; the gated 4-warp config 31 us against 47 us).
+extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const dec_t* __restrict__ A,
+#if EPI == 6
+                                                          const dec_t* __restrict__ W0, const dec_t* __restrict__ W1,
+#else
+                                                          const dec_t* __restrict__ W0,
+#endif
+                                                          dec_t* C,
+#if EPI == 2
+                                                          const dec_t* R,
+#endif
+                                                          long long M, long long N, long long K) {
+  extern __shared__ __align__(16) float dec_red[];  // [NB][WARPS][TOK][PITCH]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const long long n0 = static_cast<long long>(blockIdx.x) * (16 * RG);
+
+  // This block's part of K (a multiple of 8 wide), split over the warps in steps of 32*UNROLL.
+  const long long kslice = ((K + KSPLIT - 1) / KSPLIT + 7) / 8 * 8;
+  const long long kb = static_cast<long long>(blockIdx.y) * kslice;
+  const long long ke = kb + kslice < K ? kb + kslice : K;
+  // (No early exit for an empty slice: every block of a cluster must reach its barriers.)
+
+  float acc[DEC_NB][RG][MT][4];
+#pragma unroll
+  for (int j = 0; j < DEC_NB; ++j)
+#pragma unroll
+    for (int r = 0; r < RG; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][r][m][e] = 0.f;
+
+  for (long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP; kp < ke;
+       kp += static_cast<long long>(WARPS) * DEC_KSTEP) {
+    uint4 a[UNROLL][MT], w[DEC_NB][UNROLL][RG][2];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const long long k = kp + u * 32 + t * 8;
+#pragma unroll
+      for (int j = 0; j < DEC_NB; ++j)
+#pragma unroll
+        for (int r = 0; r < RG; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#if EPI == 6
+            const dec_t* Wj = j == 0 ? W0 : W1;
+#else
+            const dec_t* Wj = W0;
+#endif
+            w[j][u][r][h] = dec_load<true>(Wj, n0 + r * 16 + h * 8 + g, N, K, k, ke);
+          }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) a[u][m] = dec_load<false>(A, m * 8 + g, M, K, k, ke);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int j = 0; j < DEC_NB; ++j)
+#pragma unroll
+        for (int r = 0; r < RG; ++r)
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            const uint4 lo = w[j][u][r][0], hi = w[j][u][r][1], x = a[u][m];
+            dec_mma(acc[j][r][m], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+            dec_mma(acc[j][r][m], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+          }
+  }
+
+  // Each warp's sums into shared memory as [token][column]; then the block adds them up.
+#pragma unroll
+  for (int j = 0; j < DEC_NB; ++j)
+#pragma unroll
+    for (int r = 0; r < RG; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tok = m * 8 + t * 2 + (e & 1), col = r * 16 + g + (e >> 1) * 8;
+          dec_red[((j * WARPS + warp) * DEC_TOK + tok) * DEC_PITCH + col] = acc[j][r][m][e];
+        }
+  __syncthreads();
+
+  // Sum of the warps' partials for output pair p = (token, 2 columns).
+  constexpr int PAIRS = DEC_TOK * RG * 8;
+  auto warp_sum = [&](int p, int j) {
+    const int tok = p / (RG * 8), col = (p % (RG * 8)) * 2;
+    float2 v = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int wi = 0; wi < WARPS; ++wi) {
+      const float2 x = *reinterpret_cast<const float2*>(&dec_red[((j * WARPS + wi) * DEC_TOK + tok) * DEC_PITCH + col]);
+      v.x += x.x;
+      v.y += x.y;
+    }
+    return v;
+  };
+  // The epilogue and the store of pair p from its sums s[j].
+  auto finish = [&](int p, const float2 (&s)[DEC_NB]) {
+    const long long m = p / (RG * 8), n = n0 + (p % (RG * 8)) * 2;
+    if (m >= M || n >= N) return;
+    float v0 = s[0].x, v1 = s[0].y;
+#if EPI == 2
+    v0 += dec_to_f(R[m * N + n]);
+    if (n + 1 < N) v1 += dec_to_f(R[m * N + n + 1]);
+#elif EPI == 6
+    v0 = v0 / (1.f + __expf(-v0)) * s[DEC_NB - 1].x;
+    v1 = v1 / (1.f + __expf(-v1)) * s[DEC_NB - 1].y;
+#endif
+    dec_t* c = C + m * N + n;
+    if (VEC == 8 && n + 1 < N) {  // VEC 8: N even and C 4-byte aligned, so c is too
+      *reinterpret_cast<dec_t2*>(c) = dec_pack(v0, v1);
+    } else {
+      c[0] = dec_from_f(v0);
+      if (n + 1 < N) c[1] = dec_from_f(v1);
+    }
+  };
+#if KSPLIT == 1
+  for (int p = tid; p < PAIRS; p += DEC_NT) {
+    float2 s[DEC_NB];
+#pragma unroll
+    for (int j = 0; j < DEC_NB; ++j) s[j] = warp_sum(p, j);
+    finish(p, s);
+  }
+#else
+  // K split over a cluster of KSPLIT blocks: each block's sums (fp32) go to its shared
+  // memory after the warps' buffers; after a cluster barrier rank q finishes pairs
+  // [q*PAIRS/KSPLIT, (q+1)*PAIRS/KSPLIT), adding the KSPLIT blocks' sums in rank order
+  // through distributed shared memory; a last barrier keeps the memory alive until read.
+  float* const part = dec_red + DEC_NB * WARPS * DEC_TOK * DEC_PITCH;  // [NB][PAIRS] float2
+  for (int p = tid; p < PAIRS; p += DEC_NT)
+#pragma unroll
+    for (int j = 0; j < DEC_NB; ++j) reinterpret_cast<float2*>(part)[j * PAIRS + p] = warp_sum(p, j);
+  dec_cluster_sync();
+  const unsigned part_u32 = static_cast<unsigned>(__cvta_generic_to_shared(part));
+  constexpr int PER_RANK = (PAIRS + KSPLIT - 1) / KSPLIT;
+  const int rank = static_cast<int>(dec_cluster_rank());
+  for (int p = rank * PER_RANK + tid; p < (rank + 1) * PER_RANK && p < PAIRS; p += DEC_NT) {
+    float2 s[DEC_NB];
+#pragma unroll
+    for (int j = 0; j < DEC_NB; ++j) {
+      s[j] = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int q = 0; q < KSPLIT; ++q) {
+        const float2 x = dec_ld_cluster_f2(dec_map_rank(part_u32 + (j * PAIRS + p) * 8, q));
+        s[j].x += x.x;
+        s[j].y += x.y;
+      }
+    }
+    finish(p, s);
+  }
+  dec_cluster_sync();
+#endif
+}

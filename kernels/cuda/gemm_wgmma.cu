@@ -1,0 +1,713 @@
+// bf16 / fp16 GEMM on Hopper's warpgroup tensor-core instructions (wgmma.mma_async,
+// fp32 accumulate), sm_90a only:
+//   C[M,N] = epilogue(A[M,K] . B)          A, C row-major; any M, N; K % 8 == 0
+// with B, by the define BT:
+//   BT = 1: B is N x K row-major (a linear layer's weight)   C = A . B^T   (the main case)
+//   BT = 0: B is K x N row-major                              C = A . B     (needs N % 8 == 0)
+// Element type by the define DT: 0 __nv_bfloat16, 1 __half (A, B, C, bias, R all of it).
+// Epilogue by the define EPI, on the fp32 accumulators before the single rounding to DT
+// (the same math as gemm.cu):
+//   EPI 0  C = A.B
+//   EPI 1  C = A.B + bias[n]
+//   EPI 2  C = A.B + R[m,n]                    (R: M x N, DT; may be C itself, in place)
+//   EPI 3  C = silu(A.B)                       silu(x) = x / (1 + exp(-x))
+//   EPI 4  C = gelu(A.B)                       erf form, erf to 1.5e-7
+//   EPI 5  C = gelu(A.B + bias[n])
+//   EPI 6  C = silu(A.Bg) * (A.Bu)             two weights, same layout as B, one pass over A
+// Entry (one name, `gemm`; the same arguments as gemm.cu's):
+//   EPI 0, 3, 4:  gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
+//   EPI 1, 5:     gemm(const T* A, const T* B, T* C, const T* bias, long long M, long long N, long long K)
+//   EPI 2:        gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
+//   EPI 6:        gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
+// Requirements of a call (the spec's constraints): A and B (Bg, Bu) 16-byte aligned,
+// K % 8 == 0 (16-byte cp.async chunks; the K tail inside the last 64-wide tile is
+// zero-filled), and for BT = 0 also N % 8 == 0. C, R and bias have no alignment or shape
+// requirement: the kernel checks at run time whether C can take 16-byte stores (N % 8 == 0
+// and C 16-byte aligned) and R 4-byte pair loads, and falls back to 2-byte accesses.
+//
+// Params (the spec's config space; all #defined by kiln):
+//   BM       block tile rows: 64 (one consumer warpgroup), 128 or 256 (two; each owns
+//            BM/2 rows, as one or two m64 wgmma row blocks)
+//   BN       block tile columns: 64, 128 or 256 (a multiple of 64). The consumer's wgmma is
+//            n = min(NB * BN, 256) wide (NB = 2 for EPI 6: the Bg and Bu tiles sit side by
+//            side in shared memory and one n = 2*BN instruction multiplies both)
+//   STAGES   depth of the shared-memory ring of BK = 64 deep A/B tiles, 2..8
+//   SPLIT    split K over a cluster of SPLIT blocks (1, 2, 4, 8) that add their fp32
+//            partial tiles through distributed shared memory, as gemm.cu does
+//   GROUP_M  block raster: consecutive blocks walk GROUP_M tile-rows down a tile-column
+//   MINB     blocks an SM the registers are planned for (__launch_bounds__(threads, MINB)): 1 or 2
+//
+// Design. A block is 1 producer warpgroup + NC = (BM == 64 ? 1 : 2) consumer warpgroups.
+//   - Producer (warpgroup 0, registers cut by setmaxnreg where NC = 2): for each k-tile,
+//     waits on the stage's `empty` mbarrier, then copies the A tile (BM x 64) and the B
+//     tile(s) into the stage with cp.async.cg 16-byte copies (src-size 0 beyond M, N or K:
+//     zero fill), written directly in the 128-byte-swizzled layout the wgmma descriptors
+//     describe, and ends with cp.async.mbarrier.arrive.noinc on the stage's `full`
+//     mbarrier (128 arrivals: one a producer thread, each fired when that thread's copies
+//     have landed). TMA is not used (kiln cannot pass a CUtensorMap).
+//   - Consumers (registers raised by setmaxnreg): wait on `full`, fence.proxy.async (the
+//     copies were generic-proxy writes; wgmma reads through the async proxy), then
+//     wgmma.fence, 4 k16 steps of m64nNk16 per m64 row block, commit_group, and
+//     wait_group(1): the previous k-tile's wgmmas are then complete, and one thread of the
+//     warpgroup arrives on that stage's `empty` mbarrier (NC arrivals a phase).
+//   - Shared layouts (each stage 1024-byte aligned; tiles start on 1024-byte boundaries):
+//       A, and B with BT = 1 (K-major): row r of the tile is 128 bytes (64 k), its 16-byte
+//       chunk c stored at chunk c ^ (r % 8): the SWIZZLE_128B K-major canonical layout;
+//       descriptor SBO = 1024 (8-row core groups), k16 step = +32 bytes of start address.
+//       B with BT = 0 (MN-major, wgmma's transpose-B bit): BN/64 atoms of [64 k][64 n],
+//       8 KiB each; k row k of an atom is 128 bytes (64 n), chunk c at c ^ (k % 8);
+//       descriptor LBO = 8192 (next 64 n), SBO = 1024 (next 8 k), k16 step = +2048 bytes.
+//   - Epilogue (SPLIT = 1): the consumers synchronise (named barrier), then each warpgroup
+//     applies bias/residual/activation on its fp32 accumulators, rounds to DT, stages its
+//     BM/NC x BN slab in shared memory (16-byte chunks XOR-swizzled by row % 8) and writes
+//     it with 16-byte stores (or 2-byte ones where C cannot take them). SPLIT > 1: the
+//     fp32 partial tiles go to shared memory, a cluster barrier, rank q sums rows
+//     [q*BM/SPLIT, (q+1)*BM/SPLIT) over the cluster (fixed order: deterministic), applies
+//     the epilogue and stores; a second cluster barrier keeps the shared memory alive.
+// Compile-time options (not params): GEMM_WGMMA_NO_PROXY_FENCE drops the consumer's
+// fence.proxy.async; GEMM_WGMMA_WAIT_LIMIT makes an mbarrier wait trap after that many
+// polls (a debugging aid against hangs).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#if !defined(BM) || !defined(BN) || !defined(STAGES) || !defined(SPLIT) || !defined(GROUP_M) || !defined(MINB)
+#error "gemm_wgmma.cu: the params BM BN STAGES SPLIT GROUP_M MINB must be defined"
+#endif
+#ifndef DT
+#define DT 0
+#endif
+#ifndef BT
+#define BT 1
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+
+#if DT == 0
+typedef __nv_bfloat16 wg_t;
+typedef __nv_bfloat162 wg_t2;
+#define WG_MMA_TYPE "bf16"
+#else
+typedef __half wg_t;
+typedef __half2 wg_t2;
+#define WG_MMA_TYPE "f16"
+#endif
+#if BT
+#define WG_TRANS_B "0"  // B K-major
+#else
+#define WG_TRANS_B "1"  // B N-major (transposed)
+#endif
+
+#define WG_BK 64                                   // k per stage: one 128-byte swizzle row
+#define WG_NB (EPI == 6 ? 2 : 1)                   // weight operands
+#define WG_NC (BM == 64 ? 1 : 2)                   // consumer warpgroups
+#define WG_ROWS (BM / WG_NC)                       // rows a consumer warpgroup owns: 64 or 128
+#define WG_MI (WG_ROWS / 64)                       // m64 row blocks a consumer
+#define WG_NTOT (WG_NB * BN)                       // accumulator columns a consumer
+#define WG_NI (WG_NTOT < 256 ? WG_NTOT : 256)      // n of one wgmma
+#define WG_NSUB (WG_NTOT / WG_NI)                  // wgmmas across the columns
+#define WG_NT ((WG_NC + 1) * 128)                  // threads
+#define WG_A_BYTES (BM * 128)
+#define WG_B_BYTES (WG_NTOT * 128)
+#define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
+// Registers. With two consumer warpgroups (384 threads, 1 block an SM: 168 registers a
+// thread at launch) setmaxnreg moves registers from the producer (40) to the consumers
+// (232); the counts add up to exactly the launch total (3 x 168 = 40 + 2 x 232). ptxas
+// compiles the consumer code to 232 registers, but every wgmma must also fit the entry
+// count: with 2 blocks an SM (80 at launch) even an n128 wgmma (64 accumulators) failed
+// to compile ("Insufficient registers (80)"), so MINB = 2 is only for one consumer
+// warpgroup (BM = 64, 256 threads, 128 registers, no setmaxnreg).
+#if WG_NC == 2
+static_assert(MINB == 1, "two consumer warpgroups: 1 block an SM");
+#define WG_REGS_PRODUCER 40
+#define WG_REGS_CONSUMER 232
+#endif
+#if SPLIT > 1
+#define WG_CLUSTER __cluster_dims__(1, 1, SPLIT)
+#else
+#define WG_CLUSTER
+#endif
+
+static_assert(BM == 64 || BM == 128 || BM == 256, "BM in {64, 128, 256}");
+static_assert(BN % 64 == 0 && BN <= 256, "BN a multiple of 64, at most 256");
+static_assert(WG_NTOT % WG_NI == 0, "whole wgmmas across the columns");
+static_assert(WG_MI * WG_NTOT / 2 <= 128, "at most 128 fp32 accumulators a consumer thread");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in 2..8");
+static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT in {1, 2, 4, 8}");
+static_assert(BM % SPLIT == 0, "each block of a split-K cluster finishes BM / SPLIT rows");
+static_assert(GROUP_M >= 1, "GROUP_M >= 1");
+static_assert(MINB == 1 || MINB == 2, "MINB is 1 or 2");
+
+// ---- PTX wrappers ----
+__device__ __forceinline__ unsigned wg_smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void wg_cp_async16(unsigned dst, const void* src, bool valid) {
+  // src-size 0: nothing is read and the 16 bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// An arrive-on of `bar` once all of this thread's earlier cp.async copies have landed;
+// .noinc: the arrival counts against the count the barrier was initialised with.
+__device__ __forceinline__ void wg_cp_async_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void wg_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool wg_mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+// Waits until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void wg_mbar_wait(unsigned bar, unsigned parity) {
+#ifdef GEMM_WGMMA_WAIT_LIMIT
+  long long n = 0;
+  while (!wg_mbar_try_wait(bar, parity))
+    if (++n > (long long)(GEMM_WGMMA_WAIT_LIMIT)) __trap();
+#else
+  while (!wg_mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+__device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int ID, int THREADS>
+__device__ __forceinline__ void wg_named_bar() {  // immediate ids: ptxas then reserves only those
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+__device__ __forceinline__ void wg_mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across the wgmma waits.
+__device__ __forceinline__ void wg_fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+#if WG_NC == 2
+__device__ __forceinline__ void wg_regs_producer() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_REGS_PRODUCER));
+}
+__device__ __forceinline__ void wg_regs_consumer() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_REGS_CONSUMER));
+}
+#endif
+
+// Shared-memory matrix descriptor, SWIZZLE_128B (bits 62-63 = 1), base offset 0:
+// start address >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  const unsigned lo = ((addr & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16);
+  const unsigned hi = (sbo >> 4) | (1u << 30);
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// The wgmma instructions, one an n (generated: the accumulator operand lists are long).
+// scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators need no zeroing; a
+// zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning C7515), then 1
+// (D += A.B). A and B scales 1, A K-major, B K-major (BT = 1) or N-major (BT = 0).
+// D[64 x 64] += A (descriptor) . B (descriptor); 32 fp32 accumulators a thread.
+__device__ __forceinline__ void wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int sc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(sc));
+}
+// D[64 x 128] += A (descriptor) . B (descriptor); 64 fp32 accumulators a thread.
+__device__ __forceinline__ void wg_mma_n128(float (&d)[64], unsigned long long da, unsigned long long db, int sc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(sc));
+}
+// D[64 x 256] += A (descriptor) . B (descriptor); 128 fp32 accumulators a thread.
+__device__ __forceinline__ void wg_mma_n256(float (&d)[128], unsigned long long da, unsigned long long db, int sc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(sc));
+}
+
+__device__ __forceinline__ void wg_mma(float (&d)[WG_NI / 2], unsigned long long da, unsigned long long db, int sc) {
+#if WG_NI == 64
+  wg_mma_n64(d, da, db, sc);
+#elif WG_NI == 128
+  wg_mma_n128(d, da, db, sc);
+#else
+  wg_mma_n256(d, da, db, sc);
+#endif
+}
+
+// ---- shared/global accesses, clusters ----
+__device__ __forceinline__ void wg_st_global16(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ void wg_st_shared32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void wg_st_shared_f2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ uint4 wg_ld_shared16(unsigned addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned wg_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void wg_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned wg_map_rank(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float4 wg_ld_cluster_f4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a staged tile of CPR chunks a
+// row (CPR % 8 == 0): the chunk index's low 3 bits XORed with row % 8, so the 8 rows a
+// fragment store covers hit 8 different bank groups.
+template <int CPR>
+__device__ __forceinline__ int wg_swz(int row, int chunk) {
+  static_assert(CPR % 8 == 0, "a multiple of 8 chunks a row");
+  return (row * CPR + (chunk ^ (row & 7))) * 8;
+}
+// Float offset of (row, col) in an fp32 [BM][BN] partial tile, swizzled by 4-float chunk.
+__device__ __forceinline__ int wg_fswz(int row, int col) { return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3); }
+
+// ---- the epilogue's math (as gemm.cu) ----
+__device__ __forceinline__ float wg_to_f(wg_t x) {
+#if DT == 0
+  return __bfloat162float(x);
+#else
+  return __half2float(x);
+#endif
+}
+__device__ __forceinline__ wg_t2 wg_pack(float a, float b) {
+#if DT == 0
+  return __floats2bfloat162_rn(a, b);
+#else
+  return __floats2half2_rn(a, b);
+#endif
+}
+__device__ __forceinline__ wg_t wg_from_f(float a) {
+#if DT == 0
+  return __float2bfloat16_rn(a);
+#else
+  return __float2half_rn(a);
+#endif
+}
+__device__ __forceinline__ float wg_silu(float x) { return x / (1.f + __expf(-x)); }
+// GELU, the erf form; erf by Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7.
+__device__ __forceinline__ float wg_erf(float x) {
+  const float z = fabsf(x);
+  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.f));
+  float p = fmaf(1.061405429f, t, -1.453152027f);
+  p = fmaf(p, t, 1.421413741f);
+  p = fmaf(p, t, -0.284496736f);
+  p = fmaf(p, t, 0.254829592f);
+  const float r = 1.f - p * t * __expf(-z * z);
+  return copysignf(r, x);
+}
+__device__ __forceinline__ float wg_gelu(float x) { return 0.5f * x * (1.f + wg_erf(x * 0.70710678118654752f)); }
+
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const wg_t* __restrict__ A,
+#if EPI == 6
+                                                                      const wg_t* __restrict__ B0,
+                                                                      const wg_t* __restrict__ B1,
+#else
+                                                                      const wg_t* __restrict__ B0,
+#endif
+                                                                      wg_t* C,
+#if EPI == 1 || EPI == 5
+                                                                      const wg_t* __restrict__ bias,
+#elif EPI == 2
+                                                                      const wg_t* R,
+#endif
+                                                                      long long M, long long N, long long K) {
+  extern __shared__ unsigned char wg_smem[];
+  __shared__ __align__(8) unsigned long long wg_bars[2 * STAGES];  // full[STAGES], empty[STAGES]
+  const unsigned sbase = (wg_smem_u32(wg_smem) + 1023u) & ~1023u;  // the spec's `shared` has 1 KiB to spare
+  const unsigned full0 = wg_smem_u32(wg_bars), empty0 = full0 + 8 * STAGES;
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;  // warpgroup: 0 the producer, 1 .. NC the consumers
+
+  // Which tile: blocks walk GROUP_M tile-rows down a tile-column, then the next column.
+  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const long long pid = blockIdx.x;
+  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
+  const long long first_m = pid / group * GROUP_M;
+  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  const long long pid_m = first_m + (pid % group) % group_m;
+  const long long pid_n = (pid % group) / group_m;
+  const long long bm = pid_m * BM, bn = pid_n * BN;
+
+  // This block's part of K: whole 64-wide tiles (no block exits early: a split cluster
+  // must reach its barriers, and an empty slice adds zeros).
+  const long long kchunk = ((K + SPLIT - 1) / SPLIT + WG_BK - 1) / WG_BK * WG_BK;
+  const long long kbeg = static_cast<long long>(blockIdx.z) * kchunk;
+  const long long kend = kbeg + kchunk < K ? kbeg + kchunk : K;
+  const int ktiles = kbeg < kend ? static_cast<int>((kend - kbeg + WG_BK - 1) / WG_BK) : 0;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      wg_mbar_init(full0 + 8 * s, 128);    // one cp.async arrival a producer thread
+      wg_mbar_init(empty0 + 8 * s, WG_NC);  // one arrival a consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ================= producer: global -> shared, cp.async =================
+#if WG_NC == 2
+    wg_regs_producer();
+#endif
+    const int pt = tid;
+    // A (and a BT = 1 B): thread pt copies 16-byte chunk pt % 8 of rows pt / 8 + 16 j. Row
+    // r's chunk c goes to chunk c ^ (r % 8), and (pt / 8 + 16 j) % 8 does not depend on j.
+    const int c = pt & 7, r0 = pt >> 3;
+    const unsigned dst0 = sbase + r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const long long arows = M - bm - r0;  // this thread's A rows are valid while 16 j < arows
+    const wg_t* const pa0 = A + (arows > 0 ? (bm + r0) * K : 0) + c * 8;
+    const long long step = 16 * K;
+#if BT
+    const long long brows = N - bn - r0;
+    const wg_t* const pb0 = B0 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
+#if EPI == 6
+    const wg_t* const pb1 = B1 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
+#endif
+#else
+    // B (K x N, N-major): thread pt copies n-chunk pt % CPR of k-rows pt / CPR + RP j into
+    // atom chunk / 8 (8 KiB each), k-row k, chunk (chunk % 8) ^ (k % 8).
+    constexpr int CPR = BN / 8, RP = 128 / CPR;
+    static_assert(128 % CPR == 0 && WG_BK % RP == 0, "B copy mapping");
+    const int bc = pt % CPR, bk0 = pt / CPR;
+    const long long gcol = bn + bc * 8;
+    const bool nv = gcol < N;  // N % 8 == 0: a chunk is wholly inside or outside
+    const wg_t* const qb0 = B0 + (nv ? gcol : 0) + bk0 * N;
+#if EPI == 6
+    const wg_t* const qb1 = B1 + (nv ? gcol : 0) + bk0 * N;
+#endif
+    const unsigned bdst0 = (bc >> 3) * 8192 + bk0 * 128;
+    const long long bstep = RP * N;
+#endif
+    int s = 0;
+    unsigned ph = 0;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      if (kt >= STAGES) wg_mbar_wait(empty0 + 8 * s, ph ^ 1);  // the consumers are done with the stage's last tile
+      const long long k0 = kbeg + static_cast<long long>(kt) * WG_BK;
+      const unsigned dst = dst0 + s * WG_STAGE_BYTES;
+      const bool kv = k0 + c * 8 < K;  // K % 8 == 0: a chunk is wholly inside or outside
+      {
+        const wg_t* p = pa0 + k0;
+#pragma unroll
+        for (int j = 0; j < BM / 16; ++j) {
+          const bool v = kv && 16 * j < arows;
+          wg_cp_async16(dst + j * 2048, v ? p : A, v);
+          p += step;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < WG_NB; ++b) {
+#if BT
+#if EPI == 6
+        const wg_t* p = (b == 0 ? pb0 : pb1) + k0;
+        const wg_t* const base = b == 0 ? B0 : B1;
+#else
+        const wg_t* p = pb0 + k0;
+        const wg_t* const base = B0;
+#endif
+#pragma unroll
+        for (int j = 0; j < BN / 16; ++j) {
+          const bool v = kv && 16 * j < brows;
+          wg_cp_async16(dst + WG_A_BYTES + b * BN * 128 + j * 2048, v ? p : base, v);
+          p += step;
+        }
+#else
+#if EPI == 6
+        const wg_t* p = (b == 0 ? qb0 : qb1) + k0 * N;
+        const wg_t* const base = b == 0 ? B0 : B1;
+#else
+        const wg_t* p = qb0 + k0 * N;
+        const wg_t* const base = B0;
+#endif
+        const unsigned bdst = sbase + s * WG_STAGE_BYTES + WG_A_BYTES + b * (BN / 64) * 8192 + bdst0;
+#pragma unroll
+        for (int j = 0; j < WG_BK / RP; ++j) {
+          const int k = bk0 + j * RP;
+          const bool v = nv && k0 + k < K;
+          wg_cp_async16(bdst + j * RP * 128 + (((bc & 7) ^ (k & 7)) << 4), v ? p : base, v);
+          p += bstep;
+        }
+#endif
+      }
+      wg_cp_async_arrive(full0 + 8 * s);
+      if (++s == STAGES) s = 0, ph ^= 1;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#if SPLIT > 1
+    wg_cluster_sync();  // the consumers' partial tiles are written
+    wg_cluster_sync();  // and read by the whole cluster
+#endif
+  } else {
+    // ================= consumers: wgmma =================
+#if WG_NC == 2
+    wg_regs_consumer();
+#endif
+    const int cw = wg - 1;   // this consumer's rows: [cw * ROWS, (cw + 1) * ROWS) of the tile
+    const int t = tid & 127;  // thread in the warpgroup
+    float acc[WG_MI][WG_NSUB][WG_NI / 2];  // set by the first k-tile's wgmmas (scale-d 0)
+    const unsigned a_off = cw * WG_ROWS * 128;
+    int s = 0, prev = 0;
+    unsigned ph = 0;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      wg_mbar_wait(full0 + 8 * s, ph);
+#ifndef GEMM_WGMMA_NO_PROXY_FENCE
+      wg_fence_proxy_async();
+#endif
+      const unsigned sa = sbase + s * WG_STAGE_BYTES + a_off;
+      const unsigned sb = sbase + s * WG_STAGE_BYTES + WG_A_BYTES;
+      wg_mma_fence();
+#pragma unroll
+      for (int kk = 0; kk < WG_BK / 16; ++kk)
+#pragma unroll
+        for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+          for (int ns = 0; ns < WG_NSUB; ++ns) {
+            const unsigned long long da = wg_desc(sa + mi * 64 * 128 + kk * 32, 16, 1024);
+#if BT
+            const unsigned long long db = wg_desc(sb + ns * WG_NI * 128 + kk * 32, 16, 1024);
+#else
+            const unsigned long long db = wg_desc(sb + ns * (WG_NI / 64) * 8192 + kk * 2048, 8192, 1024);
+#endif
+            wg_mma(acc[mi][ns], da, db, kt > 0 || kk > 0);
+          }
+      wg_mma_commit();
+      wg_mma_wait<1>();  // the previous k-tile's wgmmas are complete: release its stage
+      if (kt > 0 && t == 0) wg_mbar_arrive(empty0 + 8 * prev);
+      prev = s;
+      if (++s == STAGES) s = 0, ph ^= 1;
+    }
+    wg_mma_wait<0>();
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int ns = 0; ns < WG_NSUB; ++ns)
+#pragma unroll
+        for (int e = 0; e < WG_NI / 2; ++e) {
+          if (ktiles == 0) acc[mi][ns][e] = 0.f;  // no k-tile (K = 0, or an empty split slice)
+          wg_fence_reg(acc[mi][ns][e]);
+        }
+
+    // Every consumer's wgmmas have completed, so the ring is free for the epilogue.
+    wg_named_bar<1, WG_NC * 128>();
+    // Accumulator layout (wgmma m64nN, f32): thread t = 32 w + l of the warpgroup holds, for
+    // each 8 columns i, d[4i], d[4i+1] at row 16 w + l/4, columns 8i + 2(l%4) + {0, 1}, and
+    // d[4i+2], d[4i+3] at row 16 w + l/4 + 8.
+    const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
+    const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
+#if SPLIT == 1
+    const unsigned stg = sbase + cw * (WG_ROWS * BN * 2);  // this warpgroup's slab
+    const long long row0 = bm + cw * WG_ROWS;
+#if EPI == 2
+    const bool r_pairs = N % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & 3) == 0;
+#endif
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int i8 = 0; i8 < BN / 8; ++i8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = mi * 64 + w * 16 + g + h * 8;  // row in the slab
+          const int lc = i8 * 8 + t4 * 2;               // column in the tile
+          const long long gr = row0 + lr, gc = bn + lc;
+          (void)gr;
+          (void)gc;
+          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
+          float v0 = acc[mi][(i8 * 8) / WG_NI][e], v1 = acc[mi][(i8 * 8) / WG_NI][e + 1];
+#if EPI == 1 || EPI == 5
+          if (gc < N) v0 += wg_to_f(bias[gc]);
+          if (gc + 1 < N) v1 += wg_to_f(bias[gc + 1]);
+#elif EPI == 2
+          if (gr < M) {
+            if (r_pairs && gc + 1 < N) {
+              const wg_t2 r = *reinterpret_cast<const wg_t2*>(R + gr * N + gc);
+              v0 += wg_to_f(r.x);
+              v1 += wg_to_f(r.y);
+            } else {
+              if (gc < N) v0 += wg_to_f(R[gr * N + gc]);
+              if (gc + 1 < N) v1 += wg_to_f(R[gr * N + gc + 1]);
+            }
+          }
+#endif
+#if EPI == 3
+          v0 = wg_silu(v0);
+          v1 = wg_silu(v1);
+#elif EPI == 4 || EPI == 5
+          v0 = wg_gelu(v0);
+          v1 = wg_gelu(v1);
+#elif EPI == 6
+          {
+            const int cu = BN + i8 * 8;  // the up projection's column
+            const int eu = 4 * (cu % WG_NI / 8) + 2 * h;
+            v0 = wg_silu(v0) * acc[mi][cu / WG_NI][eu];
+            v1 = wg_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
+          }
+#endif
+          const wg_t2 pk = wg_pack(v0, v1);
+          wg_st_shared32(stg + wg_swz<BN / 8>(lr, i8) * 2 + t4 * 4, *reinterpret_cast<const unsigned*>(&pk));
+        }
+    if (cw == 0)  // the slab is staged
+      wg_named_bar<2, 128>();
+    else
+      wg_named_bar<3, 128>();
+    constexpr int CCH = BN / 8;
+#pragma unroll 4
+    for (int i = t; i < WG_ROWS * CCH; i += 128) {
+      const int r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + cc * 8;
+      if (gr >= M || gc >= N) continue;
+      const uint4 v = wg_ld_shared16(stg + wg_swz<CCH>(r, cc) * 2);
+      if (c_vec) {
+        wg_st_global16(C + gr * N + gc, v);
+      } else {
+        const unsigned short* ev = reinterpret_cast<const unsigned short*>(&v);
+        unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          if (gc + q < N) cs[q] = ev[q];
+      }
+    }
+#else
+    // Split K: fp32 partial tile(s) [NB][BM][BN] to this block's shared memory, then the
+    // cluster sums them (rank q finishes rows [q * BM / SPLIT, (q + 1) * BM / SPLIT)).
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int i8 = 0; i8 < BN / 8; ++i8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int b = 0; b < WG_NB; ++b) {
+            const int lr = cw * WG_ROWS + mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
+            const int col = b * BN + i8 * 8;
+            const int e = 4 * (col % WG_NI / 8) + 2 * h;
+            wg_st_shared_f2(sbase + (b * BM * BN + wg_fswz(lr, lc)) * 4, acc[mi][col / WG_NI][e],
+                            acc[mi][col / WG_NI][e + 1]);
+          }
+    wg_cluster_sync();
+    const unsigned rank = wg_cluster_rank();
+    constexpr int ROWS = BM / SPLIT, CCH = BN / 8;
+    for (int i = tid - 128; i < ROWS * CCH; i += WG_NC * 128) {
+      const int r = static_cast<int>(rank) * ROWS + i / CCH, c = (i % CCH) * 8;
+      const long long gr = bm + r, gc = bn + c;
+      if (gr >= M || gc >= N) continue;
+      float v[WG_NB][8];
+#pragma unroll
+      for (int b = 0; b < WG_NB; ++b) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[b][e] = 0.f;
+        const unsigned lo = sbase + (b * BM * BN + wg_fswz(r, c)) * 4, hi = sbase + (b * BM * BN + wg_fswz(r, c + 4)) * 4;
+#pragma unroll
+        for (int q = 0; q < SPLIT; ++q) {
+          const float4 x = wg_ld_cluster_f4(wg_map_rank(lo, q)), y = wg_ld_cluster_f4(wg_map_rank(hi, q));
+          v[b][0] += x.x, v[b][1] += x.y, v[b][2] += x.z, v[b][3] += x.w;
+          v[b][4] += y.x, v[b][5] += y.y, v[b][6] += y.z, v[b][7] += y.w;
+        }
+      }
+      unsigned short out[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float x = v[0][e];
+        const bool in = gc + e < N;
+        (void)in;
+#if EPI == 1 || EPI == 5
+        if (in) x += wg_to_f(bias[gc + e]);
+#elif EPI == 2
+        if (in) x += wg_to_f(R[gr * N + gc + e]);
+#endif
+#if EPI == 3
+        x = wg_silu(x);
+#elif EPI == 4 || EPI == 5
+        x = wg_gelu(x);
+#elif EPI == 6
+        x = wg_silu(x) * v[WG_NB - 1][e];
+#endif
+        const wg_t y = wg_from_f(x);
+        out[e] = *reinterpret_cast<const unsigned short*>(&y);
+      }
+      if (c_vec) {
+        wg_st_global16(C + gr * N + gc, make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
+                                                   out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16));
+      } else {
+        unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (gc + e < N) cs[e] = out[e];
+      }
+    }
+    wg_cluster_sync();
+#endif
+  }
+}
