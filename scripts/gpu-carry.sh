@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf build-gpu-carry
 mkdir -p build-gpu-carry/tests build-gpu-carry/bench
-for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/kiln_bench_first_call; do
+for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/kiln_bench_first_call \
+    bench/kiln_bench_many_first_calls; do
   if [ -f "build-gpu/$f" ]; then strip -o "build-gpu-carry/$f" "build-gpu/$f"; fi
 done
 # XGBoost for the budgeted search, with what it needs that the GPU machine may lack.

@@ -1,7 +1,12 @@
 #include "compile/worker_compiler.hpp"
 
+#include <chrono>
+#include <future>
+#include <thread>
+
 #include "backends/serialize.hpp"
 #include "core/format.hpp"
+#include "core/log.hpp"
 #include "worker/protocol.hpp"
 
 namespace kiln {
@@ -33,6 +38,23 @@ Binary WorkerCompiler::compile(const CompileRequest& req, const std::string& key
   nlohmann::json reply = pool_->call(r);
   if (!reply.value("ok", false)) rethrow_worker_error(reply);
   return wire::binary_from_json(reply.at("binary"));
+}
+
+Binary ThreadedCompiler::compile(const CompileRequest& req, const std::string& key) {
+  auto done = std::make_shared<std::promise<Binary>>();
+  std::future<Binary> result = done->get_future();
+  std::thread([backend = backend_, req, key, done] {
+    try {
+      done->set_value(backend->compile(req, key));
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (result.wait_for(std::chrono::duration<double>(timeout_s_)) == std::future_status::ready) return result.get();
+  log::warn("kernel '{}' (config {}): the compiler ran past KILN_COMPILE_TIMEOUT ({:g} s) in this process; it is "
+            "left to finish and the kernel is compiled in a kiln-worker, where the deadline holds",
+            req.kernel, req.config_text, timeout_s_);
+  return fallback_->compile(req, key);
 }
 
 }  // namespace kiln

@@ -20,6 +20,25 @@ class WorkerCompiler final : public Compiler {
   Options opts_;
 };
 
+// A compiler that runs inside the process (NVRTC) on a thread of its own,
+// for speed, with a worker process kept for what a thread cannot do: a
+// compile still running after KILN_COMPILE_TIMEOUT is left to finish on its
+// thread (nothing can stop it; its result is dropped) and the request is
+// compiled in a kiln-worker instead, where the deadline kills it. A crash
+// inside the compiler is not contained this way: KILN_COMPILE_MODE=subprocess
+// compiles every request in a worker (docs/workers.md).
+class ThreadedCompiler final : public Compiler {
+ public:
+  ThreadedCompiler(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> fallback, double timeout_s)
+      : backend_(std::move(backend)), fallback_(std::move(fallback)), timeout_s_(timeout_s) {}
+  Binary compile(const CompileRequest& req, const std::string& key) override;
+
+ private:
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<Compiler> fallback_;
+  double timeout_s_;
+};
+
 // The options a worker needs to act as this process would.
 nlohmann::json worker_options(const Options& o);
 // Throws the error a worker reported for a request (ok = false).

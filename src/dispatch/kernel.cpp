@@ -43,8 +43,13 @@ struct Kernel::Impl {
     if (spec.space.size() > kBackgroundCompileMax || spec.tuning.search != SearchKind::exhaustive) return;
     CompilePool& pool = rt.compile_pool(spec.backend);
     const LaunchLimits limits = rt.backend(spec.backend).limits();
+    std::vector<Config> runnable;
     for (const auto& c : spec.space.all())
-      if (statically_pruned(spec, c, limits).empty()) background.push_back(pool.submit(make_compile_request(spec, c)));
+      if (statically_pruned(spec, c, limits).empty()) runnable.push_back(c);
+    // A space its tunings will search quickly (Options::quick_above) compiles
+    // what each search asks for, not all of it.
+    if (!spec.tuning.search_given && runnable.size() > static_cast<size_t>(rt.options().quick_above)) return;
+    for (const auto& c : runnable) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
   const Choice* choice_for(const Config& c, const std::string& source) {

@@ -151,7 +151,11 @@ std::shared_ptr<CodeCache> Runtime::code_cache() {
 
 CompileMode Runtime::compile_mode(const std::string& name) {
   if (opts_.compile_mode != CompileMode::automatic) return opts_.compile_mode;
-  return backend(name).compiles_out_of_process() ? CompileMode::threads : CompileMode::subprocess;
+  // Threads: a system compiler is a process of its own already; NVRTC in a
+  // thread compiles faster than in a worker (docs/workers.md), with a worker
+  // kept for a compile that runs past its deadline (ThreadedCompiler).
+  (void)name;
+  return CompileMode::threads;
 }
 
 CompilePool& Runtime::compile_pool(const std::string& name) {
@@ -159,11 +163,16 @@ CompilePool& Runtime::compile_pool(const std::string& name) {
   std::shared_ptr<CodeCache> cache = code_cache();
   CompileMode mode = compile_mode(name);
   std::shared_ptr<WorkerPool> workers = mode == CompileMode::subprocess ? worker_pool() : nullptr;
+  // In-process compilers on threads keep a worker for compiles past their deadline.
+  std::shared_ptr<WorkerPool> fallback =
+      !workers && !st.backend->compiles_out_of_process() ? worker_pool() : nullptr;
   std::lock_guard<std::mutex> g(m_);
   if (!st.pool) {
     std::shared_ptr<Compiler> c;
     if (workers) c = std::make_shared<WorkerCompiler>(workers, opts_);
-    else c = std::make_shared<DirectCompiler>(st.backend);
+    else if (st.backend->compiles_out_of_process()) c = std::make_shared<DirectCompiler>(st.backend);
+    else c = std::make_shared<ThreadedCompiler>(st.backend, std::make_shared<WorkerCompiler>(fallback, opts_),
+                                                opts_.compile_timeout_s);
     if (cache) c = std::make_shared<CachingCompiler>(c, cache, opts_.remote_binaries ? remote_ : nullptr);
     st.pool = std::make_unique<CompilePool>(st.backend, c, opts_.resolved_compile_threads());
   }

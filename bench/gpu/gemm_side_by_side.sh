@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bf16 GEMMs on the GPU, kiln beside cuBLAS and torch.compile (issue 20):
+#   kiln: `kiln tune` (library choices included: cuBLASLt's 8 ranked algorithms)
+#   of the tiled family (gemm_bf16_nt) and, for M <= 16, the decode family;
+#   kiln's choice is the faster of the two records' choices, as a multi-kernel
+#   over both would pick. Templates alone: the same records' best template;
+#   at the squares 4096 and 8192 an exhaustive templates-only tuning.
+#   The gated gate/up GEMM (gemm_bf16_nt_gated, and its decode form for T <= 16)
+#   against eager silu(x Wg^T) * (x Wu^T).
+#   PyTorch: bench/gpu/torch_gemm.py (torch.mm, torch.compile max-autotune-no-cudagraphs).
+# Prints the table last (bench/gpu/gemm_summary.py). Results in $OUT/gemm.
+# Usage (GPU machine): bench/gpu/gemm_side_by_side.sh [build dir] [parts: torch,kiln,full,gated]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build-gpu-carry}
+PARTS=${2:-torch,kiln,full,gated}
+R=${OUT:-/tmp/kiln-gpu-out}/gemm
+mkdir -p "$R"
+export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-gemm-XXXXXX)}
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+H=4096; I=14336
+tune() {  # out spec M N K [flags]
+  local out=$1 spec=$2 m=$3 n=$4 k=$5; shift 5
+  "$B/kiln" -q tune --json "$spec" --set M=$m --set N=$n --set K=$k "$@" > "$R/$out.json" 2>> "$R/stderr.txt" ||
+    echo "tune $out failed: $(tail -2 "$R/stderr.txt")"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$R/machine.txt"
+if has torch; then
+  python3 bench/gpu/torch_gemm.py --out "$R/torch.json" 2>> "$R/stderr.txt" | tail -4
+fi
+if has kiln; then
+  shapes="square 1024 1024 1024
+square 4096 4096 4096
+square 8192 8192 8192"
+  for t in 1 8 64 256 1024 4096; do shapes="$shapes
+up $t $I $H
+down $t $H $I"; done
+  while read -r kind m n k; do
+    t0=$(date +%s)
+    tune "kiln_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_bf16_nt.toml $m $n $k
+    [ "$m" -le 16 ] && tune "decode_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_decode_bf16_nt.toml $m $n $k
+    echo "$kind $m x $n x $k: $(( $(date +%s) - t0 )) s"
+  done <<< "$shapes"
+fi
+if has full; then
+  for n in 4096 8192; do tune "full_square_$n" kernels/cuda/gemm_bf16_nt.toml $n $n $n --effort full --no-library; done
+fi
+if has gated; then
+  for t in 1 8 64 256 1024 4096; do
+    tune "gated_$t" kernels/cuda/gemm_bf16_nt_gated.toml $t $I $H
+    [ "$t" -le 16 ] && tune "gated_decode_$t" kernels/cuda/gemm_decode_bf16_nt_gated.toml $t $I $H
+  done
+fi
+python3 bench/gpu/gemm_summary.py "$R" | tee "$R/summary.txt"
