@@ -105,11 +105,12 @@ TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
     }
   }
   EXPECT_GT(configs, 10u);
-  // NVRTC runs on threads of this process by default (faster than in
-  // workers: docs/workers.md); no worker is asked while compiles finish in time.
-  EXPECT_EQ(rt.compile_mode("cuda"), CompileMode::threads);
-  EXPECT_EQ(rt.worker_pool()->counters().calls, 0u);
-  EXPECT_GE(rt.compile_pool("cuda").counters().compiled, keys.size());
+  // NVRTC runs in worker processes by default: a crash in it cannot take this
+  // process down, and it compiled faster there than on threads (docs/workers.md).
+  EXPECT_EQ(rt.compile_mode("cuda"), CompileMode::subprocess);
+  // (One call per distinct binary: the search spec shares matmul.cu, and its
+  // configs that the small spec also has are the same binaries.)
+  EXPECT_GE(rt.worker_pool()->counters().calls, keys.size());
 }
 
 // A compile on a thread that runs past KILN_COMPILE_TIMEOUT is compiled again
@@ -119,6 +120,7 @@ TEST_F(CudaTest, ACompileThatOutrunsItsDeadlineOnAThreadMovesToAWorker) {
   Options o = opts;
   o.compile_timeout_s = 0.1;  // NVRTC takes longer than this for a matmul
   o.no_cache = true;
+  o.compile_mode = CompileMode::threads;
   Runtime rt(o);
   KernelSpec s = load_spec(test::kernels() + "/cuda/matmul.toml");
   std::shared_ptr<const Binary> b = rt.compile_pool("cuda").submit(make_compile_request(s, s.space.at(0))).get();

@@ -450,3 +450,32 @@ void al(kiln::program_id, const float* x, float* y, int64_t n) {
     EXPECT_EQ(rt.tuning_cache()->count(), 1u) << "aligned and misaligned calls share one record";
   }
 }
+
+// A library choice with a rank (cuBLASLt's k-th algorithm) and what ran (its
+// detail) survive the trip through the record's text: a record holding one
+// answers the next process.
+TEST_F(RecordTest, RankedLibraryChoicesAndTheirDetailRoundTrip) {
+  Runtime rt(opts);
+  KernelSpec s = spec(kSpec, kSource);
+  TuneOutcome o = tune(rt, s, 1000);
+  ASSERT_TRUE(o.choice);
+  TuningRecord r = o.record;
+  ConfigResult lib;
+  lib.config.library = "cublaslt_bf16_nt#3";
+  lib.binary = std::string(32, 'b');
+  lib.ns = 1.0;  // the fastest: it becomes the best
+  lib.reps = 3;
+  lib.detail = "cuBLASLt algo 66 tile 501 stages 35 split-k 1";
+  r.configs.push_back(lib);
+  r.best = lib.config;
+  r.best_ns = 1.0;
+  std::optional<TuningRecord> back = record_from_text(record_to_text(r), r.key);
+  ASSERT_TRUE(back) << "a ranked library choice made the record a miss";
+  ASSERT_TRUE(back->best);
+  EXPECT_EQ(back->best->library, "cublaslt_bf16_nt#3");
+  ASSERT_TRUE(back->find(lib.config));
+  EXPECT_EQ(back->find(lib.config)->detail, lib.detail);
+  // A malformed rank is not a name kiln reads.
+  r.best->library = r.configs.back().config.library = "cublaslt_bf16_nt#x";
+  EXPECT_FALSE(record_from_text(record_to_text(r), r.key));
+}

@@ -53,6 +53,7 @@ fi
 if has kiln; then
   while read -r spec shape; do
     [ -z "$spec" ] && continue
+    [[ "$spec $shape" == *${FC_ONLY:-}* ]] || continue  # FC_ONLY=pattern: those rows only
     set -- $shape
     c=$work/kiln-$(basename "$spec" .toml)-$1x$2x$3
     log "kiln $spec $shape cold: $(first $c "$spec" --wait-tuned --set M=$1 --set N=$2 --set K=$3)"
@@ -68,6 +69,7 @@ EOF
   # The quick choice against an exhaustive tuning of the same shape (the
   # same cache: what the quick search timed is reused, the rest is timed).
   for pair in "kernels/cuda/matmul.toml 777 1333 555" "kernels/cuda/gemm_bf16_nt.toml 300 14336 4096"; do
+    [[ "$pair" == *${FC_ONLY:-}* ]] || continue
     set -- $pair
     c=$work/kiln-$(basename "$1" .toml)-$2x$3x$4
     KILN_CACHE_DIR=$c "$B/kiln" -q report --json "$1" --set M=$2 --set N=$3 --set K=$4 > "$R/quick_$(basename $1 .toml)_$2x$3x$4.json" 2>>"$R/stderr.txt"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bf16 GEMMs on the GPU, kiln beside cuBLAS and torch.compile (issue 20):
 #   kiln: `kiln tune` (library choices included: cuBLASLt's 8 ranked algorithms)
-#   of the tiled family (gemm_bf16_nt) and, for M <= 16, the decode family;
-#   kiln's choice is the faster of the two records' choices, as a multi-kernel
-#   over both would pick. Templates alone: the same records' best template;
-#   at the squares 4096 and 8192 an exhaustive templates-only tuning.
+#   of the wgmma family (gemm_wgmma_bf16_nt), the mma.sync family (gemm_bf16_nt)
+#   and, for M <= 16, the decode family; kiln's choice is the fastest of the
+#   records' choices, as the multi-kernel over them (linear_bf16_nt.toml)
+#   picks. Templates alone: the same records' best template; at the squares
+#   4096 and 8192 an exhaustive templates-only tuning of the wgmma family.
 #   The gated gate/up GEMM (gemm_bf16_nt_gated, and its decode form for T <= 16)
 #   against eager silu(x Wg^T) * (x Wu^T).
 #   PyTorch: bench/gpu/torch_gemm.py (torch.mm, torch.compile max-autotune-no-cudagraphs).
@@ -38,16 +39,18 @@ up $t $I $H
 down $t $H $I"; done
   while read -r kind m n k; do
     t0=$(date +%s)
+    tune "wgmma_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_wgmma_bf16_nt.toml $m $n $k
     tune "kiln_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_bf16_nt.toml $m $n $k
     [ "$m" -le 16 ] && tune "decode_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_decode_bf16_nt.toml $m $n $k
     echo "$kind $m x $n x $k: $(( $(date +%s) - t0 )) s"
   done <<< "$shapes"
 fi
 if has full; then
-  for n in 4096 8192; do tune "full_square_$n" kernels/cuda/gemm_bf16_nt.toml $n $n $n --effort full --no-library; done
+  for n in 4096 8192; do tune "full_square_$n" kernels/cuda/gemm_wgmma_bf16_nt.toml $n $n $n --effort full --no-library; done
 fi
 if has gated; then
   for t in 1 8 64 256 1024 4096; do
+    tune "gated_wgmma_$t" kernels/cuda/gemm_wgmma_bf16_nt_gated.toml $t $I $H
     tune "gated_$t" kernels/cuda/gemm_bf16_nt_gated.toml $t $I $H
     [ "$t" -le 16 ] && tune "gated_decode_$t" kernels/cuda/gemm_decode_bf16_nt_gated.toml $t $I $H
   done

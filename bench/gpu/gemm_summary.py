@@ -48,13 +48,14 @@ def main():
         tag = f"{kind}_{m}_{n}_{k}"
         b1, t1, l1, c1 = times(load(d, "kiln_" + tag))
         b2, t2, l2, c2 = times(load(d, "decode_" + tag))
-        cands = [(b, c) for b, c in ((b1, c1), (b2, c2)) if b]
+        b3, t3, l3, c3 = times(load(d, "wgmma_" + tag))
+        cands = [(b, c) for b, c in ((b1, c1), (b2, c2), (b3, c3)) if b]
         kiln_ns, choice = min(cands, key=lambda x: x[0]) if cands else (None, None)
-        tmpl = min([x for x in (t1, t2) if x] or [None]) if (t1 or t2) else None
+        tmpl = min([x for x in (t1, t2, t3) if x] or [None]) if (t1 or t2 or t3) else None
         if kind == "square" and m in (4096, 8192):
             fb, _, _, _ = times(load(d, f"full_square_{m}"))
             tmpl = min(x for x in (tmpl, fb) if x) if (tmpl or fb) else None
-        lib = l1 or l2
+        lib = l3 or l1 or l2
         ms = lambda ns: ns / 1e6 if ns else None  # noqa: E731
         kiln_ms, tmpl_ms, lib_ms = ms(kiln_ns), ms(tmpl), ms(lib)
         mm, tc = r.get("torch_mm_ms"), r.get("compile_ms")
@@ -74,7 +75,8 @@ def main():
         t = g["T"]
         b1, _, _, c1 = times(load(d, f"gated_{t}"))
         b2, _, _, c2 = times(load(d, f"gated_decode_{t}"))
-        cands = [(b, c) for b, c in ((b1, c1), (b2, c2)) if b]
+        b3, _, _, c3 = times(load(d, f"gated_wgmma_{t}"))
+        cands = [(b, c) for b, c in ((b1, c1), (b2, c2), (b3, c3)) if b]
         if not cands:
             continue
         ns, c = min(cands, key=lambda x: x[0])
@@ -87,7 +89,8 @@ def main():
             if r["M"] > 16:
                 continue
             tag = f"{r['kind']}_{r['M']}_{r['N']}_{r['K']}"
-            cands = [x for x in (times(load(d, "kiln_" + tag))[0], times(load(d, "decode_" + tag))[0]) if x]
+            cands = [x for x in (times(load(d, "kiln_" + tag))[0], times(load(d, "decode_" + tag))[0],
+                                 times(load(d, "wgmma_" + tag))[0]) if x]
             if not cands:
                 continue
             ns = min(cands)

@@ -23,7 +23,9 @@
 // K % 8 == 0 (16-byte cp.async chunks; the K tail inside the last 64-wide tile is
 // zero-filled), and for BT = 0 also N % 8 == 0. C, R and bias have no alignment or shape
 // requirement: the kernel checks at run time whether C can take 16-byte stores (N % 8 == 0
-// and C 16-byte aligned) and R 4-byte pair loads, and falls back to 2-byte accesses.
+// and C 16-byte aligned) and R 16-byte loads, and falls back to 2-byte accesses.
+// Measured on an H100 (GEMM_WGMMA_NOTES.md): the default 128 x 256 tile runs 4096^3 at
+// about 0.97 of cuBLAS (cublasGemmEx, bf16).
 //
 // Params (the spec's config space; all #defined by kiln):
 //   BM       block tile rows: 64 (one consumer warpgroup), 128 or 256 (two; each owns
@@ -35,7 +37,8 @@
 //   SPLIT    split K over a cluster of SPLIT blocks (1, 2, 4, 8) that add their fp32
 //            partial tiles through distributed shared memory, as gemm.cu does
 //   GROUP_M  block raster: consecutive blocks walk GROUP_M tile-rows down a tile-column
-//   MINB     blocks an SM the registers are planned for (__launch_bounds__(threads, MINB)): 1 or 2
+//   MINB     blocks an SM the registers are planned for (__launch_bounds__(threads, MINB)):
+//            1, or 2 for BM = 64 only (see the register note below)
 //
 // Design. A block is 1 producer warpgroup + NC = (BM == 64 ? 1 : 2) consumer warpgroups.
 //   - Producer (warpgroup 0, registers cut by setmaxnreg where NC = 2): for each k-tile,
@@ -58,9 +61,11 @@
 //       8 KiB each; k row k of an atom is 128 bytes (64 n), chunk c at c ^ (k % 8);
 //       descriptor LBO = 8192 (next 64 n), SBO = 1024 (next 8 k), k16 step = +2048 bytes.
 //   - Epilogue (SPLIT = 1): the consumers synchronise (named barrier), then each warpgroup
-//     applies bias/residual/activation on its fp32 accumulators, rounds to DT, stages its
-//     BM/NC x BN slab in shared memory (16-byte chunks XOR-swizzled by row % 8) and writes
-//     it with 16-byte stores (or 2-byte ones where C cannot take them). SPLIT > 1: the
+//     applies bias/activation on its fp32 accumulators, rounds to DT, stages its BM/NC x BN
+//     slab in shared memory (16-byte chunks XOR-swizzled by row % 8) and writes it with
+//     16-byte stores (or 2-byte ones where C cannot take them). EPI 2 stages the slab in
+//     fp32 instead and adds R in the store phase (16-byte coalesced reads of R, prefetched
+//     into registers before the staging), then rounds once. SPLIT > 1: the
 //     fp32 partial tiles go to shared memory, a cluster barrier, rank q sums rows
 //     [q*BM/SPLIT, (q+1)*BM/SPLIT) over the cluster (fixed order: deterministic), applies
 //     the epilogue and stores; a second cluster barrier keeps the shared memory alive.
@@ -298,6 +303,11 @@ __device__ __forceinline__ void wg_st_shared32(unsigned addr, unsigned v) {
 }
 __device__ __forceinline__ void wg_st_shared_f2(unsigned addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ float4 wg_ld_shared_f4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ uint4 wg_ld_shared16(unsigned addr) {
   uint4 v;
@@ -567,12 +577,65 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
     // d[4i+2], d[4i+3] at row 16 w + l/4 + 8.
     const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
     const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
-#if SPLIT == 1
+#if SPLIT == 1 && EPI == 2
+    // Residual: the fp32 sums are staged unrounded and R is read in the store phase, 16
+    // coalesced bytes a thread (prefetched into registers before the staging, so its
+    // latency hides behind it): C = round(acc + R), one rounding, and no 4-byte reads of R
+    // in the fragment layout (those cost the epilogue 25% of the kernel's time at 4096^3).
+    // In place (R == C) is safe: a thread reads the R chunks it later writes, and no other.
+    constexpr int CCH = BN / 8;                 // 8-column chunks a row
+    constexpr int PER = WG_ROWS * CCH / 128;    // chunks a thread
+    static_assert(STAGES * WG_STAGE_BYTES >= BM * BN * 4, "the fp32 slabs fit in the ring");
+    const unsigned stg = sbase + cw * (WG_ROWS * BN * 4);  // this warpgroup's fp32 slab
+    const long long row0 = bm + cw * WG_ROWS;
+    const bool r_vec = c_vec && (reinterpret_cast<unsigned long long>(R) & 15) == 0;
+    uint4 rv[PER];
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + cc * 8;
+      rv[q] = make_uint4(0, 0, 0, 0);
+      if (r_vec && gr < M && gc < N) rv[q] = *reinterpret_cast<const uint4*>(R + gr * N + gc);
+    }
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int i8 = 0; i8 < BN / 8; ++i8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
+          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
+          wg_st_shared_f2(stg + wg_fswz(lr, lc) * 4, acc[mi][(i8 * 8) / WG_NI][e], acc[mi][(i8 * 8) / WG_NI][e + 1]);
+        }
+    if (cw == 0)  // the slab is staged
+      wg_named_bar<2, 128>();
+    else
+      wg_named_bar<3, 128>();
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + cc * 8;
+      if (gr >= M || gc >= N) continue;
+      const float4 x = wg_ld_shared_f4(stg + wg_fswz(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + wg_fswz(r, cc * 8 + 4) * 4);
+      const float f[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+      if (r_vec) {
+        const wg_t2* rp = reinterpret_cast<const wg_t2*>(&rv[q]);
+        unsigned o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const wg_t2 pk = wg_pack(f[2 * e] + wg_to_f(rp[e].x), f[2 * e + 1] + wg_to_f(rp[e].y));
+          o[e] = *reinterpret_cast<const unsigned*>(&pk);
+        }
+        wg_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
+      } else {  // C or R not 16-byte aligned, or N % 8 != 0: 2 bytes at a time
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (gc + e < N) C[gr * N + gc + e] = wg_from_f(f[e] + wg_to_f(R[gr * N + gc + e]));
+      }
+    }
+#elif SPLIT == 1
     const unsigned stg = sbase + cw * (WG_ROWS * BN * 2);  // this warpgroup's slab
     const long long row0 = bm + cw * WG_ROWS;
-#if EPI == 2
-    const bool r_pairs = N % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & 3) == 0;
-#endif
 #pragma unroll
     for (int mi = 0; mi < WG_MI; ++mi)
 #pragma unroll
@@ -589,17 +652,6 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
 #if EPI == 1 || EPI == 5
           if (gc < N) v0 += wg_to_f(bias[gc]);
           if (gc + 1 < N) v1 += wg_to_f(bias[gc + 1]);
-#elif EPI == 2
-          if (gr < M) {
-            if (r_pairs && gc + 1 < N) {
-              const wg_t2 r = *reinterpret_cast<const wg_t2*>(R + gr * N + gc);
-              v0 += wg_to_f(r.x);
-              v1 += wg_to_f(r.y);
-            } else {
-              if (gc < N) v0 += wg_to_f(R[gr * N + gc]);
-              if (gc + 1 < N) v1 += wg_to_f(R[gr * N + gc + 1]);
-            }
-          }
 #endif
 #if EPI == 3
           v0 = wg_silu(v0);

@@ -49,16 +49,17 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
       if (auto c = Tuner::choose(near[i].second, spec, slots.data(), limits))
         add(*c, fmt::format("the choice of the nearest tuned key {}", near[i].second.key.values_text()), true);
   }
-  // 2. The spec's default.
-  if (spec.tuning.default_config) add(*spec.tuning.default_config, "the spec's default config");
-  // 3. The cheap rule: a library choice, then the template that fills the device with the fewest programs.
+  // 2. A library choice: nothing to compile, nothing to check first (it is
+  // what a tuning trusts), so the first result comes soonest.
   for (const auto& lib : spec.libraries)
     if (backend.library_unavailable(lib).empty()) {
       Config c;
       c.library = lib;
-      add(c, "the spec's library choice (the cheap rule: nothing to compile)");
+      add(c, "the spec's library choice (nothing to compile)");
       break;
     }
+  // 3. The spec's default, then the cheap rule: the template that fills the device with the fewest programs.
+  if (spec.tuning.default_config) add(*spec.tuning.default_config, "the spec's default config");
   const int64_t units = std::max<int64_t>(1, backend.device().info().multiprocessors);
   std::optional<size_t> pick;
   int64_t pick_programs = 0;

@@ -209,7 +209,9 @@ std::optional<Config> config_from(const json& j, const ConfigSpace& space) {
   if (j.contains("library")) {
     if (!j["library"].is_string() || j.size() != 1) return std::nullopt;
     c.library = j["library"].get<std::string>();
-    if (!is_identifier(c.library)) return std::nullopt;
+    // A name, with a rank for libraries that rank algorithms ("cublaslt_bf16_nt#3").
+    auto [base, rank] = library_rank(c.library);
+    if (rank < 0 || !is_identifier(base)) return std::nullopt;
     return c;
   }
   for (const auto& p : space.params) {

@@ -66,7 +66,7 @@ struct Lt {
       std::vector<std::string> tried;
       for (const char* n : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
         tried.push_back(n);
-        if ((h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+        if ((h = ::dlopen(n, RTLD_LAZY | RTLD_LOCAL))) break;
       }
       std::string why;
       if (!h)
@@ -74,7 +74,7 @@ struct Lt {
           std::string dir = nv->path.substr(0, nv->path.rfind('/'));
           for (const char* n : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
             tried.push_back(dir + "/" + n);
-            if ((h = ::dlopen(tried.back().c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+            if ((h = ::dlopen(tried.back().c_str(), RTLD_LAZY | RTLD_LOCAL))) break;
           }
         }
       if (!h) {

@@ -562,7 +562,7 @@ struct Cublas {
       std::vector<std::string> names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
       for (const auto& n : names) {
         tried.push_back(n);
-        if ((h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+        if ((h = ::dlopen(n.c_str(), RTLD_LAZY | RTLD_LOCAL))) break;
       }
       // Beside NVRTC, in the toolkit.
       std::string why;
@@ -572,7 +572,7 @@ struct Cublas {
           for (const char* n : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
             std::string p = dir + "/" + n;
             tried.push_back(p);
-            if ((h = ::dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+            if ((h = ::dlopen(p.c_str(), RTLD_LAZY | RTLD_LOCAL))) break;
           }
         }
       if (!h) {
