@@ -54,17 +54,19 @@ if has kiln; then
   while read -r spec shape; do
     [ -z "$spec" ] && continue
     [[ "$spec $shape" == *${FC_ONLY:-}* ]] || continue  # FC_ONLY=pattern: those rows only
-    set -- $shape
-    c=$work/kiln-$(basename "$spec" .toml)-$1x$2x$3
-    log "kiln $spec $shape cold: $(first $c "$spec" --wait-tuned --set M=$1 --set N=$2 --set K=$3)"
-    for i in 1 2; do log "kiln $spec $shape warm: $(first $c "$spec" --set M=$1 --set N=$2 --set K=$3)"; done
+    set -- $shape  # M N K [flags]
+    c=$work/kiln-$(basename "$spec" .toml)-$1x$2x$3${4:-}
+    log "kiln $spec $shape cold: $(first $c "$spec" ${4:-} --wait-tuned --set M=$1 --set N=$2 --set K=$3)"
+    for i in 1 2; do log "kiln $spec $shape warm: $(first $c "$spec" ${4:-} --set M=$1 --set N=$2 --set K=$3)"; done
   done <<'EOF'
 kernels/cuda/matmul.toml 1024 1024 1024
 kernels/cuda/matmul.toml 777 1333 555
 kernels/cuda/matmul.toml 4096 64 4096
+kernels/cuda/matmul.toml 1024 1024 1024 --no-library
 kernels/cuda/gemm_bf16_nt.toml 1024 1024 1024
 kernels/cuda/gemm_bf16_nt.toml 300 14336 4096
 kernels/cuda/gemm_bf16_nt.toml 2000 4096 14336
+kernels/cuda/gemm_wgmma_bf16_nt.toml 1024 1024 1024 --no-library
 EOF
   # The quick choice against an exhaustive tuning of the same shape (the
   # same cache: what the quick search timed is reused, the rest is timed).

@@ -55,4 +55,7 @@ if has gated; then
     [ "$t" -le 16 ] && tune "gated_decode_$t" kernels/cuda/gemm_decode_bf16_nt_gated.toml $t $I $H
   done
 fi
+# Results from an earlier part (another run) join this one's: GEMM_EARLIER=folder.
+[ -n "${GEMM_EARLIER:-}" ] && cp -n "$GEMM_EARLIER"/*.json "$R/" 2>/dev/null
 python3 bench/gpu/gemm_summary.py "$R" | tee "$R/summary.txt"
+tar czf "$R/../gemm.tgz" -C "$R" . && rm -f "$R"/*.json
