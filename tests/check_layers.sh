@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Dependencies point one way: tools → dispatch → tune → compile → worker →
-# backends → core. Fails naming each #include that points upward.
+# Dependencies point one way: tools → program → dispatch → tune → compile →
+# worker → backends → core. Fails naming each #include that points upward.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rank() {  # the layer of a source file or an included header
@@ -17,7 +17,9 @@ rank() {  # the layer of a source file or an included header
     kiln/plan.hpp|include/kiln/plan.hpp) echo 4 ;;
     src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp|kiln/artifact.hpp) echo 5 ;;
     include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp|include/kiln/artifact.hpp) echo 5 ;;
-    kiln/kiln.hpp|include/kiln/kiln.hpp) echo 5 ;;
+    kiln/program_spec.hpp|include/kiln/program_spec.hpp) echo 0 ;;
+    src/program/*|program/*|kiln/program.hpp|include/kiln/program.hpp) echo 6 ;;
+    kiln/kiln.hpp|include/kiln/kiln.hpp) echo 6 ;;
     *) echo -1 ;;
   esac
 }
@@ -34,7 +36,7 @@ done < <(find src include -name '*.cpp' -o -name '*.hpp' | sort)
 # Public headers include public headers only: the installed package has no src/.
 while IFS= read -r hit; do
   echo "check_layers: $hit: a public header includes a private one"; bad=1
-done < <(grep -rnE '#include "(core|backends|worker|compile|tune|dispatch)/' include || true)
+done < <(grep -rnE '#include "(core|backends|worker|compile|tune|dispatch|program)/' include || true)
 # Only src/backends/cuda knows NVRTC and the CUDA driver API.
 while IFS= read -r hit; do
   echo "check_layers: $hit: NVRTC or the driver API outside src/backends/cuda"; bad=1

@@ -96,6 +96,7 @@ TEST_F(MultiTest, SoftmaxVariantsAreBenchmarkedOnceAKeyAndRemembered) {
   ASSERT_TRUE(is_multi_spec(spec));
   MultiKernelSpec ms = load_multi_spec(spec);
   ASSERT_EQ(ms.variants.size(), 2u);
+  opts.first_call = FirstCall::wait;  // the benchmark on the first call itself is under test
   {
     Runtime rt(opts);
     MultiKernel k(rt, ms);
@@ -153,6 +154,7 @@ TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
 
 TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   write_scale_specs(dir.path(), true);
+  opts.first_call = FirstCall::wait;  // the benchmark on the first call itself is under test
   Runtime rt(opts);
   MultiKernel k(rt, load_multi_spec(dir.path() / "scale.toml"));
   std::vector<float> x(1000);
@@ -416,4 +418,36 @@ hints = { N = [65536] }
     k(x.data(), y.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i] + 1) << "N=" << n;
   }
+}
+
+// KILN_FIRST_CALL=swap on a multi-kernel: the first call runs a variant's
+// safe choice at once; the variants are tuned and benchmarked behind it, and
+// the winner replaces it exactly once; every result is right meanwhile.
+TEST_F(MultiTest, AMultiKernelRunsASafeVariantWhileItsVariantsAreTuned) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cpu/softmax_multi.toml");
+  opts.first_call = FirstCall::swap;
+  Runtime rt(opts);
+  MultiKernel k(rt, ms);
+  std::vector<float> x(64 * 512), y(64 * 512);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 11);
+  int64_t M = 64, N = 512;
+  float *px = x.data(), *py = y.data();
+  void* params[] = {&px, &py, &M, &N};
+  expect_softmax(k, 64, 512);
+  EXPECT_EQ(k.pick(params).source, "safe");
+  std::string last = "safe";
+  int changes = 0;
+  while (rt.tunings_pending() > 0) {
+    expect_softmax(k, 64, 512);
+    std::string now = k.pick(params).source;
+    if (now != last) ++changes, last = now;
+  }
+  rt.wait_tuned();
+  expect_softmax(k, 64, 512);
+  if (k.pick(params).source != last) ++changes;
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(k.pick(params).source, "tuned");
+  Runtime rt2(opts);
+  MultiKernel k2(rt2, ms);
+  EXPECT_EQ(k2.pick(params).source, "cache");
 }

@@ -9,6 +9,7 @@
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/options.hpp"
+#include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
 #include "kiln/spec.hpp"
 #include "kiln/tuning.hpp"

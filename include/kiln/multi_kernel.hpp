@@ -103,7 +103,7 @@ class MultiKernel : public detail::TypedCall<MultiKernel> {
   // Which variant a call with these arguments runs (deciding if needed), and why.
   struct Pick {
     size_t variant = 0;
-    std::string source;  // "benchmarked", "cache", "forced", "only variant"
+    std::string source;  // "benchmarked", "cache", "forced", "only variant", "safe" (tuning behind it), "tuned"
     Config config;       // the variant's own config
     // When benchmarked or from the cache: each variant's time or failure (VARIANT=i).
     std::vector<ConfigResult> results;
@@ -113,7 +113,7 @@ class MultiKernel : public detail::TypedCall<MultiKernel> {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with its background tunings
 };
 
 }  // namespace kiln

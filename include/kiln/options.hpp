@@ -62,6 +62,7 @@ struct Options {
                                       // under it in Redis and fetched in one round trip by the next process
   bool serving = false;               // KILN_SERVING=1: cached choices only, never benchmark on the call path
   FirstCall first_call = FirstCall::swap;  // KILN_FIRST_CALL=wait|swap|serve (docs/dispatch.md)
+  bool program_graphs = true;         // KILN_PROGRAM_GRAPHS=0: programs launch step by step, never as graphs
   std::filesystem::path artifact;     // KILN_ARTIFACT: a packed artifact (kiln pack) loaded at start
   bool artifact_sources_only = false; // KILN_ARTIFACT_MISMATCH=sources: an artifact for another device or
                                       // toolchain gives its sources only (then tuned here), not refused

@@ -182,6 +182,10 @@ class TuningCache {
   // joins the bundle (once per process) so the next machine fetches it with
   // the others.
   void note_used(const TuningRecord& r);
+  // While on, every record note_used() sees is kept: what `kiln pack` of a
+  // program packs (the records its run used).
+  void journal(bool on);
+  std::vector<TuningRecord> journaled() const;
 
   // A kernel's dispatch plan (kiln/plan.hpp) as text: tune/<base>/plan.pln on
   // the local disk, else one from a packed artifact. Validated by the reader.

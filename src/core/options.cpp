@@ -108,6 +108,7 @@ Options Options::from_env() {
     o.bundle = v;
   }
   o.serving = env_bool("KILN_SERVING");
+  if (env("KILN_PROGRAM_GRAPHS")) o.program_graphs = env_bool("KILN_PROGRAM_GRAPHS");
   if (const char* v = env("KILN_FIRST_CALL")) {
     std::string_view f(v);
     if (f == "wait") o.first_call = FirstCall::wait;

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "dispatch/call_copy.hpp"
 #include "dispatch/call_shape.hpp"
+#include "dispatch/first_call.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/runtime.hpp"
 
@@ -169,36 +170,19 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
                                  FirstCall mode) {
   Impl& m = *impl_;
   Backend& be = m.rt.backend(m.spec.backend);
-  std::vector<SafeChoice> safe = safe_choices(m.spec, params, be, m.rt.tuning_cache().get());
+  std::string failures;
   const Choice* c = nullptr;
-  std::string how, failures;
-  for (const auto& s : safe) {
-    try {
-      // A config nothing has checked runs once in a worker first: a crash
-      // or a hang there costs the worker, not this process.
-      if (!s.proven)
-        if (std::string why = m.rt.try_config(m.spec, s.config, params, stream); !why.empty()) {
-          failures += fmt::format("\n  {}: {}", s.config.str(), why);
-          continue;
-        }
-      const Choice* cand = m.choice_for(s.config, "safe");
-      if (std::string why = cand->kernel->can_implement(params); !why.empty()) {
-        failures += fmt::format("\n  {}: {}", s.config.str(), why);
-        continue;
-      }
-      c = cand;
-      how = s.how;
-      break;
-    } catch (const Error& e) {
-      if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
-      failures += fmt::format("\n  {}: {}", s.config.str(), e.what());
-    }
-  }
-  if (!c) {
+  std::optional<SafeChoice> safe =
+      first_safe_choice(m.rt, m.spec, params, stream,
+                        [&](const Config& cfg) -> const LoadedKernel& { return *(c = m.choice_for(cfg, "safe"))->kernel; },
+                        &failures);
+  if (!safe) {
     log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", m.spec.name,
               failures);
     return nullptr;
   }
+  c = m.choice_for(safe->config, "safe");
+  const std::string how = safe->how;
   TuningKey tkey = make_tuning_key(m.spec, be, params);
   if (mode == FirstCall::serve) {
     m.rt.note_miss(m.spec, tkey, c->config.str(), how);
@@ -252,5 +236,31 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
 }
 
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }
+
+std::optional<SafeChoice> first_safe_choice(Runtime& rt, const KernelSpec& spec, void* const* params, Stream stream,
+                                            const std::function<const LoadedKernel&(const Config&)>& load,
+                                            std::string* failures) {
+  Backend& be = rt.backend(spec.backend);
+  for (const auto& s : safe_choices(spec, params, be, rt.tuning_cache().get())) {
+    try {
+      // A config nothing has checked runs once in a worker first: a crash
+      // or a hang there costs the worker, not this process.
+      if (!s.proven)
+        if (std::string why = rt.try_config(spec, s.config, params, stream); !why.empty()) {
+          *failures += fmt::format("\n  {}: {}", s.config.str(), why);
+          continue;
+        }
+      if (std::string why = load(s.config).can_implement(params); !why.empty()) {
+        *failures += fmt::format("\n  {}: {}", s.config.str(), why);
+        continue;
+      }
+      return s;
+    } catch (const Error& e) {
+      if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
+      *failures += fmt::format("\n  {}: {}", s.config.str(), e.what());
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace kiln

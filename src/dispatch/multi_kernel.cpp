@@ -1,11 +1,14 @@
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
+#include "dispatch/call_copy.hpp"
 #include "dispatch/call_shape.hpp"
+#include "dispatch/first_call.hpp"
 #include "dispatch/shape_memo.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/binary_key.hpp"
@@ -144,6 +147,9 @@ struct MultiKernel::Impl {
   std::vector<std::string> variant_ids;  // what a variant's result is kept by in the record
   std::mutex m;                          // guards chosen
   std::vector<std::unique_ptr<Chosen>> chosen;  // one per (variant, config, source)
+  std::weak_ptr<Impl> self;                     // what a background tuning holds
+  // Shape keys tuning in the background, with what their calls run meanwhile; under memo.mutex().
+  std::map<std::vector<int64_t>, const Chosen*> pending;
 
   // The variant's params array from ours; scratch from `scratch_ptrs`.
   void map_params(size_t v, void* const* params, void** scratch_ptrs, void** out) const {
@@ -213,6 +219,19 @@ struct MultiKernel::Impl {
     } else if (rec && rec->best) {
       variant = static_cast<size_t>(*rec->best->get("VARIANT"));
       source = "cache";
+      rt.tuning_cache()->note_used(*rec);
+    } else if (const FirstCall mode = rt.options().serving ? FirstCall::wait : rt.options().first_call;
+               mode != FirstCall::wait) {
+      if (const Chosen* c = first_call(params, key, stream, tkey, mode, vparams)) {
+        memo.insert(key, c);
+        return c;
+      }
+      if (mode == FirstCall::serve)
+        fail(Errc::tune, "multi-kernel '{}' at {}: KILN_FIRST_CALL=serve, and no variant can run this call "
+             "without tuning", spec.name, tkey.values_text());
+      TuningRecord fresh = benchmark(tkey, vparams, stream);
+      variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
+      source = "benchmarked";
     } else {
       TuningRecord fresh = benchmark(tkey, vparams, stream);
       variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
@@ -233,11 +252,116 @@ struct MultiKernel::Impl {
     return c;
   }
 
+  // A shape with no record under KILN_FIRST_CALL=swap or serve: the first
+  // variant with a choice that can run the call now (its record's, else its
+  // first safe choice); with swap, the variants are tuned and benchmarked
+  // behind it on a copy of the call's arguments, and the winner replaces it.
+  // nullptr when no variant can run the call untuned. Holds memo.mutex().
+  template <class VParams>
+  const Chosen* first_call(void* const* params, const int64_t* key, Stream stream, const TuningKey& tkey,
+                           FirstCall mode, VParams&& vparams) {
+    std::vector<int64_t> shape_key(key, key + shape.key_size());
+    if (auto it = pending.find(shape_key); it != pending.end()) return it->second;
+    const Chosen* c = nullptr;
+    std::string failures, how;
+    for (size_t vi = 0; vi < spec.variants.size() && !c; ++vi) {
+      const VariantSpec& v = spec.variants[vi];
+      std::vector<void*> vp = vparams(vi);
+      TuneOptions to = tune;
+      to.stream = stream;
+      to.cached_only = true;
+      TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
+      if (o.choice) {
+        c = chosen_for(vi, *o.choice, "safe");
+        how = "the variant's own record";
+        break;
+      }
+      if (o.from_cache) continue;  // its record says nothing of it runs
+      std::string f;
+      std::optional<SafeChoice> s = first_safe_choice(
+          rt, v.kernel, vp.data(), stream,
+          [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, "safe")->kernel; }, &f);
+      if (s) {
+        c = chosen_for(vi, s->config, "safe");
+        how = s->how;
+      } else {
+        failures += fmt::format("\n variant {} ('{}'):{}", vi, v.kernel.name, f);
+      }
+    }
+    if (!c) {
+      log::info("multi-kernel '{}': no variant can run this call untuned; it is tuned before it returns:{}",
+                spec.name, failures);
+      return nullptr;
+    }
+    if (mode == FirstCall::serve) {
+      rt.note_miss(as_kernel, tkey, fmt::format("variant {}, {}", c->variant, c->config.str()), how);
+      return c;
+    }
+    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}: {}) runs while the variants are tuned in the background",
+              spec.name, tkey.values_text(), c->variant, spec.variants[c->variant].kernel.name, c->config.str(), how);
+    Device& dev = rt.backend(spec.backend).device();
+    auto copy = std::make_shared<CallCopy>(as_kernel, params, dev, stream);
+    pending[shape_key] = c;
+    std::shared_ptr<Impl> me = self.lock();
+    rt.run_in_background(
+        fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
+        [me, copy, shape_key, tkey](const std::atomic<bool>& stop) mutable {
+          Impl& m = *me;
+          auto forget = [&] {
+            std::lock_guard<std::mutex> g(m.memo.mutex());
+            m.pending.erase(shape_key);
+          };
+          try {
+            Device& d = m.rt.backend(m.spec.backend).device();
+            int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+            m.shape.read(copy->params(), slots, unused);
+            std::vector<void*> scratch;
+            struct Free {
+              Device& d;
+              std::vector<void*>& p;
+              ~Free() {
+                for (void* x : p) d.free(x);
+              }
+            } free_scratch{d, scratch};
+            for (size_t k = 0; k < m.spec.scratch.size(); ++k) {
+              int64_t n = m.scratch_sizes[k].eval(slots);
+              scratch.push_back(
+                  d.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m.spec.scratch[k].dtype) + 64));
+            }
+            auto vp_of = [&](size_t v) {
+              std::vector<void*> out(m.maps[v].size());
+              m.map_params(v, copy->params(), scratch.data(), out.data());
+              return out;
+            };
+            TuningRecord rec = m.benchmark(tkey, vp_of, nullptr, &stop);
+            const size_t variant = static_cast<size_t>(*rec.best->get("VARIANT"));
+            std::vector<void*> vp = vp_of(variant);
+            TuneOptions to = m.tune;
+            to.cancel = &stop;
+            TuneOutcome o = m.rt.tune(m.spec.variants[variant].kernel, vp.data(), to);
+            if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+            const Chosen* c = m.chosen_for(variant, *o.choice, "tuned");
+            {
+              std::lock_guard<std::mutex> g(m.memo.mutex());
+              m.memo.insert(shape_key.data(), c);
+              m.pending.erase(shape_key);
+            }
+            log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", m.spec.name,
+                      tkey.values_text(), variant, c->config.str());
+          } catch (...) {
+            forget();
+            throw;
+          }
+        });
+    return c;
+  }
+
   // Tunes each variant, then times the variants' best configs against each
   // other in interleaved rounds on this call's arguments, checking that they
   // agree. Stores and returns the record (throws when every variant failed).
   template <class VParams>
-  TuningRecord benchmark(const TuningKey& tkey, VParams&& vparams, Stream stream) {
+  TuningRecord benchmark(const TuningKey& tkey, VParams&& vparams, Stream stream,
+                         const std::atomic<bool>* cancel = nullptr) {
     const size_t n = spec.variants.size();
     TuningRecord rec;
     rec.kernel = spec.name;
@@ -258,6 +382,7 @@ struct MultiKernel::Impl {
       try {
         TuneOptions to = tune;
         to.stream = stream;
+        to.cancel = cancel;
         TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
         if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
         best[i] = *o.choice;
@@ -337,6 +462,7 @@ struct MultiKernel::Impl {
       }
     }
     if (!rec.best) throw Error(Errc::tune, rec.all_failed_message());
+    if (auto cache = rt.tuning_cache()) cache->note_used(rec);
     return rec;
   }
 
@@ -363,7 +489,8 @@ struct MultiKernel::Impl {
 };
 
 MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
-    : impl_(std::make_unique<Impl>(rt, std::move(spec), tune)) {
+    : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
+  impl_->self = impl_;
   if (rt.options().compiles_ahead()) {
     CompilePool& pool = rt.compile_pool(impl_->spec.backend);
     const LaunchLimits limits = rt.backend(impl_->spec.backend).limits();

@@ -410,6 +410,8 @@ struct TuningCache::Dirs {
   bool bundle_fetched = false;
   std::set<std::string> in_bundle;              // slots known to be in the named bundle
   std::map<std::string, std::string> artifact_plans;  // base -> plan text
+  bool journal = false;
+  std::map<std::string, TuningRecord> journaled;     // slot -> a record used while journaling
   mutable Stats stats;
 };
 
@@ -564,12 +566,25 @@ void TuningCache::put(const TuningRecord& r) {
   }
 }
 
+void TuningCache::journal(bool on) {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  dirs_->journal = on;
+}
+
+std::vector<TuningRecord> TuningCache::journaled() const {
+  std::lock_guard<std::mutex> g(dirs_->m);
+  std::vector<TuningRecord> out;
+  for (const auto& [slot, r] : dirs_->journaled) out.push_back(r);
+  return out;
+}
+
 void TuningCache::note_used(const TuningRecord& r) {
   std::shared_ptr<RemoteCache> remote;
   std::string bundle, text;
   const std::string slot = slot_of(r.key);
   {
     std::lock_guard<std::mutex> g(dirs_->m);
+    if (dirs_->journal) dirs_->journaled[slot] = r;
     if (!dirs_->remote.remote || dirs_->remote.bundle.empty() || !dirs_->in_bundle.insert(slot).second) return;
     remote = dirs_->remote.remote;
     bundle = dirs_->remote.bundle;

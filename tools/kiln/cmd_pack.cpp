@@ -1,4 +1,7 @@
 // kiln pack, unpack, inspect: packed artifacts (docs/fleet.md).
+#include <charconv>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "backends/serialize.hpp"
@@ -12,6 +15,7 @@
 #include "kiln/plan.hpp"
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {
@@ -55,7 +59,7 @@ std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const Kerne
 // The spec, its source and what the source includes, under sources/<name>/,
 // at their paths relative to the spec's folder.
 void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string& spec_entry) {
-  fs::path root = fs::absolute(spec.spec_path).parent_path();
+  fs::path root = fs::absolute(spec.spec_path).lexically_normal().parent_path();
   auto add = [&](const fs::path& file) -> std::string {
     fs::path rel = fs::absolute(file).lexically_normal().lexically_relative(root);
     if (rel.empty() || *rel.begin() == "..") {
@@ -75,6 +79,124 @@ void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string
   for (const auto& inc : k.includes_found) add(inc);
 }
 
+// A program: run at each shape its --set values give (every step tuned on
+// its real intermediate tensors, or answered by a record), then the records
+// the run used, the binaries of their choices and runners-up, and the
+// sources of every kernel (and the program file) go into the artifact.
+void pack_program(Runtime& rt, Artifact& art, const std::string& path, const PackArgs& a, std::set<std::string>& binaries,
+                  size_t& records) {
+  ProgramSpec ps = load_program(path);
+  ArtifactManifest& m = art.manifest();
+  Backend& be = rt.backend(ps.backend);
+  bool have_target = false;
+  for (const auto& t : m.targets) have_target = have_target || t.backend == ps.backend;
+  if (!have_target)
+    m.targets.push_back({ps.backend, be.device_identity(), hash_bytes(be.toolchain_identity()).hex(),
+                         be.toolchain_identity()});
+  // Every kernel spec it runs, variants of multi-kernels included, by name.
+  std::map<std::string, KernelSpec> specs;
+  for (const auto& k : ps.kernels) {
+    if (k.kind == ProgramKernel::Kind::multi)
+      for (const auto& v : k.multi.variants) specs.emplace(v.kernel.name, v.kernel);
+    else
+      specs.emplace(k.kernel.name, k.kernel);
+  }
+  // The shapes: each symbol's values (--set T=1,64 or --set T=1 --set T=64), every combination.
+  std::map<std::string, std::vector<int64_t>> values;
+  for (const auto& [n, v] : split_sets(a.sets)) {
+    if (std::find(ps.symbols.begin(), ps.symbols.end(), n) == ps.symbols.end()) continue;
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');) {
+      int64_t x = 0;
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+      if (ec != std::errc() || p != item.data() + item.size()) fail(Errc::usage, "--set {}={}: not integers", n, v);
+      values[n].push_back(x);
+    }
+  }
+  for (const auto& s : ps.symbols)
+    if (!values.count(s)) fail(Errc::usage, "program '{}': give symbol '{}' its values to pack (--set {}=...)", ps.name, s, s);
+  std::vector<std::map<std::string, int64_t>> shapes_ = {{}};
+  for (const auto& [n, vs] : values) {
+    std::vector<std::map<std::string, int64_t>> next;
+    for (const auto& s : shapes_)
+      for (int64_t v : vs) {
+        auto t = s;
+        t[n] = v;
+        next.push_back(t);
+      }
+    shapes_ = next;
+  }
+  auto cache = rt.tuning_cache();
+  if (!cache) fail(Errc::usage, "kiln pack needs the tuning cache (KILN_NO_CACHE is set)");
+  cache->journal(true);
+  Device& dev = be.device();
+  Program prog(rt, ps);
+  KernelSpec scope;
+  std::vector<int64_t> base;
+  for (const auto& [n, v] : ps.constants) {
+    ArgSpec x;
+    x.name = n;
+    scope.args.push_back(x);
+    base.push_back(v);
+  }
+  for (const auto& n : ps.symbols) {
+    ArgSpec x;
+    x.name = n;
+    scope.args.push_back(x);
+    base.push_back(0);
+  }
+  for (const auto& shape : shapes_) {
+    std::vector<int64_t> slots = base;
+    for (size_t i = 0; i < ps.symbols.size(); ++i) slots[ps.constants.size() + i] = shape.at(ps.symbols[i]);
+    std::vector<DeviceBuffer> held;
+    held.reserve(ps.inputs.size() + ps.outputs.size());
+    std::vector<Tensor> in, outs;
+    auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
+      Tensor x;
+      int64_t n = 1;
+      for (const auto& d : t.shape) x.shape.push_back(compile_expr(scope, d, nullptr).eval(slots.data())), n *= x.shape.back();
+      const size_t bytes = buffer_bytes(t.dtype, n, t.name);
+      held.emplace_back(dev, bytes ? bytes : 1);
+      if (fill) {
+        std::vector<std::byte> host(bytes);
+        fill_random(t.dtype, host, seed);
+        dev.to_device(held.back().get(), host.data(), bytes, nullptr);
+      }
+      x.data = held.back().get();
+      return x;
+    };
+    for (size_t i = 0; i < ps.inputs.size(); ++i) in.push_back(make(ps.inputs[i], true, a.seed + 977 * (i + 1)));
+    for (const auto& t : ps.outputs) outs.push_back(make(t, false, 0));
+    prog.run(in, outs, nullptr);
+    dev.sync(nullptr);
+    std::string text;
+    for (const auto& [n, v] : shape) text += fmt::format("{}{}={}", text.empty() ? "" : " ", n, v);
+    std::fprintf(stderr, "program %s at %s: every step tuned or answered\n", ps.name.c_str(), text.c_str());
+  }
+  cache->journal(false);
+  for (const TuningRecord& r : cache->journaled()) {
+    art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
+    ++records;
+    auto it = specs.find(r.kernel);
+    if (it == specs.end() || !r.best) continue;  // a multi-kernel's own record: it names variants, not binaries
+    std::vector<Config> want{*r.best};
+    for (const ConfigResult* c : r.ranked())
+      if (static_cast<int>(want.size()) <= a.runners_up && !(c->config == *r.best)) want.push_back(c->config);
+    for (const Config& c : want) {
+      if (!c.library.empty()) continue;
+      std::shared_ptr<const Binary> b = rt.compile_pool(ps.backend).submit(it->second, c).get();
+      if (binaries.insert(b->key).second) art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
+    }
+  }
+  for (const auto& [name, spec] : specs) {
+    ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
+    add_sources(art, spec, be, entry.spec);
+    m.kernels.push_back(std::move(entry));
+  }
+  std::optional<std::string> text = read_file(path);
+  if (text) art.add("sources/programs/" + fs::path(path).filename().string(), std::move(*text));
+}
+
 void run_pack(Globals& g, const PackArgs& a) {
   if (!a.hints && a.sets.empty()) fail(Errc::usage, "kiln pack: give the shapes to pack, with --set NAME=V ... or --hints");
   if (a.out.empty() && a.unpacked.empty()) fail(Errc::usage, "kiln pack: give -o FILE, --unpacked DIR, or both");
@@ -82,6 +204,7 @@ void run_pack(Globals& g, const PackArgs& a) {
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   opts.artifact.clear();  // packing reads the caches, not another artifact
+  opts.first_call = FirstCall::wait;  // every shape packed is tuned before it is packed
   Runtime rt(opts);
   Artifact art;
   ArtifactManifest& m = art.manifest();
@@ -91,6 +214,10 @@ void run_pack(Globals& g, const PackArgs& a) {
   size_t tuned = 0, records = 0;
   std::set<std::string> binaries;
   for (const auto& path : a.specs) {
+    if (is_program_file(path)) {
+      pack_program(rt, art, path, a, binaries, records);
+      continue;
+    }
     KernelSpec spec = load_spec(path);
     for (const auto& k : m.kernels)
       if (k.name == spec.name) fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);

@@ -30,6 +30,7 @@ void add_backends(CLI::App& app, Globals& g);
 void add_pack(CLI::App& app, Globals& g);  // pack, unpack, inspect
 void add_plan(CLI::App& app, Globals& g);
 void add_plot(CLI::App& app, Globals& g);
+void add_program(CLI::App& app, Globals& g);
 
 // Where the built-in kernels live: KILN_KERNELS_DIR, else beside the
 // executable, else the source tree kiln was built from.

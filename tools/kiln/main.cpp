@@ -126,6 +126,7 @@ int run(int argc, char** argv) {
   add_pack(app, g);
   add_plan(app, g);
   add_plot(app, g);
+  add_program(app, g);
   // A first word that is no command and no flag is a typo: say so.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

@@ -193,6 +193,14 @@ class Timer {
   virtual double elapsed_ns() = 0;
 };
 
+// Work captured once and replayed (a CUDA graph): launch() queues all of it
+// on a stream with one call.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void launch(Stream s) = 0;
+};
+
 // What touches a device's memory and time. Buffers are device addresses
 // (host memory on cpu). Copies and fills are queued on the stream; to_host
 // returns when the bytes are there. Throws Error(Errc::launch) for a device
@@ -229,6 +237,13 @@ class Device {
     static_cast<void>(launch);
     static_cast<void>(count);
     return -1;
+  }
+  // Captures what `work` queues on the stream it is given (nothing runs
+  // then) into a graph to replay on any stream; nullptr where the device has
+  // no graphs (cpu). Throws Error(Errc::launch) when the capture fails.
+  virtual std::unique_ptr<Graph> capture(const std::function<void(Stream)>& work) {
+    static_cast<void>(work);
+    return nullptr;
   }
   // Why the device can no longer be used (a kernel faulted and took its
   // context down), or "".

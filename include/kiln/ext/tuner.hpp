@@ -83,12 +83,12 @@ struct SafeChoice {
 };
 // The safe choices for a call, best first (docs/dispatch.md): the choices of
 // the nearest tuned keys (L1 distance over log2 of the key values) that can
-// run it; the spec's default config; then the cheap rule: the spec's first
-// available library choice (nothing to compile, and the library is what a
-// tuning trusts), then the template config that fills the device with the
-// fewest programs (the smallest grid of at least one program per
-// multiprocessor or core; where none reaches that, the largest grid); then
-// the first config that can run the call. Only configs that can run the call
+// run it; the spec's first available library choice (nothing to compile,
+// nothing to check first: the library is what a tuning trusts); the spec's
+// default config; then the cheap rule: the template config that fills the
+// device with the fewest programs (the smallest grid of at least one
+// program per multiprocessor or core; where none reaches that, the largest
+// grid); then the first config that can run the call. Only configs that can run the call
 // are listed, and a config that failed (crashed, computed something else,
 // timed out) in a nearby record is left out. `cache` may be null.
 std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,

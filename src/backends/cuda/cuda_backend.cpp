@@ -451,6 +451,42 @@ class CudaDevice final : public Device {
     return t.elapsed_ns() / count;
   }
 
+  std::unique_ptr<Graph> capture(const std::function<void(Stream)>& work) override {
+    ensure_current();
+    CUstream s = nullptr;
+    check(d_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
+    struct Destroy {
+      const Driver* d;
+      CUstream s;
+      ~Destroy() { d->cuStreamDestroy(s); }
+    } destroy{d_, s};
+    CUgraph graph = nullptr;
+    check(d_->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing a graph");
+    try {
+      work(reinterpret_cast<Stream>(s));
+    } catch (...) {
+      d_->cuStreamEndCapture(s, &graph);
+      if (graph) d_->cuGraphDestroy(graph);
+      throw;
+    }
+    check(d_->cuStreamEndCapture(s, &graph), "capturing a graph");
+    CUgraphExec exec = nullptr;
+    CUresult r = d_->cuGraphInstantiate(&exec, graph, 0);
+    d_->cuGraphDestroy(graph);
+    check(r, "instantiating a graph");
+    struct CudaGraph final : Graph {
+      CudaDevice& dev;
+      CUgraphExec e;
+      CudaGraph(CudaDevice& d, CUgraphExec x) : dev(d), e(x) {}
+      ~CudaGraph() override { dev.d_->cuGraphExecDestroy(e); }
+      void launch(Stream st) override {
+        dev.ensure_current();
+        dev.check(dev.d_->cuGraphLaunch(e, stream_of(st)), "replaying a graph");
+      }
+    };
+    return std::make_unique<CudaGraph>(*this, exec);
+  }
+
   std::string fault() const override {
     std::lock_guard<std::mutex> g(m_);
     return fault_;

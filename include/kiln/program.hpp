@@ -1,0 +1,82 @@
+// Program: runs a ProgramSpec (kiln/program_spec.hpp) through kiln's
+// handles (docs/program.md).
+//
+// Loading one makes every kernel's handle at once, so their compiles start
+// in the background (the first step's first). A call binds the symbols from
+// the inputs' shapes, checks the guards (on the first call of a shape),
+// plans the intermediates into one arena by liveness (kept per shape), and
+// launches the steps, each through its handle: a step's first call of a
+// shape tunes it on the real intermediate tensors (or takes the record's
+// choice; in serving mode it never tunes), later calls only compute grids
+// and launch. On cuda, once every step of a shape is tuned, the shape's
+// launches are captured into a graph and replayed for later calls with the
+// same buffers (KILN_PROGRAM_GRAPHS=0 turns that off).
+//
+// Thread-safety: a Program may be called from one thread at a time (it
+// reuses one arena and its argument arrays); make one per thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/ext/backend.hpp"
+#include "kiln/program_spec.hpp"
+
+namespace kiln {
+
+class Runtime;
+
+// A buffer of a call: where it is and its shape.
+struct Tensor {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+};
+
+struct ProgramOptions {
+  bool graphs = true;       // capture and replay each tuned shape's launches (cuda; off: KILN_PROGRAM_GRAPHS=0)
+  int graph_capacity = 8;   // graphs kept (least recently used dropped)
+  int plan_capacity = 64;   // shapes whose memory plans are kept
+};
+
+class Program {
+ public:
+  // Makes every kernel's handle (their compiles start now). `rt` must outlive it.
+  Program(Runtime& rt, ProgramSpec spec, ProgramOptions opts = {});
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  // Runs the program: `inputs` and `outputs` in the spec's order. Throws
+  // Error(Errc::usage) naming the input, dimension or guard that does not
+  // hold. Launches are queued on `stream` (cuda).
+  void run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr);
+  // Binds the symbols from the inputs' shapes and checks the guards.
+  std::map<std::string, int64_t> bind(const std::vector<Tensor>& inputs) const;
+  // The memory plan of the intermediates for these symbol values.
+  MemoryPlan memory(const std::map<std::string, int64_t>& symbols) const;
+  // Each step's device time (ns) for these buffers: the steps launched one
+  // at a time, synchronised, `reps` times; the median. Tunes what is untuned first.
+  std::vector<double> time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps);
+  // What each launch step runs for these buffers: "kernel: config (source)".
+  std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  // Waits until the compiles the load started are done.
+  void prepare();
+  const ProgramSpec& spec() const;
+
+  struct Stats {
+    uint64_t calls = 0;
+    uint64_t graph_captures = 0, graph_replays = 0;
+    size_t plans = 0;                // shapes planned
+    int64_t arena_bytes = 0;         // the arena as allocated (the largest plan's)
+  };
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

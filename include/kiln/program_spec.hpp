@@ -1,0 +1,146 @@
+// Program specs: a wrapper of buffers and kernel launches whose sizes are
+// symbols, as data (docs/program.md); kiln/program.hpp runs them.
+//
+// A ProgramSpec is read from a file (kind = "program", TOML, versioned) or
+// made with ProgramBuilder: integer symbols (bound from the input shapes at
+// call time) and constants; guards over them; input, output and
+// intermediate buffers with dtypes and symbolic shapes; the kernels it
+// launches (kernel specs, multi-kernels or size-hint kernels); and steps,
+// each a launch of one of them with argument expressions. lower() makes the
+// allocations and frees explicit (each intermediate lives from the step
+// before its first use to the step after its last).
+//
+// A Program loads one: every kernel's handle is made at once, so their
+// compiles start in the background (the first step's first). A call binds
+// the symbols, checks the guards (the first call of a shape), plans the
+// intermediates into one arena by liveness (kept per shape), and launches
+// the steps, each through its handle: a step's first call of a shape tunes
+// it on the real intermediate tensors (or takes the record's choice), later
+// calls only compute grids and launch. On cuda, once every step of a shape
+// is tuned, the shape's launches are captured into a graph and replayed.
+//
+// Thread-safety: ProgramSpec is a value; a Program may be called from one
+// thread at a time (it reuses one arena and its argument arrays).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/expr.hpp"
+#include "kiln/spec.hpp"
+
+namespace kiln {
+
+struct ProgramTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<Expr> shape;  // over the symbols and constants
+};
+
+// One argument of a launch: a buffer, an integer expression over the
+// symbols and constants, or a number (for a float scalar).
+struct ProgramArg {
+  enum class Kind : uint8_t { buffer, integer, real };
+  Kind kind = Kind::integer;
+  std::string text;  // as written
+  Expr value;        // integer
+  double real = 0;
+};
+
+struct ProgramStep {
+  enum class Kind : uint8_t { launch, alloc, free, ret };
+  Kind kind = Kind::launch;
+  std::string kernel;              // launch: the kernel's name in the program
+  std::vector<ProgramArg> args;    // launch
+  std::string buffer;              // alloc, free
+  int line = 0;                    // where it was written (0: made by a builder or by lower())
+};
+
+struct ProgramKernel {
+  enum class Kind : uint8_t { kernel, multi, size_hint };
+  std::string name;
+  std::filesystem::path spec;  // resolved against the program's folder
+  Kind kind = Kind::kernel;
+  KernelSpec kernel;           // kernel, size_hint: the spec as loaded
+  MultiKernelSpec multi;       // multi
+  const std::vector<ArgSpec>& args() const { return kind == Kind::multi ? multi.args : kernel.args; }
+  const std::string& backend() const { return kind == Kind::multi ? multi.backend : kernel.backend; }
+};
+
+struct ProgramSpec {
+  // Bump when the file format changes meaning; a file states its version.
+  static constexpr int kVersion = 1;
+  std::string name;
+  std::string backend;
+  std::filesystem::path path;  // the file it was read from (empty: built)
+  std::vector<std::pair<std::string, int64_t>> constants;
+  std::vector<std::string> symbols;
+  std::vector<Expr> guards;
+  std::vector<ProgramTensor> inputs, outputs, buffers;  // buffers: the intermediates
+  std::vector<ProgramKernel> kernels;
+  std::vector<ProgramStep> steps;  // launches (and returns) as written
+
+  const ProgramTensor* tensor(std::string_view name) const;
+  const ProgramKernel* kernel(std::string_view name) const;
+  // The steps with the allocations and frees made explicit, a return last.
+  std::vector<ProgramStep> lower() const;
+  // The program as text (its steps lowered), for `kiln run --show`.
+  std::string str() const;
+};
+
+// Reads a program file; throws Error(Errc::spec) naming the file, line,
+// column and key, or the step, for anything it cannot use: a schema it does
+// not know, an unknown symbol, a step naming a kernel it lacks, arguments
+// that do not match the kernel's.
+ProgramSpec load_program(const std::filesystem::path& file);
+ProgramSpec parse_program(std::string_view toml_text, const std::filesystem::path& path);
+bool is_program_file(const std::filesystem::path& file);
+
+// The same object from C++. Each call returns the builder; build() checks
+// it as load_program does (Error(Errc::spec) for what is wrong).
+class ProgramBuilder {
+ public:
+  ProgramBuilder(std::string name, std::string backend);
+  ProgramBuilder& constant(const std::string& name, int64_t value);
+  ProgramBuilder& symbol(const std::string& name);
+  ProgramBuilder& guard(const std::string& expr);
+  ProgramBuilder& input(const std::string& name, DType dtype, std::vector<std::string> shape);
+  ProgramBuilder& output(const std::string& name, DType dtype, std::vector<std::string> shape);
+  ProgramBuilder& buffer(const std::string& name, DType dtype, std::vector<std::string> shape);
+  // A kernel spec, multi-kernel spec (kind "multi") or a size-hint kernel ("size_hint").
+  ProgramBuilder& kernel(const std::string& name, const std::filesystem::path& spec, const std::string& kind = "");
+  ProgramBuilder& launch(const std::string& kernel, std::vector<std::string> args);
+  ProgramSpec build() const;
+
+ private:
+  std::string toml_;
+  std::vector<std::string> steps_;
+  std::string name_, backend_;
+};
+
+// The intermediates of one shape placed in one arena by liveness: buffers
+// whose lives overlap never share bytes; others may.
+struct MemoryPlan {
+  std::vector<int64_t> offset;  // per buffer, bytes into the arena
+  std::vector<int64_t> bytes;   // per buffer
+  int64_t arena = 0;            // the arena's size: the peak
+  int64_t sum = 0;              // the sizes added up (what one allocation each would take)
+};
+// `live[i]` = (first step, last step) buffer i is used in; `align`: each
+// offset's alignment. Largest buffers are placed first, each at the lowest
+// offset that no live-overlapping placed buffer covers.
+MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std::pair<int, int>>& live,
+                       int64_t align = 256);
+
+// C++ that loads and runs the program through libkiln with its steps
+// unrolled (kiln emit): a struct with one handle per kernel and a call
+// operator taking the inputs and outputs as pointers and the symbols' values.
+std::string emit_program_cpp(const ProgramSpec& spec);
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// RMS norm over rows, bf16 in and out, fp32 arithmetic:
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * g.
+// A block of NT threads per row; each thread reads VEC elements at a time
+// (16-byte loads where VEC = 8); the sum of squares is reduced in registers,
+// across the warp with shuffles, then across warps in shared memory.
+#include <cuda_bf16.h>
+
+extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __restrict__ x,
+                                                         const __nv_bfloat16* __restrict__ g,
+                                                         __nv_bfloat16* __restrict__ y, long long T, long long H,
+                                                         float eps) {
+  const long long t = blockIdx.x;
+  if (t >= T) return;
+  const __nv_bfloat16* xr = x + t * H;
+  __nv_bfloat16* yr = y + t * H;
+  float ss = 0.f;
+  if (VEC == 8) {
+    for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
+      uint4 v = *reinterpret_cast<const uint4*>(xr + h);
+      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float2 f = __bfloat1622float2(p[i]);
+        ss += f.x * f.x + f.y * f.y;
+      }
+    }
+  } else {
+    for (long long h = threadIdx.x; h < H; h += NT) {
+      float f = __bfloat162float(xr[h]);
+      ss += f * f;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  __shared__ float part[NT / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < NT / 32; ++w) total += part[w];
+  const float inv = rsqrtf(total / static_cast<float>(H) + eps);
+  if (VEC == 8) {
+    for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
+      uint4 v = *reinterpret_cast<const uint4*>(xr + h);
+      uint4 w = *reinterpret_cast<const uint4*>(g + h);
+      uint4 o;
+      const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&v);
+      const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
+      __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float2 a = __bfloat1622float2(pv[i]), b = __bfloat1622float2(pw[i]);
+        po[i] = __floats2bfloat162_rn(a.x * inv * b.x, a.y * inv * b.y);
+      }
+      *reinterpret_cast<uint4*>(yr + h) = o;
+    }
+  } else {
+    for (long long h = threadIdx.x; h < H; h += NT)
+      yr[h] = __float2bfloat16(__bfloat162float(xr[h]) * inv * __bfloat162float(g[h]));
+  }
+}

@@ -1,0 +1,722 @@
+// Program specs: the file format (kind = "program", version 1), the
+// builder, lowering, the memory planner and the C++ emitter. docs/program.md.
+#include "kiln/program_spec.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/format.hpp"
+
+// toml++ states internal assumptions that malformed input can break: here,
+// as in spec.cpp, they are checks, and a failed one is a spec error.
+namespace kiln {
+struct ProgramTomlCheckFailed {
+  const char* expr;
+};
+[[noreturn]] inline void program_toml_check_failed(const char* expr) { throw ProgramTomlCheckFailed{expr}; }
+}  // namespace kiln
+#ifdef NDEBUG
+#undef NDEBUG
+#endif
+#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::kiln::program_toml_check_failed(#expr))
+#include <toml++/toml.h>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) fail(Errc::spec, "{}: cannot read the program file (not a file)", p.string());
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail(Errc::spec, "{}: cannot read the program file", p.string());
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+toml::table parse_toml_text(std::string_view text, const fs::path& path) {
+  // ASCII only: toml++ 3.3.0 misbehaves on some non-ASCII input (docs/spec.md).
+  int line = 1;
+  for (char c : text) {
+    if (c == '\n') ++line;
+    if (static_cast<unsigned char>(c) >= 0x80)
+      fail(Errc::spec, "{}:{}: program files are ASCII (write names and comments without other characters)",
+           path.string(), line);
+  }
+  try {
+    return toml::parse(text, path.string());
+  } catch (const ProgramTomlCheckFailed& e) {
+    fail(Errc::spec, "{}: not valid TOML (the parser's check '{}' failed)", path.string(), e.expr);
+  } catch (const toml::parse_error& e) {
+    fail(Errc::spec, "{}:{}:{}: {}", path.string(), e.source().begin.line, e.source().begin.column,
+         e.description());
+  }
+}
+
+class Reader {
+ public:
+  Reader(const fs::path& path) : path_(path) {}
+
+  [[noreturn]] void error(const toml::node& n, const std::string& what) const {
+    fail(Errc::spec, "{}:{}:{}: {}", path_.string(), n.source().begin.line, n.source().begin.column, what);
+  }
+  [[noreturn]] void error(const std::string& what) const { fail(Errc::spec, "{}: {}", path_.string(), what); }
+
+  const std::string& str(const toml::node& n, const std::string& key) const {
+    if (!n.is_string()) error(n, fmt::format("{} must be a string", key));
+    return n.as_string()->get();
+  }
+  const toml::array& array(const toml::node& n, const std::string& key) const {
+    if (!n.is_array()) error(n, fmt::format("{} must be an array", key));
+    return *n.as_array();
+  }
+  const toml::table& table(const toml::node& n, const std::string& key) const {
+    if (!n.is_table()) error(n, fmt::format("{} must be a table", key));
+    return *n.as_table();
+  }
+  void only(const toml::table& t, std::initializer_list<const char*> keys, const std::string& where) const {
+    for (const auto& [k, v] : t) {
+      bool known = false;
+      for (const char* x : keys) known = known || k.str() == x;
+      if (!known) {
+        std::string list;
+        for (const char* x : keys) list += (list.empty() ? "" : ", ") + std::string(x);
+        error(v, fmt::format("{}: unknown key '{}' (known: {})", where, k.str(), list));
+      }
+    }
+  }
+  Expr expr(const toml::node& n, const std::string& key) const {
+    const std::string& text = str(n, key);
+    try {
+      return Expr::parse(text);
+    } catch (const ExprError& e) {
+      error(n, fmt::format("{}: {} (column {} of \"{}\")", key, e.what_only(), e.column(), text));
+    }
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+bool is_name(std::string_view s) { return is_identifier(s); }
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// Checks a whole spec (symbols, kernels, steps) and completes its steps'
+// arguments (which are buffers, which are numbers). `where(i)` names step i
+// for messages, `fail_at(i, what)` throws for step i.
+void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& where) {
+  auto err = [&](const std::string& what) { fail(Errc::spec, "program '{}': {}", p.name, what); };
+  if (p.backend != "cpu" && p.backend != "cuda") err(fmt::format("backend '{}' is not cpu or cuda", p.backend));
+  std::set<std::string> names;
+  auto name_ok = [&](const std::string& n, const char* what) {
+    if (!is_name(n)) err(fmt::format("{} '{}' is not a name (letters, digits, _)", what, n));
+    if (!names.insert(n).second) err(fmt::format("'{}' is declared twice", n));
+  };
+  std::set<std::string> scalars;  // what expressions may use
+  for (const auto& [n, v] : p.constants) name_ok(n, "constant"), scalars.insert(n);
+  for (const auto& n : p.symbols) name_ok(n, "symbol"), scalars.insert(n);
+  auto known = [&](const Expr& e, const std::string& what) {
+    for (const auto& s : e.symbols())
+      if (!scalars.count(s))
+        err(fmt::format("{}: '{}' is not a symbol or constant of the program (symbols: {}; constants: {})", what, s,
+                        join(p.symbols), [&] {
+                          std::vector<std::string> c;
+                          for (const auto& [n, v] : p.constants) c.push_back(n);
+                          return join(c);
+                        }()));
+  };
+  for (const auto& g : p.guards) known(g, fmt::format("guard '{}'", g.str()));
+  std::set<std::string> bound;
+  for (auto* group : {&p.inputs, &p.outputs, &p.buffers})
+    for (const auto& t : *group) {
+      name_ok(t.name, "buffer");
+      if (t.shape.empty()) err(fmt::format("buffer '{}' has no shape", t.name));
+      for (const auto& d : t.shape) {
+        known(d, fmt::format("the shape of '{}'", t.name));
+        if (group == &p.inputs && d.root().op == ExprOp::Var) bound.insert(d.root().name);
+      }
+    }
+  for (const auto& s : p.symbols)
+    if (!bound.count(s))
+      err(fmt::format("symbol '{}' is bound by no input: an input's shape must name it as a dimension of its own", s));
+  if (p.outputs.empty()) err("it has no outputs");
+  std::set<std::string> kernel_names;
+  for (const auto& k : p.kernels) {
+    if (!is_name(k.name)) err(fmt::format("kernel '{}' is not a name", k.name));
+    if (!kernel_names.insert(k.name).second) err(fmt::format("kernel '{}' is listed twice", k.name));
+    if (k.backend() != p.backend)
+      err(fmt::format("kernel '{}' ({}) is a {} kernel; the program's backend is {}", k.name, k.spec.string(),
+                      k.backend(), p.backend));
+  }
+  std::set<std::string> written;
+  for (const auto& t : p.inputs) written.insert(t.name);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    ProgramStep& st = p.steps[i];
+    if (st.kind != ProgramStep::Kind::launch) continue;
+    const ProgramKernel* k = p.kernel(st.kernel);
+    if (!k) {
+      std::vector<std::string> ks;
+      for (const auto& x : p.kernels) ks.push_back(x.name);
+      err(fmt::format("{}: kernel '{}' is not one of the program's kernels ({})", where(i), st.kernel, join(ks)));
+    }
+    const auto& args = k->args();
+    if (st.args.size() != args.size())
+      err(fmt::format("{}: kernel '{}' takes {} arguments ({}), the step gives {}", where(i), st.kernel, args.size(),
+                      [&] {
+                        std::vector<std::string> a;
+                        for (const auto& x : args) a.push_back(x.name);
+                        return join(a);
+                      }(),
+                      st.args.size()));
+    std::vector<std::string> writes;
+    for (size_t j = 0; j < args.size(); ++j) {
+      ProgramArg& a = st.args[j];
+      const ArgSpec& want = args[j];
+      const ProgramTensor* t = p.tensor(a.text);
+      if (want.pointer) {
+        if (!t)
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}') is a buffer; '{}' is not one of the program's",
+                          where(i), j, want.name, st.kernel, a.text));
+        if (t->dtype != want.dtype)
+          err(fmt::format("{}: '{}' is {}, but kernel '{}' takes {}* as '{}'", where(i), a.text, dtype_name(t->dtype),
+                          st.kernel, dtype_name(want.dtype), want.name));
+        a.kind = ProgramArg::Kind::buffer;
+        const bool is_input =
+            std::any_of(p.inputs.begin(), p.inputs.end(), [&](const ProgramTensor& x) { return x.name == a.text; });
+        if (want.intent != Intent::in) {
+          if (is_input)
+            err(fmt::format("{}: kernel '{}' writes '{}' ('{}'), an input of the program; inputs are read only",
+                            where(i), st.kernel, want.name, a.text));
+          writes.push_back(a.text);
+        }
+        if (want.intent != Intent::out && !written.count(a.text))
+          err(fmt::format("{}: kernel '{}' reads '{}' before any step writes it", where(i), st.kernel, a.text));
+      } else if (t) {
+        err(fmt::format("{}: argument {} ('{}' of kernel '{}') is a {} scalar, not a buffer like '{}'", where(i), j,
+                        want.name, st.kernel, dtype_name(want.dtype), a.text));
+      } else if (dtype_is_float(want.dtype)) {
+        a.kind = ProgramArg::Kind::real;
+        double v = 0;
+        auto [ptr, ec] = std::from_chars(a.text.data(), a.text.data() + a.text.size(), v);
+        if (ec != std::errc() || ptr != a.text.data() + a.text.size())
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}') is {}: '{}' is not a number", where(i), j, want.name,
+                          st.kernel, dtype_name(want.dtype), a.text));
+        a.real = v;
+      } else {
+        a.kind = ProgramArg::Kind::integer;
+        try {
+          a.value = Expr::parse(a.text);
+        } catch (const ExprError& e) {
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}'): {} (column {} of \"{}\")", where(i), j, want.name,
+                          st.kernel, e.what_only(), e.column(), a.text));
+        }
+        known(a.value, fmt::format("{}: argument {} ('{}')", where(i), j, want.name));
+      }
+    }
+    for (const auto& w : writes) written.insert(w);
+  }
+  for (const auto& o : p.outputs)
+    if (!written.count(o.name)) err(fmt::format("output '{}' is written by no step", o.name));
+  for (const auto& b : p.buffers)
+    if (!written.count(b.name)) err(fmt::format("buffer '{}' is written by no step", b.name));
+}
+
+ProgramKernel load_kernel_ref(const std::string& name, const fs::path& spec, const std::string& kind) {
+  ProgramKernel k;
+  k.name = name;
+  k.spec = spec;
+  std::error_code ec;
+  if (!fs::is_regular_file(spec, ec)) fail(Errc::spec, "kernel '{}': no spec file {}", name, spec.string());
+  if (kind == "size_hint") {
+    k.kind = ProgramKernel::Kind::size_hint;
+    k.kernel = load_spec(spec);
+  } else if (kind.empty() || kind == "kernel" || kind == "multi") {
+    if (is_multi_spec(spec)) {
+      k.kind = ProgramKernel::Kind::multi;
+      k.multi = load_multi_spec(spec);
+    } else {
+      if (kind == "multi") fail(Errc::spec, "kernel '{}': {} is not a multi-kernel spec", name, spec.string());
+      k.kernel = load_spec(spec);
+    }
+  } else {
+    fail(Errc::spec, "kernel '{}': kind '{}' is not kernel, multi or size_hint", name, kind);
+  }
+  return k;
+}
+
+}  // namespace
+
+const ProgramTensor* ProgramSpec::tensor(std::string_view n) const {
+  for (auto* group : {&inputs, &outputs, &buffers})
+    for (const auto& t : *group)
+      if (t.name == n) return &t;
+  return nullptr;
+}
+
+const ProgramKernel* ProgramSpec::kernel(std::string_view n) const {
+  for (const auto& k : kernels)
+    if (k.name == n) return &k;
+  return nullptr;
+}
+
+std::vector<ProgramStep> ProgramSpec::lower() const {
+  std::vector<ProgramStep> launches;
+  for (const auto& s : steps)
+    if (s.kind == ProgramStep::Kind::launch) launches.push_back(s);
+  std::vector<int> first(buffers.size(), -1), last(buffers.size(), -1);
+  for (size_t i = 0; i < launches.size(); ++i)
+    for (const auto& a : launches[i].args)
+      for (size_t b = 0; b < buffers.size(); ++b)
+        if (a.kind == ProgramArg::Kind::buffer && a.text == buffers[b].name) {
+          if (first[b] < 0) first[b] = static_cast<int>(i);
+          last[b] = static_cast<int>(i);
+        }
+  std::vector<ProgramStep> out;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    for (size_t b = 0; b < buffers.size(); ++b)
+      if (first[b] == static_cast<int>(i)) {
+        ProgramStep a;
+        a.kind = ProgramStep::Kind::alloc;
+        a.buffer = buffers[b].name;
+        out.push_back(a);
+      }
+    out.push_back(launches[i]);
+    for (size_t b = 0; b < buffers.size(); ++b)
+      if (last[b] == static_cast<int>(i)) {
+        ProgramStep f;
+        f.kind = ProgramStep::Kind::free;
+        f.buffer = buffers[b].name;
+        out.push_back(f);
+      }
+  }
+  ProgramStep r;
+  r.kind = ProgramStep::Kind::ret;
+  out.push_back(r);
+  return out;
+}
+
+std::string ProgramSpec::str() const {
+  std::string s = fmt::format("program {} ({}), version {}\n", name, backend, kVersion);
+  for (const auto& [n, v] : constants) s += fmt::format("  constant {} = {}\n", n, v);
+  for (const auto& n : symbols) s += fmt::format("  symbol {}\n", n);
+  for (const auto& g : guards) s += fmt::format("  guard {}\n", g.str());
+  auto shape = [](const ProgramTensor& t) {
+    std::vector<std::string> d;
+    for (const auto& e : t.shape) d.push_back(e.str());
+    return fmt::format("{} {}[{}]", t.name, dtype_name(t.dtype), join(d));
+  };
+  for (const auto& t : inputs) s += "  input " + shape(t) + "\n";
+  for (const auto& t : outputs) s += "  output " + shape(t) + "\n";
+  for (const auto& t : buffers) s += "  buffer " + shape(t) + "\n";
+  for (const auto& k : kernels)
+    s += fmt::format("  kernel {} = {} ({})\n", k.name, k.spec.string(),
+                     k.kind == ProgramKernel::Kind::multi       ? "multi-kernel"
+                     : k.kind == ProgramKernel::Kind::size_hint ? "size-hint kernel"
+                                                                : "kernel");
+  int n = 0;
+  for (const auto& st : lower()) {
+    switch (st.kind) {
+      case ProgramStep::Kind::alloc: s += fmt::format("  {:>3}  alloc {}\n", "", st.buffer); break;
+      case ProgramStep::Kind::free: s += fmt::format("  {:>3}  free {}\n", "", st.buffer); break;
+      case ProgramStep::Kind::ret: s += fmt::format("  {:>3}  return\n", ""); break;
+      case ProgramStep::Kind::launch: {
+        std::vector<std::string> a;
+        for (const auto& x : st.args) a.push_back(x.text);
+        s += fmt::format("  {:>3}  launch {}({})\n", ++n, st.kernel, join(a));
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+ProgramSpec parse_program(std::string_view text, const fs::path& path) {
+  toml::table root = parse_toml_text(text, path);
+  Reader r(path);
+  r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "guards", "inputs", "outputs", "buffers",
+                "kernels", "steps", "description"},
+         "program");
+  ProgramSpec p;
+  p.path = path;
+  const toml::node* kind = root.get("kind");
+  if (!kind || !kind->is_string() || kind->as_string()->get() != "program")
+    r.error("a program file says kind = \"program\"");
+  const toml::node* version = root.get("version");
+  if (!version) r.error(fmt::format("a program file states its version (version = {})", ProgramSpec::kVersion));
+  if (!version->is_integer() || version->as_integer()->get() != ProgramSpec::kVersion)
+    r.error(*version, fmt::format("version {}: this kiln reads program files of version {}",
+                                  version->is_integer() ? std::to_string(version->as_integer()->get()) : "?",
+                                  ProgramSpec::kVersion));
+  auto required = [&](const char* key) -> const toml::node& {
+    const toml::node* n = root.get(key);
+    if (!n) r.error(fmt::format("'{}' is missing", key));
+    return *n;
+  };
+  p.name = r.str(required("name"), "name");
+  p.backend = r.str(required("backend"), "backend");
+  if (const toml::node* c = root.get("constants"))
+    for (const auto& [k, v] : r.table(*c, "constants")) {
+      if (!v.is_integer()) r.error(v, fmt::format("constants.{} must be an integer", k.str()));
+      p.constants.push_back({std::string(k.str()), v.as_integer()->get()});
+    }
+  if (const toml::node* s = root.get("symbols"))
+    for (const auto& el : r.array(*s, "symbols")) p.symbols.push_back(r.str(el, "symbols"));
+  if (const toml::node* g = root.get("guards"))
+    for (const auto& el : r.array(*g, "guards")) p.guards.push_back(r.expr(el, "guards"));
+  auto tensors = [&](const char* key, std::vector<ProgramTensor>& out) {
+    const toml::node* n = root.get(key);
+    if (!n) return;
+    const toml::array& a = r.array(*n, key);
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::string where = fmt::format("{}[{}]", key, i);
+      const toml::table& t = r.table(a[i], where);
+      r.only(t, {"name", "dtype", "shape"}, where);
+      ProgramTensor x;
+      const toml::node* nm = t.get("name");
+      const toml::node* dt = t.get("dtype");
+      const toml::node* sh = t.get("shape");
+      if (!nm || !dt || !sh) r.error(a[i], fmt::format("{} needs name, dtype and shape", where));
+      x.name = r.str(*nm, where + ".name");
+      auto d = dtype_from_name(r.str(*dt, where + ".dtype"));
+      if (!d) r.error(*dt, fmt::format("{}.dtype: '{}' is not f32, f64, f16, bf16, i32 or i64", where, dt->as_string()->get()));
+      x.dtype = *d;
+      for (const auto& e : r.array(*sh, where + ".shape")) x.shape.push_back(r.expr(e, where + ".shape"));
+      out.push_back(std::move(x));
+    }
+  };
+  tensors("inputs", p.inputs);
+  tensors("outputs", p.outputs);
+  tensors("buffers", p.buffers);
+  const fs::path dir = path.parent_path();
+  if (const toml::node* ks = root.get("kernels"))
+    for (const auto& [k, v] : r.table(*ks, "kernels")) {
+      std::string spec, kind;
+      if (v.is_string()) {
+        spec = v.as_string()->get();
+      } else {
+        const toml::table& t = r.table(v, "kernels." + std::string(k.str()));
+        r.only(t, {"spec", "kind"}, "kernels." + std::string(k.str()));
+        const toml::node* s = t.get("spec");
+        if (!s) r.error(v, fmt::format("kernels.{}: no spec", k.str()));
+        spec = r.str(*s, "spec");
+        if (const toml::node* kd = t.get("kind")) kind = r.str(*kd, "kind");
+      }
+      fs::path sp = fs::path(spec).is_absolute() ? fs::path(spec) : dir / spec;
+      try {
+        p.kernels.push_back(load_kernel_ref(std::string(k.str()), sp, kind));
+      } catch (const Error& e) {
+        r.error(v, e.what());
+      }
+    }
+  std::vector<int> lines;
+  if (const toml::node* ss = root.get("steps")) {
+    const toml::array& a = r.array(*ss, "steps");
+    for (size_t i = 0; i < a.size(); ++i) {
+      std::string where = fmt::format("steps[{}]", i);
+      const toml::table& t = r.table(a[i], where);
+      r.only(t, {"launch", "args"}, where);
+      ProgramStep st;
+      const toml::node* l = t.get("launch");
+      if (!l) r.error(a[i], fmt::format("{}: a step says which kernel it launches (launch = \"name\")", where));
+      st.kernel = r.str(*l, where + ".launch");
+      if (const toml::node* ar = t.get("args"))
+        for (const auto& e : r.array(*ar, where + ".args")) {
+          ProgramArg x;
+          if (e.is_string()) x.text = e.as_string()->get();
+          else if (e.is_integer()) x.text = std::to_string(e.as_integer()->get());
+          else if (e.is_floating_point()) x.text = fmt::format("{}", e.as_floating_point()->get());
+          else r.error(e, fmt::format("{}.args: a buffer's name, an expression or a number", where));
+          st.args.push_back(std::move(x));
+        }
+      st.line = static_cast<int>(a[i].source().begin.line);
+      p.steps.push_back(std::move(st));
+    }
+  }
+  if (p.steps.empty()) r.error("the program has no steps");
+  check_program(p, [&](size_t i) {
+    return fmt::format("{}:{}: step {} ({})", path.string(), p.steps[i].line, i + 1, p.steps[i].kernel);
+  });
+  return p;
+}
+
+ProgramSpec load_program(const fs::path& file) { return parse_program(read_file(file), file); }
+
+bool is_program_file(const fs::path& file) {
+  try {
+    std::string text = read_file(file);
+    for (char c : text)
+      if (static_cast<unsigned char>(c) >= 0x80) return false;
+    toml::table root = toml::parse(text, file.string());
+    const toml::node* k = root.get("kind");
+    return k && k->is_string() && k->as_string()->get() == "program";
+  } catch (...) {
+    return false;
+  }
+}
+
+ProgramBuilder::ProgramBuilder(std::string name, std::string backend)
+    : name_(std::move(name)), backend_(std::move(backend)) {}
+
+namespace {
+std::string quoted(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+std::string quoted_list(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + quoted(v[i]);
+  return o + "]";
+}
+}  // namespace
+
+// The builder writes the file format and reads it back: one path checks both.
+ProgramBuilder& ProgramBuilder::constant(const std::string& name, int64_t value) {
+  toml_ += fmt::format("constants.{} = {}\n", name, value);
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::symbol(const std::string& name) {
+  steps_.push_back("symbol:" + name);
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::guard(const std::string& expr) {
+  steps_.push_back("guard:" + expr);
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::input(const std::string& name, DType dtype, std::vector<std::string> shape) {
+  toml_ += fmt::format("\n[[inputs]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
+                       quoted_list(shape));
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::output(const std::string& name, DType dtype, std::vector<std::string> shape) {
+  toml_ += fmt::format("\n[[outputs]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
+                       quoted_list(shape));
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::buffer(const std::string& name, DType dtype, std::vector<std::string> shape) {
+  toml_ += fmt::format("\n[[buffers]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
+                       quoted_list(shape));
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::kernel(const std::string& name, const fs::path& spec, const std::string& kind) {
+  fs::path abs = spec.is_absolute() ? spec : fs::absolute(spec);
+  toml_ += fmt::format("\n[kernels.{}]\nspec = {}\n{}", name, quoted(abs.string()),
+                       kind.empty() ? "" : fmt::format("kind = {}\n", quoted(kind)));
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::launch(const std::string& kernel, std::vector<std::string> args) {
+  toml_ += fmt::format("\n[[steps]]\nlaunch = {}\nargs = {}\n", quoted(kernel), quoted_list(args));
+  return *this;
+}
+ProgramSpec ProgramBuilder::build() const {
+  std::vector<std::string> symbols, guards;
+  for (const auto& s : steps_) {
+    if (s.rfind("symbol:", 0) == 0) symbols.push_back(s.substr(7));
+    if (s.rfind("guard:", 0) == 0) guards.push_back(s.substr(6));
+  }
+  std::string head = fmt::format("kind = \"program\"\nversion = {}\nname = {}\nbackend = {}\nsymbols = {}\nguards = {}\n",
+                                 ProgramSpec::kVersion, quoted(name_), quoted(backend_), quoted_list(symbols),
+                                 quoted_list(guards));
+  // Dotted constants must come before any table header.
+  std::string consts, rest;
+  std::istringstream in(toml_);
+  std::string line;
+  bool in_tables = false;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '[') in_tables = true;
+    (in_tables || line.rfind("constants.", 0) != 0 ? rest : consts) += line + "\n";
+  }
+  ProgramSpec p = parse_program(head + consts + rest, fs::path("<builder:" + name_ + ">"));
+  return p;
+}
+
+MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std::pair<int, int>>& live, int64_t align) {
+  MemoryPlan plan;
+  const size_t n = bytes.size();
+  plan.bytes = bytes;
+  plan.offset.assign(n, 0);
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<size_t> placed;
+  auto up = [&](int64_t x) { return (x + align - 1) / align * align; };
+  for (size_t i : order) {
+    plan.sum += bytes[i];
+    // The address ranges of placed buffers whose lives overlap this one's, by start.
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (size_t j : placed)
+      if (!(live[j].second < live[i].first || live[i].second < live[j].first))
+        taken.push_back({plan.offset[j], plan.offset[j] + bytes[j]});
+    std::sort(taken.begin(), taken.end());
+    int64_t at = 0;
+    for (const auto& [b, e] : taken) {
+      if (at + bytes[i] <= b) break;  // fits in the gap before this range
+      at = std::max(at, up(e));
+    }
+    plan.offset[i] = at;
+    plan.arena = std::max(plan.arena, at + bytes[i]);
+    placed.push_back(i);
+  }
+  plan.arena = up(plan.arena);
+  return plan;
+}
+
+namespace {
+
+// An expression as C++ over int64_t names, with kiln's semantics (floor
+// division and modulo as Python's, through the helpers the emitted file defines).
+std::string cpp_expr(const ExprNode& n) {
+  auto k = [&](size_t i) { return cpp_expr(n.kids[i]); };
+  switch (n.op) {
+    case ExprOp::Const: return fmt::format("int64_t{{{}}}", n.value);
+    case ExprOp::Var: return n.name;
+    case ExprOp::Neg: return "(-" + k(0) + ")";
+    case ExprOp::Add: return "(" + k(0) + " + " + k(1) + ")";
+    case ExprOp::Sub: return "(" + k(0) + " - " + k(1) + ")";
+    case ExprOp::Mul: return "(" + k(0) + " * " + k(1) + ")";
+    case ExprOp::FloorDiv: return "kiln_floordiv(" + k(0) + ", " + k(1) + ")";
+    case ExprOp::Mod: return "kiln_mod(" + k(0) + ", " + k(1) + ")";
+    case ExprOp::Lt: return "int64_t(" + k(0) + " < " + k(1) + ")";
+    case ExprOp::Le: return "int64_t(" + k(0) + " <= " + k(1) + ")";
+    case ExprOp::Gt: return "int64_t(" + k(0) + " > " + k(1) + ")";
+    case ExprOp::Ge: return "int64_t(" + k(0) + " >= " + k(1) + ")";
+    case ExprOp::Eq: return "int64_t(" + k(0) + " == " + k(1) + ")";
+    case ExprOp::Ne: return "int64_t(" + k(0) + " != " + k(1) + ")";
+    case ExprOp::Cdiv: return "kiln_floordiv(" + k(0) + " + " + k(1) + " - 1, " + k(1) + ")";
+    case ExprOp::Min: return "std::min<int64_t>(" + k(0) + ", " + k(1) + ")";
+    case ExprOp::Max: return "std::max<int64_t>(" + k(0) + ", " + k(1) + ")";
+    case ExprOp::And: return "int64_t(" + k(0) + " != 0 && " + k(1) + " != 0)";
+    case ExprOp::Or: return "int64_t(" + k(0) + " != 0 || " + k(1) + " != 0)";
+    default: return "0";
+  }
+}
+
+const char* cpp_type(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::f16: return "kiln::f16";
+    case DType::bf16: return "kiln::bf16";
+    case DType::i32: return "int32_t";
+    case DType::i64: return "int64_t";
+  }
+  return "void";
+}
+
+}  // namespace
+
+std::string emit_program_cpp(const ProgramSpec& p) {
+  std::string ns = p.name + "_program";
+  std::string o;
+  o += fmt::format("// Generated by `kiln emit` from {}: program '{}' ({}), its steps unrolled.\n",
+                   p.path.filename().string(), p.name, p.backend);
+  o += "// Build it with the installed kiln package (find_package(kiln) / pkg-config kiln).\n";
+  o += "#pragma once\n#include <algorithm>\n#include <cstdint>\n#include <string>\n#include <vector>\n\n";
+  o += "#include <kiln/kiln.hpp>\n\n";
+  o += fmt::format("namespace {} {{\n\n", ns);
+  o += "inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n";
+  o += "inline int64_t kiln_mod(int64_t a, int64_t b) { return a - kiln_floordiv(a, b) * b; }\n\n";
+  o += "struct Program {\n  kiln::Runtime& rt;\n";
+  for (const auto& k : p.kernels)
+    o += fmt::format("  {} k_{};\n",
+                     k.kind == ProgramKernel::Kind::multi       ? "kiln::MultiKernel"
+                     : k.kind == ProgramKernel::Kind::size_hint ? "kiln::SizeHintMultiKernel"
+                                                                : "kiln::Kernel",
+                     k.name);
+  o += "  void* arena = nullptr;\n  int64_t arena_bytes = 0;\n\n";
+  o += "  // `dir`: the folder holding the kernels' specs (as the program file names them).\n";
+  o += "  Program(kiln::Runtime& rt_, const std::string& dir)\n      : rt(rt_)";
+  for (const auto& k : p.kernels) {
+    std::error_code ec;
+    fs::path rel = fs::relative(k.spec, p.path.parent_path(), ec);
+    if (ec || rel.empty()) rel = k.spec.filename();
+    o += fmt::format(",\n        k_{}(rt_, kiln::{}(dir + \"/{}\"))", k.name,
+                     k.kind == ProgramKernel::Kind::multi ? "load_multi_spec" : "load_spec", rel.generic_string());
+  }
+  o += " {}\n";
+  o += fmt::format("  ~Program() {{ if (arena) rt.backend(\"{}\").device().free(arena); }}\n", p.backend);
+  o += "  Program(const Program&) = delete;\n  Program& operator=(const Program&) = delete;\n\n";
+  // The call: inputs, outputs, then the symbols.
+  std::vector<std::string> params;
+  for (const auto& t : p.inputs) params.push_back(fmt::format("const {}* {}", cpp_type(t.dtype), t.name));
+  for (const auto& t : p.outputs) params.push_back(fmt::format("{}* {}", cpp_type(t.dtype), t.name));
+  for (const auto& s : p.symbols) params.push_back("int64_t " + s);
+  params.push_back("kiln::Stream stream = nullptr");
+  o += "  // Inputs, outputs (device pointers on cuda), then the symbols' values.\n";
+  o += "  void operator()(" + join(params) + ") {\n";
+  for (const auto& [n, v] : p.constants) o += fmt::format("    const int64_t {} = {};\n", n, v);
+  for (const auto& g : p.guards)
+    o += fmt::format("    if ({} == 0) throw kiln::Error(kiln::Errc::usage, \"program '{}': guard '{}' does not hold\");\n",
+                     cpp_expr(g.root()), p.name, g.str());
+  // Intermediates: sizes, lives, one arena.
+  std::vector<ProgramStep> launches;
+  for (const auto& s : p.steps)
+    if (s.kind == ProgramStep::Kind::launch) launches.push_back(s);
+  if (!p.buffers.empty()) {
+    std::vector<std::string> sizes, lives;
+    for (const auto& b : p.buffers) {
+      std::string e = fmt::format("int64_t{{{}}}", dtype_size(b.dtype));
+      for (const auto& d : b.shape) e += " * " + cpp_expr(d.root());
+      sizes.push_back(e);
+      int first = -1, last = -1;
+      for (size_t i = 0; i < launches.size(); ++i)
+        for (const auto& a : launches[i].args)
+          if (a.kind == ProgramArg::Kind::buffer && a.text == b.name) {
+            if (first < 0) first = static_cast<int>(i);
+            last = static_cast<int>(i);
+          }
+      lives.push_back(fmt::format("{{{}, {}}}", first, last));
+    }
+    o += "    // The intermediates, placed in one arena by liveness.\n";
+    o += "    const kiln::MemoryPlan plan = kiln::plan_memory({" + join(sizes) + "}, {" + join(lives) + "});\n";
+    o += fmt::format("    if (plan.arena > arena_bytes) {{\n      kiln::Device& dev = rt.backend(\"{}\").device();\n"
+                     "      if (arena) {{ dev.sync(stream); dev.free(arena); }}\n"
+                     "      arena = dev.alloc(static_cast<size_t>(plan.arena));\n      arena_bytes = plan.arena;\n    }}\n",
+                     p.backend);
+    for (size_t b = 0; b < p.buffers.size(); ++b)
+      o += fmt::format("    auto* {} = reinterpret_cast<{}*>(static_cast<char*>(arena) + plan.offset[{}]);\n",
+                       p.buffers[b].name, cpp_type(p.buffers[b].dtype), b);
+  }
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const ProgramStep& st = launches[i];
+    const ProgramKernel* k = p.kernel(st.kernel);
+    const auto& args = k->args();
+    o += fmt::format("    {{  // step {}: {}\n", i + 1, st.kernel);
+    std::vector<std::string> ptrs;
+    for (size_t j = 0; j < st.args.size(); ++j) {
+      const ProgramArg& a = st.args[j];
+      std::string v = fmt::format("a{}", j);
+      if (a.kind == ProgramArg::Kind::buffer)
+        o += fmt::format("      const void* {} = {};\n", v, a.text);
+      else if (a.kind == ProgramArg::Kind::real)
+        o += fmt::format("      {} {} = static_cast<{}>({});\n", cpp_type(args[j].dtype), v, cpp_type(args[j].dtype),
+                         a.text);
+      else
+        o += fmt::format("      {} {} = static_cast<{}>({});\n", cpp_type(args[j].dtype), v, cpp_type(args[j].dtype),
+                         cpp_expr(a.value.root()));
+      ptrs.push_back("const_cast<void*>(static_cast<const void*>(&" + v + "))");
+    }
+    o += "      void* params[] = {" + join(ptrs) + "};\n";
+    o += fmt::format("      k_{}.launch(params, stream);\n    }}\n", st.kernel);
+  }
+  o += "  }\n};\n\n";
+  o += fmt::format("}}  // namespace {}\n", ns);
+  return o;
+}
+
+}  // namespace kiln

@@ -1,0 +1,536 @@
+// Program: runs a ProgramSpec through kiln's handles. docs/program.md.
+#include "kiln/program.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+
+#include "core/format.hpp"
+#include "core/log.hpp"
+#include "kiln/args.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/multi_kernel.hpp"
+#include "kiln/runtime.hpp"
+
+namespace kiln {
+
+namespace {
+
+// One kernel of the program, whichever handle it needs.
+struct Handle {
+  ProgramKernel::Kind kind;
+  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<MultiKernel> multi;
+  std::unique_ptr<SizeHintMultiKernel> hint;
+  void launch(void* const* params, Stream s) {
+    switch (kind) {
+      case ProgramKernel::Kind::kernel: kernel->launch(params, s); break;
+      case ProgramKernel::Kind::multi: multi->launch(params, s); break;
+      case ProgramKernel::Kind::size_hint: hint->launch(params, s); break;
+    }
+  }
+  // What runs for these params, and whether it is settled (not a safe choice waiting for its tuning).
+  std::pair<std::string, bool> choice(void* const* params) {
+    switch (kind) {
+      case ProgramKernel::Kind::kernel: {
+        const Choice& c = kernel->choice(params);
+        return {c.config.str() + " (" + c.source + ")", c.source != "safe"};
+      }
+      case ProgramKernel::Kind::multi: {
+        MultiKernel::Pick p = multi->pick(params);
+        return {fmt::format("variant {}: {} ({})", p.variant, p.config.str(), p.source), p.source != "safe"};
+      }
+      case ProgramKernel::Kind::size_hint: return {hint->config_for(params).str() + " (size hints)", true};
+    }
+    return {"", true};
+  }
+};
+
+}  // namespace
+
+struct Program::Impl {
+  Runtime& rt;
+  ProgramSpec spec;
+  ProgramOptions opts;
+  Device* dev = nullptr;
+  bool graphs = false;
+
+  // Expressions over the program's scalars: a kernel spec whose arguments
+  // are the constants, then the symbols (slot i = scalar i).
+  KernelSpec scope;
+  std::vector<int64_t> base;  // constants' values, symbols 0
+  size_t nconst = 0;
+  struct Binder {
+    size_t input, dim;
+    size_t slot;
+  };
+  std::vector<Binder> binders;
+  struct DimCheck {
+    int group;  // 0 inputs, 1 outputs
+    size_t tensor, dim;
+    CompiledExpr e;
+  };
+  std::vector<DimCheck> checks;
+  std::vector<CompiledExpr> guards;
+  std::vector<std::vector<CompiledExpr>> buffer_dims;  // the intermediates'
+  std::vector<std::pair<int, int>> live;
+
+  std::vector<Handle> handles;  // per spec.kernels
+  struct Arg {
+    ProgramArg::Kind kind;
+    int group = -1;  // buffer: 0 input, 1 output, 2 intermediate
+    size_t index = 0;
+    CompiledExpr value;
+    double real = 0;
+    DType dtype = DType::i64;
+  };
+  struct Step {
+    size_t handle;
+    std::string kernel;
+    std::vector<Arg> args;
+    const std::vector<ArgSpec>* kargs;
+    std::vector<CompiledExpr> ksizes;  // per argument: the kernel's size expression (buffers)
+    KernelSpec kscope;                  // the kernel's args, for its size expressions
+  };
+  std::vector<Step> steps;
+
+  struct GraphEntry {
+    std::vector<void*> io;  // the inputs' and outputs' addresses it was captured with
+    std::unique_ptr<Graph> graph;
+    uint64_t used = 0;
+  };
+  // One shape: its symbols, memory plan, and each step's argument values
+  // (params point into `storage`).
+  struct Shape {
+    std::vector<int64_t> slots;
+    MemoryPlan mem;
+    std::vector<std::vector<uint64_t>> storage;
+    std::vector<std::vector<void*>> params;
+    std::vector<std::tuple<size_t, size_t, int, size_t>> io;  // (step, arg, group, index): per call
+    bool settled = false;
+    std::list<GraphEntry> graphs;
+    uint64_t used = 0;
+  };
+  std::vector<std::unique_ptr<Shape>> shapes;
+  uint64_t clock = 0;
+  size_t graph_count = 0;
+  void* arena = nullptr;
+  int64_t arena_bytes = 0;
+  Stats st;
+
+  Impl(Runtime& r, ProgramSpec s, ProgramOptions o) : rt(r), spec(std::move(s)), opts(o) {
+    for (const auto& [n, v] : spec.constants) {
+      ArgSpec a;
+      a.name = n;
+      a.dtype = DType::i64;
+      scope.args.push_back(a);
+      base.push_back(v);
+    }
+    nconst = base.size();
+    for (const auto& n : spec.symbols) {
+      ArgSpec a;
+      a.name = n;
+      a.dtype = DType::i64;
+      scope.args.push_back(a);
+      base.push_back(0);
+    }
+    scope.name = spec.name;
+    auto slot_of = [&](const std::string& n) { return static_cast<size_t>(scope.arg_index(n)); };
+    auto compile = [&](const Expr& e) { return compile_expr(scope, e, nullptr); };
+    std::vector<bool> is_bound(spec.symbols.size(), false);
+    for (size_t i = 0; i < spec.inputs.size(); ++i)
+      for (size_t d = 0; d < spec.inputs[i].shape.size(); ++d) {
+        const Expr& e = spec.inputs[i].shape[d];
+        if (e.root().op == ExprOp::Var) {
+          size_t sl = slot_of(e.root().name);
+          if (sl >= nconst && !is_bound[sl - nconst]) {
+            is_bound[sl - nconst] = true;
+            binders.push_back({i, d, sl});
+            continue;
+          }
+        }
+        checks.push_back({0, i, d, compile(e)});
+      }
+    for (size_t i = 0; i < spec.outputs.size(); ++i)
+      for (size_t d = 0; d < spec.outputs[i].shape.size(); ++d)
+        checks.push_back({1, i, d, compile(spec.outputs[i].shape[d])});
+    for (const auto& g : spec.guards) guards.push_back(compile(g));
+    for (const auto& b : spec.buffers) {
+      std::vector<CompiledExpr> dims;
+      for (const auto& d : b.shape) dims.push_back(compile(d));
+      buffer_dims.push_back(std::move(dims));
+    }
+    // Handles first, in the order of first use, so the first step's compiles start first.
+    std::vector<size_t> order;
+    for (const auto& s : spec.steps)
+      for (size_t k = 0; k < spec.kernels.size(); ++k)
+        if (spec.kernels[k].name == s.kernel && std::find(order.begin(), order.end(), k) == order.end())
+          order.push_back(k);
+    for (size_t k = 0; k < spec.kernels.size(); ++k)
+      if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+    handles.resize(spec.kernels.size());
+    for (size_t k : order) {
+      const ProgramKernel& pk = spec.kernels[k];
+      Handle& h = handles[k];
+      h.kind = pk.kind;
+      if (pk.kind == ProgramKernel::Kind::kernel) h.kernel = std::make_unique<Kernel>(rt, pk.kernel);
+      else if (pk.kind == ProgramKernel::Kind::multi) h.multi = std::make_unique<MultiKernel>(rt, pk.multi);
+      else h.hint = std::make_unique<SizeHintMultiKernel>(rt, pk.kernel);
+    }
+    live.assign(spec.buffers.size(), {-1, -1});
+    for (const auto& s : spec.steps) {
+      if (s.kind != ProgramStep::Kind::launch) continue;
+      Step st;
+      st.kernel = s.kernel;
+      for (size_t k = 0; k < spec.kernels.size(); ++k)
+        if (spec.kernels[k].name == s.kernel) st.handle = k;
+      const ProgramKernel& pk = spec.kernels[st.handle];
+      st.kargs = &pk.args();
+      st.kscope.name = pk.name;
+      st.kscope.args = pk.args();
+      for (size_t j = 0; j < s.args.size(); ++j) {
+        const ProgramArg& pa = s.args[j];
+        Arg a;
+        a.kind = pa.kind;
+        a.dtype = (*st.kargs)[j].dtype;
+        if (pa.kind == ProgramArg::Kind::buffer) {
+          for (size_t i = 0; i < spec.inputs.size(); ++i)
+            if (spec.inputs[i].name == pa.text) a.group = 0, a.index = i;
+          for (size_t i = 0; i < spec.outputs.size(); ++i)
+            if (spec.outputs[i].name == pa.text) a.group = 1, a.index = i;
+          for (size_t i = 0; i < spec.buffers.size(); ++i)
+            if (spec.buffers[i].name == pa.text) {
+              a.group = 2, a.index = i;
+              const int si = static_cast<int>(steps.size());
+              if (live[i].first < 0) live[i].first = si;
+              live[i].second = si;
+            }
+          st.ksizes.push_back(compile_expr(st.kscope, (*st.kargs)[j].size, nullptr));
+        } else {
+          if (pa.kind == ProgramArg::Kind::integer) a.value = compile(pa.value);
+          a.real = pa.real;
+          st.ksizes.emplace_back();
+        }
+        st.args.push_back(std::move(a));
+      }
+      steps.push_back(std::move(st));
+    }
+    const std::string& backend = spec.backend;
+    dev = &rt.backend(backend).device();
+    graphs = opts.graphs && rt.options().program_graphs && backend == "cuda";
+  }
+
+  ~Impl() {
+    shapes.clear();
+    if (arena) {
+      dev->sync(nullptr);
+      dev->free(arena);
+    }
+  }
+
+  // The symbols of a call (constants, then symbols), from its inputs.
+  void bind_slots(const std::vector<Tensor>& in, std::vector<int64_t>& slots) const {
+    if (in.size() != spec.inputs.size())
+      fail(Errc::usage, "program '{}' takes {} inputs; the call gives {}", spec.name, spec.inputs.size(), in.size());
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].shape.size() != spec.inputs[i].shape.size())
+        fail(Errc::usage, "program '{}': input '{}' has {} dimensions; the program says {}", spec.name,
+             spec.inputs[i].name, in[i].shape.size(), spec.inputs[i].shape.size());
+    slots = base;
+    for (const auto& b : binders) slots[b.slot] = in[b.input].shape[b.dim];
+  }
+
+  // Everything a new shape checks, plans and precomputes.
+  Shape& shape_for(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::vector<int64_t>& slots,
+                   Stream stream) {
+    for (auto& s : shapes)
+      if (s->slots == slots) {
+        s->used = ++clock;
+        return *s;
+      }
+    if (out.size() != spec.outputs.size())
+      fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", spec.name, spec.outputs.size(), out.size());
+    auto sym_text = [&] {
+      std::string t;
+      for (size_t i = nconst; i < slots.size(); ++i)
+        t += fmt::format("{}{}={}", t.empty() ? "" : " ", scope.args[i].name, slots[i]);
+      return t;
+    };
+    for (const auto& c : checks) {
+      const auto& t = c.group == 0 ? in[c.tensor] : out[c.tensor];
+      const auto& ts = c.group == 0 ? spec.inputs[c.tensor] : spec.outputs[c.tensor];
+      if (c.group == 1 && t.shape.size() != ts.shape.size())
+        fail(Errc::usage, "program '{}': output '{}' has {} dimensions; the program says {}", spec.name, ts.name,
+             t.shape.size(), ts.shape.size());
+      const int64_t want = c.e.eval(slots.data());
+      if (t.shape[c.dim] != want)
+        fail(Errc::usage, "program '{}': {} '{}' dimension {} is {}, but the program says {} = {} (with {})", spec.name,
+             c.group == 0 ? "input" : "output", ts.name, c.dim, t.shape[c.dim], ts.shape[c.dim].str(), want,
+             sym_text());
+    }
+    for (size_t g = 0; g < guards.size(); ++g)
+      if (guards[g].eval(slots.data()) == 0)
+        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(), sym_text());
+    auto sh = std::make_unique<Shape>();
+    sh->slots = slots;
+    std::vector<int64_t> bytes, elements;
+    for (size_t b = 0; b < spec.buffers.size(); ++b) {
+      int64_t n = 1;
+      for (const auto& d : buffer_dims[b]) n *= d.eval(slots.data());
+      if (n < 0) fail(Errc::usage, "program '{}': buffer '{}' has a negative size ({})", spec.name, spec.buffers[b].name, sym_text());
+      elements.push_back(n);
+      bytes.push_back(static_cast<int64_t>(buffer_bytes(spec.buffers[b].dtype, n, spec.buffers[b].name)));
+    }
+    sh->mem = plan_memory(bytes, live);
+    if (sh->mem.arena > arena_bytes) {
+      if (arena) {
+        dev->sync(stream);  // the work queued on the old arena is done before it goes
+        dev->sync(nullptr);
+        dev->free(arena);
+        arena = nullptr;
+        for (auto& s : shapes) s->graphs.clear();  // they point into the old arena
+      }
+      arena = dev->alloc(static_cast<size_t>(sh->mem.arena));
+      arena_bytes = sh->mem.arena;
+      // The shapes planned before keep their plans; their intermediates move to the new arena.
+      for (auto& s : shapes) rebase(*s);
+      graph_count = 0;
+    }
+    auto tensor_elements = [&](const Arg& a) -> int64_t {
+      if (a.group == 2) return elements[a.index];
+      const ProgramTensor& t = a.group == 0 ? spec.inputs[a.index] : spec.outputs[a.index];
+      int64_t n = 1;
+      for (const auto& d : t.shape) n *= compile_expr(scope, d, nullptr).eval(slots.data());
+      return n;
+    };
+    sh->storage.resize(steps.size());
+    sh->params.resize(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      auto& store = sh->storage[i];
+      store.assign(st.args.size(), 0);
+      std::vector<int64_t> kslots(st.args.size(), 0);
+      for (size_t j = 0; j < st.args.size(); ++j) {
+        const Arg& a = st.args[j];
+        switch (a.kind) {
+          case ProgramArg::Kind::integer: {
+            int64_t v = a.value.eval(slots.data());
+            kslots[j] = v;
+            if (a.dtype == DType::i32) {
+              int32_t x = static_cast<int32_t>(v);
+              std::memcpy(&store[j], &x, 4);
+            } else {
+              std::memcpy(&store[j], &v, 8);
+            }
+            break;
+          }
+          case ProgramArg::Kind::real: {
+            if (a.dtype == DType::f64) std::memcpy(&store[j], &a.real, 8);
+            else if (a.dtype == DType::f32) {
+              float f = static_cast<float>(a.real);
+              std::memcpy(&store[j], &f, 4);
+            } else {
+              uint16_t h = a.dtype == DType::f16 ? f32_to_f16_bits(static_cast<float>(a.real))
+                                                 : f32_to_bf16_bits(static_cast<float>(a.real));
+              std::memcpy(&store[j], &h, 2);
+            }
+            break;
+          }
+          case ProgramArg::Kind::buffer:
+            if (a.group == 2) {
+              void* p = static_cast<std::byte*>(arena) + sh->mem.offset[a.index];
+              std::memcpy(&store[j], &p, sizeof p);
+            } else {
+              sh->io.push_back({i, j, a.group, a.index});
+            }
+            break;
+        }
+      }
+      // Each buffer must hold what the kernel's spec says it reads or writes.
+      for (size_t j = 0; j < st.args.size(); ++j)
+        if (st.args[j].kind == ProgramArg::Kind::buffer) {
+          const int64_t need = st.ksizes[j].eval(kslots.data());
+          const int64_t have = tensor_elements(st.args[j]);
+          if (need > have)
+            fail(Errc::usage,
+                 "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
+                 "buffer has {}",
+                 spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(), have);
+        }
+      sh->params[i].resize(st.args.size());
+      for (size_t j = 0; j < st.args.size(); ++j) sh->params[i][j] = &store[j];
+    }
+    ++st.plans;
+    if (shapes.size() >= static_cast<size_t>(std::max(1, opts.plan_capacity))) {
+      auto lru = std::min_element(shapes.begin(), shapes.end(), [](auto& a, auto& b) { return a->used < b->used; });
+      graph_count -= (*lru)->graphs.size();
+      shapes.erase(lru);
+    }
+    sh->used = ++clock;
+    shapes.push_back(std::move(sh));
+    return *shapes.back();
+  }
+
+  // Points a planned shape's intermediates into the current arena.
+  void rebase(Shape& sh) {
+    for (size_t i = 0; i < steps.size() && i < sh.storage.size(); ++i)
+      for (size_t j = 0; j < steps[i].args.size(); ++j)
+        if (steps[i].args[j].kind == ProgramArg::Kind::buffer && steps[i].args[j].group == 2) {
+          void* p = static_cast<std::byte*>(arena) + sh.mem.offset[steps[i].args[j].index];
+          std::memcpy(&sh.storage[i][j], &p, sizeof p);
+        }
+  }
+
+  void patch_io(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    for (const auto& [i, j, group, index] : sh.io) {
+      void* p = group == 0 ? in[index].data : out[index].data;
+      std::memcpy(&sh.storage[i][j], &p, sizeof p);
+    }
+  }
+
+  void launch_steps(Shape& sh, Stream s) {
+    for (size_t i = 0; i < steps.size(); ++i) handles[steps[i].handle].launch(sh.params[i].data(), s);
+  }
+
+  void run(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s) {
+    std::vector<int64_t> slots;
+    bind_slots(in, slots);
+    Shape& sh = shape_for(in, out, slots, s);
+    patch_io(sh, in, out);
+    ++st.calls;
+    if (graphs && sh.settled) {
+      std::vector<void*> io;
+      for (const auto& t : in) io.push_back(t.data);
+      for (const auto& t : out) io.push_back(t.data);
+      for (auto& g : sh.graphs)
+        if (g.io == io) {
+          g.used = ++clock;
+          g.graph->launch(s);
+          ++st.graph_replays;
+          return;
+        }
+      // Capture this shape's launches for these buffers, then replay them.
+      std::unique_ptr<Graph> g = dev->capture([&](Stream cs) { launch_steps(sh, cs); });
+      if (g) {
+        if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
+        sh.graphs.push_back({io, std::move(g), ++clock});
+        ++graph_count;
+        ++st.graph_captures;
+        sh.graphs.back().graph->launch(s);
+        ++st.graph_replays;
+        return;
+      }
+    }
+    launch_steps(sh, s);
+    // A shape whose steps are all tuned (none runs a safe choice waiting for
+    // its tuning) is captured on its next call; never while one is tuning.
+    if (graphs && !sh.settled && rt.tunings_pending() == 0) {
+      bool all = true;
+      for (size_t i = 0; i < steps.size() && all; ++i)
+        all = handles[steps[i].handle].choice(sh.params[i].data()).second;
+      sh.settled = all;
+    }
+  }
+
+  void evict_graph() {
+    Shape* owner = nullptr;
+    std::list<GraphEntry>::iterator oldest;
+    uint64_t t = UINT64_MAX;
+    for (auto& s : shapes)
+      for (auto it = s->graphs.begin(); it != s->graphs.end(); ++it)
+        if (it->used < t) t = it->used, owner = s.get(), oldest = it;
+    if (owner) {
+      owner->graphs.erase(oldest);
+      --graph_count;
+    }
+  }
+};
+
+Program::Program(Runtime& rt, ProgramSpec spec, ProgramOptions opts)
+    : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {}
+Program::~Program() = default;
+
+void Program::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream) {
+  impl_->run(inputs, outputs, stream);
+}
+
+std::map<std::string, int64_t> Program::bind(const std::vector<Tensor>& inputs) const {
+  std::vector<int64_t> slots;
+  impl_->bind_slots(inputs, slots);
+  for (size_t g = 0; g < impl_->guards.size(); ++g)
+    if (impl_->guards[g].eval(slots.data()) == 0)
+      fail(Errc::usage, "program '{}': guard '{}' does not hold", impl_->spec.name, impl_->spec.guards[g].str());
+  std::map<std::string, int64_t> out;
+  for (size_t i = impl_->nconst; i < slots.size(); ++i) out[impl_->scope.args[i].name] = slots[i];
+  return out;
+}
+
+MemoryPlan Program::memory(const std::map<std::string, int64_t>& symbols) const {
+  std::vector<int64_t> slots = impl_->base;
+  for (const auto& [n, v] : symbols) {
+    int i = impl_->scope.arg_index(n);
+    if (i < static_cast<int>(impl_->nconst)) fail(Errc::usage, "program '{}': '{}' is not a symbol", impl_->spec.name, n);
+    slots[static_cast<size_t>(i)] = v;
+  }
+  std::vector<int64_t> bytes;
+  for (size_t b = 0; b < impl_->spec.buffers.size(); ++b) {
+    int64_t n = 1;
+    for (const auto& d : impl_->buffer_dims[b]) n *= d.eval(slots.data());
+    bytes.push_back(static_cast<int64_t>(buffer_bytes(impl_->spec.buffers[b].dtype, n, impl_->spec.buffers[b].name)));
+  }
+  return plan_memory(bytes, impl_->live);
+}
+
+std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps) {
+  Impl& m = *impl_;
+  m.run(inputs, outputs, nullptr);  // first calls: tuned or answered
+  m.dev->sync(nullptr);
+  m.rt.wait_tuned();
+  std::vector<int64_t> slots;
+  m.bind_slots(inputs, slots);
+  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
+  m.patch_io(sh, inputs, outputs);
+  std::vector<std::vector<double>> t(m.steps.size());
+  auto timer = m.dev->timer();
+  for (int r = 0; r < std::max(1, reps); ++r)
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+      timer->start(nullptr);
+      m.handles[m.steps[i].handle].launch(sh.params[i].data(), nullptr);
+      timer->stop(nullptr);
+      t[i].push_back(timer->elapsed_ns());
+    }
+  std::vector<double> out;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    out.push_back(v[v.size() / 2]);
+  }
+  return out;
+}
+
+std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  Impl& m = *impl_;
+  std::vector<int64_t> slots;
+  m.bind_slots(inputs, slots);
+  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
+  m.patch_io(sh, inputs, outputs);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < m.steps.size(); ++i)
+    out.push_back(m.steps[i].kernel + ": " + m.handles[m.steps[i].handle].choice(sh.params[i].data()).first);
+  return out;
+}
+
+void Program::prepare() {
+  for (auto& h : impl_->handles)
+    if (h.kernel) h.kernel->prepare();
+}
+
+const ProgramSpec& Program::spec() const { return impl_->spec; }
+
+Program::Stats Program::stats() const {
+  Stats s = impl_->st;
+  s.plans = impl_->st.plans;
+  s.arena_bytes = impl_->arena_bytes;
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,358 @@
+// Programs: the file format and its errors, liveness planning, the cpu MLP
+// block against a plain computation, graphs against plain launches (GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/program.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string examples() { return (fs::path(test::kernels()).parent_path() / "examples" / "programs").string(); }
+
+struct ProgramTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 2;
+    opts.workers = 1;
+  }
+};
+
+// The block in double: n = rmsnorm(x) * g; y = x + Wd (silu(Wg n) * (Wu n)).
+std::vector<double> mlp_reference(const std::vector<float>& x, const std::vector<float>& g, const std::vector<float>& wg,
+                                  const std::vector<float>& wu, const std::vector<float>& wd, int64_t T, int64_t H,
+                                  int64_t I) {
+  std::vector<double> y(T * H);
+  std::vector<double> n(H), h(I);
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int64_t k = 0; k < H; ++k) ss += double(x[t * H + k]) * x[t * H + k];
+    const double inv = 1 / std::sqrt(ss / H + 1e-5);
+    for (int64_t k = 0; k < H; ++k) n[k] = x[t * H + k] * inv * g[k];
+    for (int64_t i = 0; i < I; ++i) {
+      double a = 0, b = 0;
+      for (int64_t k = 0; k < H; ++k) a += wg[i * H + k] * n[k], b += wu[i * H + k] * n[k];
+      h[i] = a / (1 + std::exp(-a)) * b;
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      double s = x[t * H + j];
+      for (int64_t i = 0; i < I; ++i) s += wd[j * I + i] * h[i];
+      y[t * H + j] = s;
+    }
+  }
+  return y;
+}
+
+// A cpu program over the built-in rmsnorm, written out for the error cases.
+std::string rms_program(const std::string& extra_top, const std::string& steps) {
+  return R"(kind = "program"
+version = 1
+name = "p"
+backend = "cpu"
+constants = { H = 8 }
+symbols = ["T"]
+)" + extra_top + R"(
+[[inputs]]
+name = "x"
+dtype = "f32"
+shape = ["T", "H"]
+[[inputs]]
+name = "g"
+dtype = "f32"
+shape = ["H"]
+[[outputs]]
+name = "y"
+dtype = "f32"
+shape = ["T", "H"]
+[kernels]
+rms = ")" + test::kernels() + R"(/cpu/rmsnorm.toml"
+)" + steps;
+}
+
+const char* kRmsStep = R"(
+[[steps]]
+launch = "rms"
+args = ["x", "g", "y", "T", "H", "1e-5"]
+)";
+
+}  // namespace
+
+TEST_F(ProgramTest, TheCpuMlpBlockMatchesItsPlainComputation) {
+  ProgramSpec spec = load_program(examples() + "/mlp_cpu.toml");
+  const int64_t H = 256, I = 704;
+  std::vector<float> g(H), wg(I * H), wu(I * H), wd(H * I);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(g)), 1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wg)), 2);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wu)), 3);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wd)), 4);
+  for (auto* w : {&wg, &wu, &wd})
+    for (auto& v : *w) v *= 0.1f;
+  for (FirstCall mode : {FirstCall::swap, FirstCall::wait}) {
+    Options o = opts;
+    o.first_call = mode;
+    o.cache_dir = dir.path() / (mode == FirstCall::swap ? "swap" : "wait");
+    Runtime rt(o);
+    Program prog(rt, spec);
+    for (int64_t T : {int64_t{1}, int64_t{37}, int64_t{100}, int64_t{37}}) {
+      std::vector<float> x(T * H), y(T * H, -1);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 10 + T);
+      std::vector<double> ref = mlp_reference(x, g, wg, wu, wd, T, H, I);
+      for (int call = 0; call < 2; ++call) {
+        prog.run({{x.data(), {T, H}}, {g.data(), {H}}, {wg.data(), {I, H}}, {wu.data(), {I, H}}, {wd.data(), {H, I}}},
+                 {{y.data(), {T, H}}});
+        double err = 0, norm = 0;
+        for (int64_t i = 0; i < T * H; ++i) err += (y[i] - ref[i]) * (y[i] - ref[i]), norm += ref[i] * ref[i];
+        EXPECT_LT(std::sqrt(err / norm), 1e-5) << "T = " << T << ", call " << call;
+        rt.wait_tuned();
+      }
+    }
+    EXPECT_EQ(prog.stats().plans, 3u) << "a memory plan per shape, kept";
+    // Both intermediates are live at the gated step: the arena holds both.
+    MemoryPlan m = prog.memory({{"T", 37}});
+    EXPECT_EQ(m.sum, 37 * H * 4 + 37 * I * 4);
+    EXPECT_GE(m.arena, m.sum);
+  }
+}
+
+TEST_F(ProgramTest, BadProgramsAreRefusedWithTheReason) {
+  struct Case {
+    std::string text, expect;
+  };
+  const std::string ok_steps = kRmsStep;
+  std::vector<Case> cases = {
+      {[&] {
+         std::string t = rms_program("", ok_steps);
+         return t.replace(t.find("version = 1"), 11, "version = 2");
+       }(),
+       "this kiln reads program files of version 1"},
+      {[&] {
+         std::string t = rms_program("", ok_steps);
+         return t.replace(t.find("kind = \"program\""), 16, "");
+       }(),
+       "kind = \"program\""},
+      {rms_program("colour = \"red\"", ok_steps), "unknown key 'colour'"},
+      {[&] {
+         std::string t = rms_program("", ok_steps);
+         return t.replace(t.find("shape = [\"H\"]"), 13, "shape = [\"Q\"]");
+       }(),
+       "'Q' is not a symbol or constant"},
+      {rms_program("", "[[steps]]\nlaunch = \"nope\"\nargs = []\n"), "kernel 'nope' is not one of the program's kernels"},
+      {rms_program("", "[[steps]]\nlaunch = \"rms\"\nargs = [\"x\", \"g\", \"y\"]\n"), "takes 6 arguments"},
+      {rms_program("", "[[steps]]\nlaunch = \"rms\"\nargs = [\"x\", \"g\", \"x\", \"T\", \"H\", \"1e-5\"]\n"),
+       "inputs are read only"},
+      {rms_program("", "[[steps]]\nlaunch = \"rms\"\nargs = [\"x\", \"g\", \"y\", \"T\", \"H\", \"huge\"]\n"),
+       "'huge' is not a number"},
+      {rms_program("", "[[steps]]\nlaunch = \"rms\"\nargs = [\"x\", \"g\", \"y\", \"T + Z\", \"H\", \"1e-5\"]\n"),
+       "'Z' is not a symbol or constant"},
+      {[&] {
+         std::string t = rms_program("", ok_steps);
+         return t.replace(t.find("name = \"y\"\ndtype = \"f32\""), 24, "name = \"y\"\ndtype = \"f64\"");
+       }(),
+       "'y' is f64, but kernel 'rms' takes f32*"},
+      {[&] {
+         std::string t = rms_program("", ok_steps);
+         return t.replace(t.find("shape = [\"T\", \"H\"]"), 18, "shape = [\"T + 1\", \"H\"]");
+       }(),
+       "symbol 'T' is bound by no input"},
+      {rms_program("[[buffers]]\nname = \"t\"\ndtype = \"f32\"\nshape = [\"T\", \"H\"]\n",
+                   "[[steps]]\nlaunch = \"rms\"\nargs = [\"t\", \"g\", \"y\", \"T\", \"H\", \"1e-5\"]\n"),
+       "reads 't' before any step writes it"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse_program(c.text, dir.path() / "p.toml");
+      ADD_FAILURE() << "accepted; expected: " << c.expect;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::spec);
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(parse_program(rms_program("", ok_steps), dir.path() / "p.toml"));
+}
+
+TEST_F(ProgramTest, ShapesAndGuardsAreCheckedAtTheCallAndNamed) {
+  ProgramSpec p = parse_program(rms_program("guards = [\"T >= 2\", \"T % 2 == 0\"]", kRmsStep), dir.path() / "p.toml");
+  Runtime rt(opts);
+  Program prog(rt, p);
+  std::vector<float> x(64), g(8), y(64);
+  auto run = [&](int64_t T, int64_t gd, int64_t yt) {
+    prog.run({{x.data(), {T, 8}}, {g.data(), {gd}}}, {{y.data(), {yt, 8}}});
+  };
+  auto expect = [&](auto f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::usage);
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect([&] { run(1, 8, 1); }, "guard 'T >= 2' does not hold for T=1");
+  expect([&] { run(3, 8, 3); }, "guard 'T % 2 == 0' does not hold for T=3");
+  expect([&] { run(4, 5, 4); }, "input 'g' dimension 0 is 5, but the program says H = 8");
+  expect([&] { run(4, 8, 6); }, "output 'y' dimension 0 is 6, but the program says T = 4");
+  EXPECT_NO_THROW(run(4, 8, 4));
+  EXPECT_EQ(prog.bind({{x.data(), {6, 8}}, {g.data(), {8}}}).at("T"), 6);
+}
+
+TEST_F(ProgramTest, TheBuilderMakesWhatTheFileSays) {
+  ProgramSpec file = load_program(examples() + "/mlp_cpu.toml");
+  const std::string k = test::kernels() + "/cpu/";
+  ProgramSpec built = ProgramBuilder("mlp_cpu", "cpu")
+                          .constant("H", 256)
+                          .constant("I", 704)
+                          .symbol("T")
+                          .guard("T >= 1")
+                          .guard("T <= 1048576")
+                          .input("x", DType::f32, {"T", "H"})
+                          .input("g", DType::f32, {"H"})
+                          .input("w_gate", DType::f32, {"I", "H"})
+                          .input("w_up", DType::f32, {"I", "H"})
+                          .input("w_down", DType::f32, {"H", "I"})
+                          .output("y", DType::f32, {"T", "H"})
+                          .buffer("n", DType::f32, {"T", "H"})
+                          .buffer("h", DType::f32, {"T", "I"})
+                          .kernel("rmsnorm", k + "rmsnorm.toml")
+                          .kernel("gate_up", k + "linear_gated.toml")
+                          .kernel("down", k + "linear_residual.toml")
+                          .launch("rmsnorm", {"x", "g", "n", "T", "H", "1e-5"})
+                          .launch("gate_up", {"n", "w_gate", "w_up", "h", "T", "I", "H"})
+                          .launch("down", {"h", "w_down", "y", "x", "T", "H", "I"})
+                          .build();
+  // The same program, but for where each kernel's spec was found.
+  auto body = [](const ProgramSpec& p) {
+    std::string s = p.str();
+    std::string out;
+    std::istringstream in(s);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("  kernel ") != 0) out += line + "\n";
+    return out;
+  };
+  EXPECT_EQ(body(built), body(file));
+  EXPECT_THROW(ProgramBuilder("b", "cpu").symbol("T").build(), Error);
+}
+
+// Liveness planning over random programs: buffers whose lives overlap never
+// share a byte; offsets are aligned; the arena holds every buffer.
+TEST(MemoryPlan, LiveBuffersNeverOverlapOverRandomPrograms) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 3000; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 12), steps = 1 + static_cast<int>(rng() % 10);
+    std::vector<int64_t> bytes(n);
+    std::vector<std::pair<int, int>> live(n);
+    for (int i = 0; i < n; ++i) {
+      bytes[i] = static_cast<int64_t>(rng() % 5000);
+      int a = static_cast<int>(rng() % steps), b = static_cast<int>(rng() % steps);
+      live[i] = {std::min(a, b), std::max(a, b)};
+    }
+    MemoryPlan p = plan_memory(bytes, live, 256);
+    int64_t peak_live = 0;
+    for (int s = 0; s < steps; ++s) {
+      int64_t at = 0;
+      for (int i = 0; i < n; ++i)
+        if (live[i].first <= s && s <= live[i].second) at += bytes[i];
+      peak_live = std::max(peak_live, at);
+    }
+    ASSERT_GE(p.arena, peak_live) << "round " << round;
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(p.offset[i] % 256, 0);
+      ASSERT_LE(p.offset[i] + bytes[i], p.arena);
+      for (int j = i + 1; j < n; ++j) {
+        const bool together = !(live[i].second < live[j].first || live[j].second < live[i].first);
+        const bool share = p.offset[i] < p.offset[j] + bytes[j] && p.offset[j] < p.offset[i] + bytes[i] &&
+                           bytes[i] > 0 && bytes[j] > 0;
+        ASSERT_FALSE(together && share) << "round " << round << ": buffers " << i << " and " << j;
+      }
+    }
+  }
+  // Buffers that are never live together share their bytes.
+  MemoryPlan p = plan_memory({1000, 1000, 1000}, {{0, 0}, {1, 1}, {2, 2}});
+  EXPECT_EQ(p.arena, 1024);
+  EXPECT_EQ(p.sum, 3000);
+}
+
+TEST_F(ProgramTest, EmittedCppNamesEveryStepAndTheArena) {
+  std::string code = emit_program_cpp(load_program(examples() + "/mlp_cpu.toml"));
+  for (const char* s : {"struct Program", "kiln::plan_memory", "k_rmsnorm.launch", "k_gate_up.launch", "k_down.launch",
+                        "guard 'T >= 1' does not hold", "const float* x", "float* y", "int64_t T"})
+    EXPECT_NE(code.find(s), std::string::npos) << s;
+  // (scripts/test-install.sh compiles it against an installed kiln and runs it.)
+}
+
+// A cuda program's graph replay computes what its plain launches compute.
+TEST_F(ProgramTest, GraphReplayEqualsPlainLaunchesOnTheGpu) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  const std::string text = R"(kind = "program"
+version = 1
+name = "twice_normed"
+backend = "cuda"
+constants = { H = 1024 }
+symbols = ["T"]
+[[inputs]]
+name = "x"
+dtype = "bf16"
+shape = ["T", "H"]
+[[inputs]]
+name = "g"
+dtype = "bf16"
+shape = ["H"]
+[[outputs]]
+name = "y"
+dtype = "bf16"
+shape = ["T", "H"]
+[[buffers]]
+name = "n"
+dtype = "bf16"
+shape = ["T", "H"]
+[kernels]
+rms = ")" + test::kernels() + R"(/cuda/rmsnorm_bf16.toml"
+[[steps]]
+launch = "rms"
+args = ["x", "g", "n", "T", "H", "1e-5"]
+[[steps]]
+launch = "rms"
+args = ["n", "g", "y", "T", "H", "1e-5"]
+)";
+  ProgramSpec p = parse_program(text, dir.path() / "p.toml");
+  std::vector<std::vector<std::byte>> results;
+  for (bool graphs : {false, true}) {
+    Options o = opts;
+    o.program_graphs = graphs;
+    Runtime rt(o);
+    Device& dev = rt.backend("cuda").device();
+    const int64_t T = 77, H = 1024;
+    DeviceBuffer x(dev, T * H * 2), g(dev, H * 2), y(dev, T * H * 2);
+    std::vector<std::byte> hx(T * H * 2), hg(H * 2);
+    fill_random(DType::bf16, hx, 3);
+    fill_random(DType::bf16, hg, 4);
+    dev.to_device(x.get(), hx.data(), hx.size(), nullptr);
+    dev.to_device(g.get(), hg.data(), hg.size(), nullptr);
+    Program prog(rt, p);
+    for (int i = 0; i < 6; ++i) {
+      prog.run({{x.get(), {T, H}}, {g.get(), {H}}}, {{y.get(), {T, H}}});
+      if (i == 1) rt.wait_tuned();
+    }
+    dev.sync(nullptr);
+    std::vector<std::byte> out(T * H * 2);
+    dev.to_host(out.data(), y.get(), out.size(), nullptr);
+    results.push_back(out);
+    if (graphs) {
+      EXPECT_GE(prog.stats().graph_captures, 1u);
+      EXPECT_GE(prog.stats().graph_replays, 1u);
+    } else {
+      EXPECT_EQ(prog.stats().graph_replays, 0u);
+    }
+  }
+  EXPECT_EQ(results[0], results[1]);
+}

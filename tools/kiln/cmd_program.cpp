@@ -1,0 +1,190 @@
+// kiln run PROGRAM --set T=...: runs a program on random inputs and prints
+// per-step times; kiln emit PROGRAM -o file.hpp: C++ with its steps unrolled.
+#include <charconv>
+#include <chrono>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "core/format.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/program.hpp"
+#include "kiln/runtime.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string program;
+  std::vector<std::string> sets;
+  int reps = 20;
+  int calls = 200;
+  bool show = false, json = false, wide = false;
+  uint64_t seed = 0;
+};
+
+// A tensor's elements for these symbol values.
+int64_t elements(const ProgramTensor& t, const ProgramSpec& p, const std::map<std::string, int64_t>& values) {
+  KernelSpec scope;
+  std::vector<int64_t> slots;
+  for (const auto& [n, v] : p.constants) {
+    ArgSpec a;
+    a.name = n;
+    scope.args.push_back(a);
+    slots.push_back(v);
+  }
+  for (const auto& [n, v] : values) {
+    ArgSpec a;
+    a.name = n;
+    scope.args.push_back(a);
+    slots.push_back(v);
+  }
+  int64_t e = 1;
+  for (const auto& d : t.shape) e *= compile_expr(scope, d, nullptr).eval(slots.data());
+  return e;
+}
+
+std::vector<int64_t> dims(const ProgramTensor& t, const ProgramSpec& p, const std::map<std::string, int64_t>& values) {
+  std::vector<int64_t> out;
+  for (const auto& d : t.shape) {
+    ProgramTensor one;
+    one.shape = {d};
+    out.push_back(elements(one, p, values));
+  }
+  return out;
+}
+
+void run_program(const RunArgs& a, Globals& g) {
+  Options opts = Options::from_env();
+  opts.quiet = opts.quiet || g.quiet;
+  ProgramSpec spec = load_program(a.program);
+  if (a.show) std::fprintf(out(), "%s\n", spec.str().c_str());
+  std::map<std::string, int64_t> values;
+  for (const auto& [n, v] : split_sets(a.sets)) {
+    if (std::find(spec.symbols.begin(), spec.symbols.end(), n) == spec.symbols.end())
+      fail(Errc::usage, "--set {}: '{}' is not a symbol of program '{}' (symbols: {})", n, n, spec.name,
+           fmt::join(spec.symbols, ", "));
+    int64_t x = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || p != v.data() + v.size()) fail(Errc::usage, "--set {}={}: not an integer", n, v);
+    values[n] = x;
+  }
+  for (const auto& s : spec.symbols)
+    if (!values.count(s)) fail(Errc::usage, "symbol '{}' needs a value: --set {}=...", s, s);
+  Runtime rt(opts);
+  Device& dev = rt.backend(spec.backend).device();
+  // Random inputs and empty outputs in the device's memory.
+  std::vector<DeviceBuffer> held;
+  auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
+    const int64_t n = elements(t, spec, values);
+    const size_t bytes = buffer_bytes(t.dtype, n, t.name);
+    held.emplace_back(dev, bytes ? bytes : 1);
+    if (fill) {
+      std::vector<std::byte> host(bytes);
+      fill_random(t.dtype, host, seed, a.wide);
+      dev.to_device(held.back().get(), host.data(), bytes, nullptr);
+    }
+    return Tensor{held.back().get(), dims(t, spec, values)};
+  };
+  held.reserve(spec.inputs.size() + spec.outputs.size());
+  std::vector<Tensor> in, outs;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) in.push_back(make(spec.inputs[i], true, a.seed + 977 * (i + 1)));
+  for (const auto& t : spec.outputs) outs.push_back(make(t, false, 0));
+  dev.sync(nullptr);
+
+  auto t0 = std::chrono::steady_clock::now();
+  Program prog(rt, spec);
+  prog.run(in, outs, nullptr);
+  dev.sync(nullptr);
+  const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rt.wait_tuned();
+  const double tuned_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> step_ns = prog.time_steps(in, outs, a.reps);
+  std::vector<std::string> choices = prog.choices(in, outs);
+  // Whole calls, back to back, without synchronising between them.
+  for (int i = 0; i < 3; ++i) prog.run(in, outs, nullptr);
+  dev.sync(nullptr);
+  auto timer = dev.timer();
+  timer->start(nullptr);
+  auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.calls; ++i) prog.run(in, outs, nullptr);
+  const double host_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - h0).count() / a.calls;
+  timer->stop(nullptr);
+  const double call_ns = timer->elapsed_ns() / a.calls;
+  MemoryPlan mem = prog.memory(values);
+  Program::Stats st = prog.stats();
+  Runtime::Stats rs = rt.stats();
+
+  if (a.json) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t i = 0; i < step_ns.size(); ++i) steps.push_back({{"step", i + 1}, {"ns", step_ns[i]}, {"choice", choices[i]}});
+    nlohmann::json j = {{"program", spec.name},   {"backend", spec.backend},      {"symbols", values},
+                        {"first_call_s", first_s}, {"tuned_s", tuned_s},          {"steps", steps},
+                        {"call_ns", call_ns},      {"host_ns_per_call", host_ns}, {"arena_bytes", mem.arena},
+                        {"intermediate_bytes", mem.sum}, {"graph_captures", st.graph_captures},
+                        {"graph_replays", st.graph_replays}, {"compiled", rs.compiled}, {"configs_timed", rs.configs_timed}};
+    std::fprintf(out(), "%s\n", j.dump(1).c_str());
+    return;
+  }
+  std::string sym;
+  for (const auto& [n, v] : values) sym += fmt::format("{}{}={}", sym.empty() ? "" : " ", n, v);
+  std::fprintf(out(), "program %s (%s) at %s: first call %s, every step tuned %s\n", spec.name.c_str(),
+               spec.backend.c_str(), sym.c_str(), seconds_text(first_s).c_str(), seconds_text(tuned_s).c_str());
+  Table t({"step", "time", "share", "runs"}, {true, true, true, false});
+  double sum = 0;
+  for (double x : step_ns) sum += x;
+  for (size_t i = 0; i < step_ns.size(); ++i)
+    t.row({std::to_string(i + 1), seconds_text(step_ns[i] * 1e-9), fmt::format("{:.0f}%", 100 * step_ns[i] / sum),
+           choices[i]});
+  std::fprintf(out(), "%s", t.str().c_str());
+  std::fprintf(out(), "steps one at a time: %s; whole calls back to back: %s a call on the device, %s of host time\n",
+               seconds_text(sum * 1e-9).c_str(), seconds_text(call_ns * 1e-9).c_str(),
+               seconds_text(host_ns * 1e-9).c_str());
+  const std::string peak = fmt::format("{:.2f} MiB", mem.arena / 1048576.0);
+  const std::string all = fmt::format("{:.2f} MiB", mem.sum / 1048576.0);
+  std::fprintf(out(), "intermediates: %s in one arena (peak) for %s in all; graphs captured %llu, replayed %llu\n",
+               peak.c_str(), all.c_str(), static_cast<unsigned long long>(st.graph_captures),
+               static_cast<unsigned long long>(st.graph_replays));
+}
+
+}  // namespace
+
+void add_program(CLI::App& app, Globals& g) {
+  auto a = std::make_shared<RunArgs>();
+  auto* run = app.add_subcommand(
+      "run", "Run a program (kind = \"program\") on random inputs: the first call (compiling and tuning what it "
+             "needs), then each step's time, whole calls back to back, the memory plan");
+  run->add_option("program", a->program, "The program file (.toml)")->required()->check(CLI::ExistingFile);
+  run->add_option("--set", a->sets, "A symbol's value, NAME=VALUE (each symbol needs one)");
+  run->add_option("--reps", a->reps, "Timed runs of each step (the median is shown)")->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  run->add_option("--calls", a->calls, "Whole calls timed back to back")->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  run->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  run->add_flag("--wide", a->wide, "Inputs of a large dynamic range (as kiln tune --inputs wide)");
+  run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit");
+  run->add_flag("--json", a->json, "Print one JSON object");
+  run->callback([a, &g] { run_program(*a, g); });
+
+  auto path = std::make_shared<std::string>();
+  auto dest = std::make_shared<std::string>();
+  auto* emit = app.add_subcommand("emit", "Write C++ that loads and runs a program through libkiln, its steps "
+                                          "unrolled (a header to include; see examples/program_app)");
+  emit->add_option("program", *path, "The program file (.toml)")->required()->check(CLI::ExistingFile);
+  emit->add_option("-o,--output", *dest, "Where to write it (default: standard output)");
+  emit->callback([path, dest] {
+    std::string code = emit_program_cpp(load_program(*path));
+    if (dest->empty()) {
+      std::fprintf(out(), "%s", code.c_str());
+      return;
+    }
+    std::ofstream f(*dest, std::ios::binary);
+    if (!f) fail(Errc::io, "emit: cannot write {}", *dest);
+    f << code;
+    if (!f) fail(Errc::io, "emit: writing {} failed", *dest);
+  });
+}
+
+}  // namespace kiln::cli
