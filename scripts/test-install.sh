@@ -3,7 +3,10 @@
 # built-in cpu kernels with the installed tool, builds examples/matmul_app
 # against the installed package (find_package, and again through
 # pkg-config), and runs it on an empty cache: it must compile and tune
-# nothing. Removes everything it made, also when a step fails.
+# nothing. Then writes the cpu MLP program's C++ with the installed `kiln
+# emit`, builds examples/program_app against the package and runs it (its
+# results checked against a plain computation). Removes everything it made,
+# also when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -33,4 +36,12 @@ out=$("$tmp/app-build/matmul_app" "$tmp/app.kiln" 100,100,100 || true)
 echo "$out" | tail -2
 echo "$out" | grep -q "100x100x100: ok" && echo "$out" | grep -Eq " [1-9][0-9]* configs timed" \
   || { echo "test-install: the uncovered shape was not tuned as expected"; exit 1; }
+echo "test-install: a program: kiln emit writes its C++, examples/program_app builds it against the package"
+mkdir -p "$tmp/gen"
+"$prefix/bin/kiln" emit "$prefix/share/kiln/kernels/programs/mlp_cpu.toml" -o "$tmp/gen/mlp_cpu_program.hpp"
+cmake -S examples/program_app -B "$tmp/prog-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DKILN_EMITTED_DIR="$tmp/gen" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$tmp/prog-build" >/dev/null
+export KILN_CACHE_DIR="$tmp/prog-cache"
+KILN_FIRST_CALL=wait "$tmp/prog-build/program_app" "$prefix/share/kiln/kernels/programs" 1 5 33
 echo "test-install: ok"

@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "backends/serialize.hpp"
 #include "kiln/ext/binary_key.hpp"
+#include "kiln/program_spec.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {
@@ -185,6 +186,26 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   Runtime rt(opts);
+  if (is_program_file(spec_path)) {
+    // A program: every kernel it launches (each variant of a multi-kernel).
+    ProgramSpec p = load_program(spec_path);
+    nlohmann::json kernels = nlohmann::json::array();
+    bool first = true;
+    for (const auto& k : p.kernels) {
+      std::vector<const KernelSpec*> specs;
+      if (k.kind == ProgramKernel::Kind::multi)
+        for (const auto& v : k.multi.variants) specs.push_back(&v.kernel);
+      else
+        specs.push_back(&k.kernel);
+      for (const KernelSpec* s : specs) {
+        if (!json) std::fprintf(out(), "%skernel %s: %s\n", first ? "" : "\n", k.name.c_str(), s->spec_path.c_str());
+        first = false;
+        kernels.push_back(compile_spec(g, rt, *s, json, explain));
+      }
+    }
+    if (json) std::fprintf(out(), "%s\n", dump_json(nlohmann::json({{"program", p.name}, {"kernels", kernels}}), 2).c_str());
+    return;
+  }
   if (!is_multi_spec(spec_path)) {
     nlohmann::json result = compile_spec(g, rt, load_spec(spec_path), json, explain);
     if (json) std::fprintf(out(), "%s\n", dump_json(result, 2).c_str());
@@ -203,12 +224,15 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
 }  // namespace
 
 void add_compile(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("compile", "Compile every config of a kernel spec, or of each variant of a "
-                                            "multi-kernel spec (in parallel, through the cache)");
+  auto* cmd = app.add_subcommand("compile", "Compile every config of a kernel spec, of each variant of a "
+                                            "multi-kernel spec, or of every kernel a program launches (in parallel, "
+                                            "through the cache)");
   auto spec = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);
-  cmd->add_option("spec", *spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("spec", *spec, "The kernel's spec file, a multi-kernel spec or a program (.toml)")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--json", *json, "Print one JSON object instead of the table");
   cmd->add_flag("--explain", *explain, "Print every field of each config's binary key");
   cmd->callback([&g, spec, json, explain] { run_compile(g, *spec, *json, *explain); });
