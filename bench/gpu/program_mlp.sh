@@ -21,7 +21,7 @@ pack() { tar czf "$OUTD/program.tgz" -C "$R" .; }
 P=kernels/programs/mlp_llama3_8b.toml
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$R/machine.txt"
 if has torch; then
-  TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) \
+  TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout ${TORCH_TIMEOUT:-1200} \
     python3 bench/gpu/torch_mlp.py --out "$R/torch.json" --tokens "$TOKENS" 2>> "$R/stderr.txt" | tail -12
   pack
 fi
