@@ -44,7 +44,8 @@ def main():
             continue
         print(f"kiln {name}: first call {k['first_call_s']:.3f} s, every step tuned {k['tuned_s']:.2f} s, "
               f"compiled {k['compiled']}, configs timed {k['configs_timed']}, host {k['host_ns_per_call'] / 1e3:.1f} us a call, "
-              f"graphs replayed {k['graph_replays']}, steps: " + "; ".join(s["choice"] for s in k["steps"]))
+              + (f" (the steps' handles alone: {k['host_ns_handles_only'] / 1e3:.1f} us)" if 'host_ns_handles_only' in k else "")
+              + f", graphs replayed {k['graph_replays']}, steps: " + "; ".join(s["choice"] for s in k["steps"]))
     if t.get("first_call_s"):
         print("PyTorch first calls in this process (s): " +
               ", ".join(f"{n} {v:.1f}" for n, v in t["first_call_s"].items()))

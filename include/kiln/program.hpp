@@ -60,6 +60,10 @@ class Program {
   // Each step's device time (ns) for these buffers: the steps launched one
   // at a time, synchronised, `reps` times; the median. Tunes what is untuned first.
   std::vector<double> time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps);
+  // Host time (ns) per call of the steps' handles alone, launched back to
+  // back `calls` times with these buffers' symbols bound and planned once:
+  // what a call costs beyond the program's own binding and lookups.
+  double host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int calls);
   // What each launch step runs for these buffers: "kernel: config (source)".
   std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
   // Waits until the compiles the load started are done.
