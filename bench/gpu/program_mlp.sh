@@ -38,6 +38,12 @@ if has kiln; then
   done
   KILN_PROGRAM_GRAPHS=0 "$B/kiln" -q run --json "$P" --set T=64 --calls 100 > "$R/kiln_nographs_64.json" 2>> "$R/stderr.txt"
   "$B/kiln" -q run --json "$P" --set T=64 --calls 100 > "$R/kiln_warm_64.json" 2>> "$R/stderr.txt"
+  # A warm first call as a whole process: started, the program loaded, the first call made, exited.
+  for i in 1 2 3; do
+    t0=$(date +%s.%N)
+    line=$("$B/kiln" -q run --first-only "$P" --set T=64 2>> "$R/stderr.txt")
+    echo "warm process T=64: $(python3 -c "print(round($(date +%s.%N) - $t0, 3))") s wall; $line" | tee -a "$R/warm_process.txt"
+  done
   "$B/kiln" -q pack "$P" --set T=1,64 -o "$R/mlp.kiln" >> "$R/stderr.txt" 2>&1
   KILN_CACHE_DIR=$(mktemp -d /tmp/kiln-prog-empty-XXXXXX) KILN_ARTIFACT=$R/mlp.kiln \
     "$B/kiln" -q run --json "$P" --set T=64 --calls 100 > "$R/kiln_artifact_64.json" 2>> "$R/stderr.txt"

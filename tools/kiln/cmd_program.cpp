@@ -21,7 +21,7 @@ struct RunArgs {
   std::vector<std::string> sets;
   int reps = 20;
   int calls = 200;
-  bool show = false, json = false, wide = false;
+  bool show = false, json = false, wide = false, first_only = false;
   uint64_t seed = 0;
 };
 
@@ -81,7 +81,7 @@ void run_program(const RunArgs& a, Globals& g) {
     const int64_t n = elements(t, spec, values);
     const size_t bytes = buffer_bytes(t.dtype, n, t.name);
     held.emplace_back(dev, bytes ? bytes : 1);
-    if (fill) {
+    if (fill && !a.first_only) {
       std::vector<std::byte> host(bytes);
       fill_random(t.dtype, host, seed, a.wide);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
@@ -99,6 +99,12 @@ void run_program(const RunArgs& a, Globals& g) {
   prog.run(in, outs, nullptr);
   dev.sync(nullptr);
   const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (a.first_only) {
+    Runtime::Stats rs = rt.stats();
+    std::fprintf(out(), "first call %.4f s: %llu compiled, %llu configs timed\n", first_s,
+                 static_cast<unsigned long long>(rs.compiled), static_cast<unsigned long long>(rs.configs_timed));
+    return;  // the runtime drops the tunings the first call queued
+  }
   rt.wait_tuned();
   const double tuned_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<double> step_ns = prog.time_steps(in, outs, a.reps);
@@ -166,6 +172,9 @@ void add_program(CLI::App& app, Globals& g) {
   run->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   run->add_flag("--wide", a->wide, "Inputs of a large dynamic range (as kiln tune --inputs wide)");
   run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit");
+  run->add_flag("--first-only", a->first_only,
+                "Make the first call only, say how long it took, and exit (tunings it started are dropped; the "
+                "inputs are left zero: this times loading and the first call, not the kernels)");
   run->add_flag("--json", a->json, "Print one JSON object");
   run->callback([a, &g] { run_program(*a, g); });
 
