@@ -356,3 +356,47 @@ args = ["n", "g", "y", "T", "H", "1e-5"]
   }
   EXPECT_EQ(results[0], results[1]);
 }
+
+// A kernel that does not compile is named with the program's step.
+TEST_F(ProgramTest, ACompileErrorNamesTheProgramStep) {
+  test::write(dir.path() / "bad.cpp", "void bad(kiln::program_id, const float* x, float* y, int64_t n) { oops; }\n");
+  test::write(dir.path() / "bad.toml", R"(name = "bad"
+backend = "cpu"
+source = "bad.cpp"
+entry = "bad"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "n", intent = "in" },
+         { name = "y", type = "f32*", size = "n", intent = "out" },
+         { name = "n", type = "i64" } ]
+)");
+  const std::string text = R"(kind = "program"
+version = 1
+name = "p"
+backend = "cpu"
+symbols = ["N"]
+[[inputs]]
+name = "x"
+dtype = "f32"
+shape = ["N"]
+[[outputs]]
+name = "y"
+dtype = "f32"
+shape = ["N"]
+[kernels]
+bad = "bad.toml"
+[[steps]]
+launch = "bad"
+args = ["x", "y", "N"]
+)";
+  test::write(dir.path() / "p.toml", text);
+  Runtime rt(opts);
+  Program prog(rt, load_program(dir.path() / "p.toml"));
+  std::vector<float> x(16), y(16);
+  try {
+    prog.run({{x.data(), {16}}}, {{y.data(), {16}}});
+    FAIL() << "it ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("program 'p', step 1 (bad)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("oops"), std::string::npos) << e.what();
+  }
+}

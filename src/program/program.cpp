@@ -390,7 +390,16 @@ struct Program::Impl {
   }
 
   void launch_steps(Shape& sh, Stream s) {
-    for (size_t i = 0; i < steps.size(); ++i) handles[steps[i].handle].launch(sh.params[i].data(), s);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      try {
+        handles[steps[i].handle].launch(sh.params[i].data(), s);
+      } catch (const WorkerError&) {
+        throw;  // it says which kernel and config already, and its fault is typed
+      } catch (const Error& e) {
+        // Which step of which program: a compile error, a tuning that chose nothing, a refused launch.
+        throw Error(e.code(), fmt::format("program '{}', step {} ({}): {}", spec.name, i + 1, steps[i].kernel, e.what()));
+      }
+    }
   }
 
   // Whether a graph was captured with these buffers.
