@@ -230,42 +230,8 @@ __device__ __forceinline__ void gemm_load_tile(unsigned s_tile, const gemm_t* __
   }
 }
 
-__device__ __forceinline__ float gemm_to_f(gemm_t x) {
-#if DT == 0
-  return __bfloat162float(x);
-#else
-  return __half2float(x);
-#endif
-}
-__device__ __forceinline__ gemm_t2 gemm_pack(float a, float b) {
-#if DT == 0
-  return __floats2bfloat162_rn(a, b);
-#else
-  return __floats2half2_rn(a, b);
-#endif
-}
-__device__ __forceinline__ gemm_t gemm_from_f(float a) {
-#if DT == 0
-  return __float2bfloat16_rn(a);
-#else
-  return __float2half_rn(a);
-#endif
-}
-__device__ __forceinline__ float gemm_silu(float x) { return x / (1.f + __expf(-x)); }
-// GELU, the erf form 0.5 x (1 + erf(x / sqrt 2)) (PyTorch's default, not the tanh
-// approximation). erf by Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, far below the
-// output's rounding: branch-free and lighter on registers than erff.
-__device__ __forceinline__ float gemm_erf(float x) {
-  const float z = fabsf(x);
-  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.f));
-  float p = fmaf(1.061405429f, t, -1.453152027f);
-  p = fmaf(p, t, 1.421413741f);
-  p = fmaf(p, t, -0.284496736f);
-  p = fmaf(p, t, 0.254829592f);
-  const float r = 1.f - p * t * __expf(-z * z);
-  return copysignf(r, x);
-}
-__device__ __forceinline__ float gemm_gelu(float x) { return 0.5f * x * (1.f + gemm_erf(x * 0.70710678118654752f)); }
+#include "gemm_epilogue.cuh"  // epi_to_f, epi_pack, epi_from_f, epi_silu, epi_gelu
+
 
 extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __restrict__ A,
 #if EPI == 6
@@ -424,33 +390,33 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
         (void)gc;
         float v0 = acc[0][mi][ni][2 * h], v1 = acc[0][mi][ni][2 * h + 1];
 #if EPI == 1 || EPI == 5
-        if (gc < N) v0 += gemm_to_f(bias[gc]);
-        if (gc + 1 < N) v1 += gemm_to_f(bias[gc + 1]);
+        if (gc < N) v0 += epi_to_f(bias[gc]);
+        if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
 #elif EPI == 2
         if (gr < M) {
           if (VEC == 8 && gc + 1 < N) {  // N % 8 == 0, R 16-byte aligned: a 4-byte aligned pair
             const gemm_t2 r = *reinterpret_cast<const gemm_t2*>(R + gr * N + gc);
-            v0 += gemm_to_f(r.x);
-            v1 += gemm_to_f(r.y);
+            v0 += epi_to_f(r.x);
+            v1 += epi_to_f(r.y);
           } else {
-            if (gc < N) v0 += gemm_to_f(R[gr * N + gc]);
-            if (gc + 1 < N) v1 += gemm_to_f(R[gr * N + gc + 1]);
+            if (gc < N) v0 += epi_to_f(R[gr * N + gc]);
+            if (gc + 1 < N) v1 += epi_to_f(R[gr * N + gc + 1]);
           }
         }
 #endif
 #if EPI == 3
-        v0 = gemm_silu(v0);
-        v1 = gemm_silu(v1);
+        v0 = epi_silu(v0);
+        v1 = epi_silu(v1);
 #elif EPI == 4 || EPI == 5
-        v0 = gemm_gelu(v0);
-        v1 = gemm_gelu(v1);
+        v0 = epi_gelu(v0);
+        v1 = epi_gelu(v1);
 #elif EPI == 6
-        v0 = gemm_silu(v0) * acc[1][mi][ni][2 * h];
-        v1 = gemm_silu(v1) * acc[1][mi][ni][2 * h + 1];
+        v0 = epi_silu(v0) * acc[1][mi][ni][2 * h];
+        v1 = epi_silu(v1) * acc[1][mi][ni][2 * h + 1];
 #endif
         // Stage as [BM][BN], swizzled by 16-byte chunk: the 8 rows one store
         // instruction covers fall in 8 different chunks (bank groups).
-        *reinterpret_cast<gemm_t2*>(sm + gemm_swz<BN / 8>(lr, lc / 8) + (lc & 7)) = gemm_pack(v0, v1);
+        *reinterpret_cast<gemm_t2*>(sm + gemm_swz<BN / 8>(lr, lc / 8) + (lc & 7)) = epi_pack(v0, v1);
       }
   __syncthreads();
   // The staged tile to C, a 16-byte chunk (8 columns of a row) at a time.
@@ -517,18 +483,18 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
       float x = v[0][e];
       const bool in = gc + e < N;
 #if EPI == 1 || EPI == 5
-      if (in) x += gemm_to_f(bias[gc + e]);
+      if (in) x += epi_to_f(bias[gc + e]);
 #elif EPI == 2
-      if (in) x += gemm_to_f(R[gr * N + gc + e]);
+      if (in) x += epi_to_f(R[gr * N + gc + e]);
 #endif
 #if EPI == 3
-      x = gemm_silu(x);
+      x = epi_silu(x);
 #elif EPI == 4 || EPI == 5
-      x = gemm_gelu(x);
+      x = epi_gelu(x);
 #elif EPI == 6
-      x = gemm_silu(x) * v[GEMM_NB - 1][e];
+      x = epi_silu(x) * v[GEMM_NB - 1][e];
 #endif
-      const gemm_t y = gemm_from_f(x);
+      const gemm_t y = epi_from_f(x);
       out[e] = *reinterpret_cast<const unsigned short*>(&y);
       (void)in;
     }

@@ -344,41 +344,8 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
 // Float offset of (row, col) in an fp32 [BM][BN] partial tile, swizzled by 4-float chunk.
 __device__ __forceinline__ int wg_fswz(int row, int col) { return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3); }
 
-// ---- the epilogue's math (as gemm.cu) ----
-__device__ __forceinline__ float wg_to_f(wg_t x) {
-#if DT == 0
-  return __bfloat162float(x);
-#else
-  return __half2float(x);
-#endif
-}
-__device__ __forceinline__ wg_t2 wg_pack(float a, float b) {
-#if DT == 0
-  return __floats2bfloat162_rn(a, b);
-#else
-  return __floats2half2_rn(a, b);
-#endif
-}
-__device__ __forceinline__ wg_t wg_from_f(float a) {
-#if DT == 0
-  return __float2bfloat16_rn(a);
-#else
-  return __float2half_rn(a);
-#endif
-}
-__device__ __forceinline__ float wg_silu(float x) { return x / (1.f + __expf(-x)); }
-// GELU, the erf form; erf by Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7.
-__device__ __forceinline__ float wg_erf(float x) {
-  const float z = fabsf(x);
-  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.f));
-  float p = fmaf(1.061405429f, t, -1.453152027f);
-  p = fmaf(p, t, 1.421413741f);
-  p = fmaf(p, t, -0.284496736f);
-  p = fmaf(p, t, 0.254829592f);
-  const float r = 1.f - p * t * __expf(-z * z);
-  return copysignf(r, x);
-}
-__device__ __forceinline__ float wg_gelu(float x) { return 0.5f * x * (1.f + wg_erf(x * 0.70710678118654752f)); }
+#include "gemm_epilogue.cuh"  // epi_to_f, epi_pack, epi_from_f, epi_silu, epi_gelu
+
 
 extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const wg_t* __restrict__ A,
 #if EPI == 6
@@ -623,14 +590,14 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
         unsigned o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const wg_t2 pk = wg_pack(f[2 * e] + wg_to_f(rp[e].x), f[2 * e + 1] + wg_to_f(rp[e].y));
+          const wg_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
           o[e] = *reinterpret_cast<const unsigned*>(&pk);
         }
         wg_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
       } else {  // C or R not 16-byte aligned, or N % 8 != 0: 2 bytes at a time
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          if (gc + e < N) C[gr * N + gc + e] = wg_from_f(f[e] + wg_to_f(R[gr * N + gc + e]));
+          if (gc + e < N) C[gr * N + gc + e] = epi_from_f(f[e] + epi_to_f(R[gr * N + gc + e]));
       }
     }
 #elif SPLIT == 1
@@ -650,24 +617,24 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
           const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
           float v0 = acc[mi][(i8 * 8) / WG_NI][e], v1 = acc[mi][(i8 * 8) / WG_NI][e + 1];
 #if EPI == 1 || EPI == 5
-          if (gc < N) v0 += wg_to_f(bias[gc]);
-          if (gc + 1 < N) v1 += wg_to_f(bias[gc + 1]);
+          if (gc < N) v0 += epi_to_f(bias[gc]);
+          if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
 #endif
 #if EPI == 3
-          v0 = wg_silu(v0);
-          v1 = wg_silu(v1);
+          v0 = epi_silu(v0);
+          v1 = epi_silu(v1);
 #elif EPI == 4 || EPI == 5
-          v0 = wg_gelu(v0);
-          v1 = wg_gelu(v1);
+          v0 = epi_gelu(v0);
+          v1 = epi_gelu(v1);
 #elif EPI == 6
           {
             const int cu = BN + i8 * 8;  // the up projection's column
             const int eu = 4 * (cu % WG_NI / 8) + 2 * h;
-            v0 = wg_silu(v0) * acc[mi][cu / WG_NI][eu];
-            v1 = wg_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
+            v0 = epi_silu(v0) * acc[mi][cu / WG_NI][eu];
+            v1 = epi_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
           }
 #endif
-          const wg_t2 pk = wg_pack(v0, v1);
+          const wg_t2 pk = epi_pack(v0, v1);
           wg_st_shared32(stg + wg_swz<BN / 8>(lr, i8) * 2 + t4 * 4, *reinterpret_cast<const unsigned*>(&pk));
         }
     if (cw == 0)  // the slab is staged
@@ -735,18 +702,18 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
         const bool in = gc + e < N;
         (void)in;
 #if EPI == 1 || EPI == 5
-        if (in) x += wg_to_f(bias[gc + e]);
+        if (in) x += epi_to_f(bias[gc + e]);
 #elif EPI == 2
-        if (in) x += wg_to_f(R[gr * N + gc + e]);
+        if (in) x += epi_to_f(R[gr * N + gc + e]);
 #endif
 #if EPI == 3
-        x = wg_silu(x);
+        x = epi_silu(x);
 #elif EPI == 4 || EPI == 5
-        x = wg_gelu(x);
+        x = epi_gelu(x);
 #elif EPI == 6
-        x = wg_silu(x) * v[WG_NB - 1][e];
+        x = epi_silu(x) * v[WG_NB - 1][e];
 #endif
-        const wg_t y = wg_from_f(x);
+        const wg_t y = epi_from_f(x);
         out[e] = *reinterpret_cast<const unsigned short*>(&y);
       }
       if (c_vec) {
