@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,6 +89,9 @@ struct ProgramSpec {
 
   const ProgramTensor* tensor(std::string_view name) const;
   const ProgramKernel* kernel(std::string_view name) const;
+  // A tensor's dimensions for these symbol values (Error(Errc::usage) for a
+  // symbol without a value).
+  std::vector<int64_t> dims(const ProgramTensor& t, const std::map<std::string, int64_t>& symbols) const;
   // The steps with the allocations and frees made explicit, a return last.
   std::vector<ProgramStep> lower() const;
   // The program as text (its steps lowered), for `kiln run --show`.

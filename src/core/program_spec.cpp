@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/format.hpp"
+#include "kiln/args.hpp"
 
 // toml++ states internal assumptions that malformed input can break: here,
 // as in spec.cpp, they are checks, and a failed one is a spec error.
@@ -269,6 +270,26 @@ const ProgramKernel* ProgramSpec::kernel(std::string_view n) const {
   for (const auto& k : kernels)
     if (k.name == n) return &k;
   return nullptr;
+}
+
+std::vector<int64_t> ProgramSpec::dims(const ProgramTensor& t, const std::map<std::string, int64_t>& values) const {
+  KernelSpec scope;
+  std::vector<int64_t> slots;
+  for (const auto& [n, v] : constants) {
+    scope.args.push_back(ArgSpec{});
+    scope.args.back().name = n;
+    slots.push_back(v);
+  }
+  for (const auto& n : symbols) {
+    auto it = values.find(n);
+    if (it == values.end()) fail(Errc::usage, "program '{}': symbol '{}' has no value", name, n);
+    scope.args.push_back(ArgSpec{});
+    scope.args.back().name = n;
+    slots.push_back(it->second);
+  }
+  std::vector<int64_t> out;
+  for (const auto& d : t.shape) out.push_back(compile_expr(scope, d, nullptr).eval(slots.data()));
+  return out;
 }
 
 std::vector<ProgramStep> ProgramSpec::lower() const {

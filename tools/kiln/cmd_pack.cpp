@@ -131,30 +131,15 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   cache->journal(true);
   Device& dev = be.device();
   Program prog(rt, ps);
-  KernelSpec scope;
-  std::vector<int64_t> base;
-  for (const auto& [n, v] : ps.constants) {
-    ArgSpec x;
-    x.name = n;
-    scope.args.push_back(x);
-    base.push_back(v);
-  }
-  for (const auto& n : ps.symbols) {
-    ArgSpec x;
-    x.name = n;
-    scope.args.push_back(x);
-    base.push_back(0);
-  }
   for (const auto& shape : shapes_) {
-    std::vector<int64_t> slots = base;
-    for (size_t i = 0; i < ps.symbols.size(); ++i) slots[ps.constants.size() + i] = shape.at(ps.symbols[i]);
     std::vector<DeviceBuffer> held;
     held.reserve(ps.inputs.size() + ps.outputs.size());
     std::vector<Tensor> in, outs;
     auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
       Tensor x;
+      x.shape = ps.dims(t, shape);
       int64_t n = 1;
-      for (const auto& d : t.shape) x.shape.push_back(compile_expr(scope, d, nullptr).eval(slots.data())), n *= x.shape.back();
+      for (int64_t d : x.shape) n *= d;
       const size_t bytes = buffer_bytes(t.dtype, n, t.name);
       held.emplace_back(dev, bytes ? bytes : 1);
       if (fill) {

@@ -25,37 +25,6 @@ struct RunArgs {
   uint64_t seed = 0;
 };
 
-// A tensor's elements for these symbol values.
-int64_t elements(const ProgramTensor& t, const ProgramSpec& p, const std::map<std::string, int64_t>& values) {
-  KernelSpec scope;
-  std::vector<int64_t> slots;
-  for (const auto& [n, v] : p.constants) {
-    ArgSpec a;
-    a.name = n;
-    scope.args.push_back(a);
-    slots.push_back(v);
-  }
-  for (const auto& [n, v] : values) {
-    ArgSpec a;
-    a.name = n;
-    scope.args.push_back(a);
-    slots.push_back(v);
-  }
-  int64_t e = 1;
-  for (const auto& d : t.shape) e *= compile_expr(scope, d, nullptr).eval(slots.data());
-  return e;
-}
-
-std::vector<int64_t> dims(const ProgramTensor& t, const ProgramSpec& p, const std::map<std::string, int64_t>& values) {
-  std::vector<int64_t> out;
-  for (const auto& d : t.shape) {
-    ProgramTensor one;
-    one.shape = {d};
-    out.push_back(elements(one, p, values));
-  }
-  return out;
-}
-
 void run_program(const RunArgs& a, Globals& g) {
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
@@ -78,7 +47,9 @@ void run_program(const RunArgs& a, Globals& g) {
   // Random inputs and empty outputs in the device's memory.
   std::vector<DeviceBuffer> held;
   auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
-    const int64_t n = elements(t, spec, values);
+    const std::vector<int64_t> shape = spec.dims(t, values);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
     const size_t bytes = buffer_bytes(t.dtype, n, t.name);
     held.emplace_back(dev, bytes ? bytes : 1);
     if (fill && !a.first_only) {
@@ -86,7 +57,7 @@ void run_program(const RunArgs& a, Globals& g) {
       fill_random(t.dtype, host, seed, a.wide);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
     }
-    return Tensor{held.back().get(), dims(t, spec, values)};
+    return Tensor{held.back().get(), shape};
   };
   held.reserve(spec.inputs.size() + spec.outputs.size());
   std::vector<Tensor> in, outs;
