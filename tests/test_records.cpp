@@ -114,10 +114,27 @@ TEST_F(RecordTest, ANewConfigIsTimedAloneAndARemovedOneCostsNothing) {
   EXPECT_EQ(first.timed_now, 3u);
   EXPECT_TRUE(tune(rt, spec(kSpec), 100000).from_cache);
 
-  TuneOutcome added = tune(rt, spec(with(kSpec, "MODE = [0, 1, 2]", "MODE = [0, 1, 2, 3]")), 100000);
+  KernelSpec four = spec(with(kSpec, "MODE = [0, 1, 2]", "MODE = [0, 1, 2, 3]"));
+  TuneOutcome added = tune(rt, four, 100000);
   EXPECT_FALSE(added.from_cache);
   EXPECT_EQ(added.timed_now, 1u) << "only the new config is timed";
-  EXPECT_GE(added.retimed_now, 2u) << "the new config races the leaders side by side: " << record_to_json(added.record);
+  // MODE 3 does what 1 and 2 do: it races the leaders side by side, unless a
+  // loaded machine timed it clearly slower (out of the 15% window by median
+  // and by minimum), when nothing is re-timed and the record says why.
+  if (added.retimed_now == 0) {
+    const ConfigResult* fresh = added.record.find(four.space.at(3));
+    ASSERT_TRUE(fresh && fresh->ok());
+    double best_ns = 0, best_min = 0;
+    for (const auto& c : added.record.configs)
+      if (c.ok()) {
+        if (best_ns == 0 || *c.ns < best_ns) best_ns = *c.ns;
+        if (c.min_ns > 0 && (best_min == 0 || c.min_ns < best_min)) best_min = c.min_ns;
+      }
+    EXPECT_GT(*fresh->ns, best_ns * 1.15) << "a new config in the window was not re-timed: " << record_to_json(added.record);
+    EXPECT_GT(fresh->min_ns, best_min * 1.15) << "a new config in the window was not re-timed: " << record_to_json(added.record);
+  } else {
+    EXPECT_GE(added.retimed_now, 2u) << "the new config races the leaders side by side: " << record_to_json(added.record);
+  }
   EXPECT_EQ(added.record.configs.size(), 4u);
   EXPECT_EQ(added.record.timed, 4u);
 
