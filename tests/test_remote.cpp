@@ -39,6 +39,7 @@ struct RemoteTest : ::testing::Test {
     o.bench_budget_ms = 2;
     o.workers = 1;
     o.remote_cache = url;
+    o.remote_timeout_s = 5;  // a loaded test machine can stall a command past the 50 ms default
     return o;
   }
   TuneOutcome tune(Runtime& rt, int64_t n) {
@@ -51,7 +52,7 @@ struct RemoteTest : ::testing::Test {
     fs::path out = dir.path() / (cache + ".json");
     ProcessResult r = run_process(
         {"bash", "-c",
-         fmt::format("KILN_CACHE_DIR={} KILN_REMOTE_CACHE={} KILN_BENCH_BUDGET_MS=2 {} {} tune {} --set n={} --json >{}",
+         fmt::format("KILN_CACHE_DIR={} KILN_REMOTE_CACHE={} KILN_REMOTE_TIMEOUT=5 KILN_BENCH_BUDGET_MS=2 {} {} tune {} --set n={} --json >{}",
                      (dir.path() / cache).string(), url, extra, test::kiln_exe(), (dir.path() / "k.toml").string(), n,
                      out.string())},
         120);

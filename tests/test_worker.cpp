@@ -324,7 +324,10 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
   }
   EXPECT_EQ(ok + failed, 50);
   EXPECT_GE(kills.load(), 3) << "the test must kill workers to mean anything";
-  EXPECT_GT(ok, 25);
+  // A compile fails only when its attempt and its one retry were both killed:
+  // at most one failure per two kills, however slow a loaded machine makes compiles.
+  EXPECT_LE(2 * failed, kills.load()) << ok << " compiled, " << failed << " failed";
+  EXPECT_GT(ok, 0);
   auto c = pool->counters();
   EXPECT_GE(c.lost, 1u);  // killed from outside: the machine's fault, retried
   WorkerPool::Request ping;
