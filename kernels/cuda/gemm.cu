@@ -74,6 +74,7 @@ typedef __half gemm_t;
 typedef __half2 gemm_t2;
 #define GEMM_MMA_TYPE "f16"
 #endif
+#include "gemm_common.cuh"  // PTX wrappers, tile order, split-K finish; the epilogues' math
 
 #define GEMM_NWN (BN / WN)                   // warps along N
 #define GEMM_NT ((BM / WM) * (BN / WN) * 32)  // threads
@@ -123,11 +124,6 @@ __device__ __forceinline__ int gemm_swz(int row, int chunk) {
   return (row * CPR + (chunk ^ (row & 7))) * 8;
 }
 
-__device__ __forceinline__ void gemm_cp_async16(unsigned dst, const void* src, bool valid) {
-  // src-size 0: nothing is read and the 16 bytes are zero-filled.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
 __device__ __forceinline__ void gemm_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void gemm_cp_wait() {
@@ -156,45 +152,9 @@ __device__ __forceinline__ void gemm_mma(float (&d)[4], const unsigned (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16-byte stores through PTX: a uint4 assignment may be split into four 4-byte stores.
-__device__ __forceinline__ void gemm_st_global16(void* p, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 __device__ __forceinline__ void gemm_st_shared16(unsigned addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
-}
-
-// Thread-block clusters (split K): the rank in the cluster, a full cluster barrier
-// (release/acquire: shared-memory writes before it are visible to the cluster after
-// it), and 16-byte loads from another block's shared memory.
-__device__ __forceinline__ unsigned gemm_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void gemm_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned gemm_map_rank(unsigned addr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float4 gemm_ld_cluster_f4(unsigned addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-// Float offset of element (row, col) in an fp32 [BM][BN] tile, swizzled by 16-byte
-// chunk (4 floats) like gemm_swz: conflict-free 16-byte reads along a row, and the
-// fragment writes (8 rows x 4 float2) spread over the banks.
-__device__ __forceinline__ int gemm_fswz(int row, int col) {
-  return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3);
 }
 
 // Global -> shared, one ROWS x (CPR*8) tile: element (r, c) of the tile is
@@ -217,7 +177,7 @@ __device__ __forceinline__ void gemm_load_tile(unsigned s_tile, const gemm_t* __
       const int off = gemm_swz<CPR>(r, c);
 #if VEC == 8
       const bool valid = gr < rmax && gc < cmax;  // whole chunks: cmax % 8 == 0 here
-      gemm_cp_async16(s_tile + off * 2, valid ? g + gr * ld + gc : g, valid);
+      ptx_cp_async16(s_tile + off * 2, valid ? g + gr * ld + gc : g, valid);
 #else
       const unsigned short* gs = reinterpret_cast<const unsigned short*>(g);
       unsigned short h[8];
@@ -230,7 +190,6 @@ __device__ __forceinline__ void gemm_load_tile(unsigned s_tile, const gemm_t* __
   }
 }
 
-#include "gemm_epilogue.cuh"  // epi_to_f, epi_pack, epi_from_f, epi_silu, epi_gelu
 
 
 extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __restrict__ A,
@@ -255,15 +214,8 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / GEMM_NWN, warp_n = warp % GEMM_NWN;
 
-  // Which tile: blocks walk GROUP_M tile-rows down a tile-column, then the next column.
-  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const long long pid = blockIdx.x;
-  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
-  const long long first_m = pid / group * GROUP_M;
-  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
-  const long long pid_m = first_m + (pid % group) % group_m;
-  const long long pid_n = (pid % group) / group_m;
-  const long long bm = pid_m * BM, bn = pid_n * BN;
+  long long bm, bn;  // this block's tile
+  gemm_tile_of(blockIdx.x, M, N, bm, bn);
 
   // This block's part of K: whole BK tiles.
   const long long kchunk = ((K + SPLIT - 1) / SPLIT + BK - 1) / BK * BK;
@@ -428,7 +380,7 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
     if (gr >= M) continue;
     const uint4 v = *reinterpret_cast<const uint4*>(sm + gemm_swz<CPR>(r, c));
     if (VEC == 8) {
-      if (gc < N) gemm_st_global16(C + gr * N + gc, v);  // N % 8 == 0: whole chunks
+      if (gc < N) ptx_st_global16(C + gr * N + gc, v);  // N % 8 == 0: whole chunks
     } else {
       const unsigned short* e = reinterpret_cast<const unsigned short*>(&v);
       unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
@@ -457,57 +409,15 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
           *reinterpret_cast<float2*>(sf + j * BM * BN + gemm_fswz(lr, lc)) =
               make_float2(acc[j][mi][ni][2 * h], acc[j][mi][ni][2 * h + 1]);
         }
-  gemm_cluster_sync();
-  const unsigned rank = gemm_cluster_rank();
-  constexpr int ROWS = BM / SPLIT, CPR = BN / 8;  // rows this block finishes; 8-column chunks a row
-  for (int i = tid; i < ROWS * CPR; i += GEMM_NT) {
-    const int r = static_cast<int>(rank) * ROWS + i / CPR, c = (i % CPR) * 8;
-    const long long gr = bm + r, gc = bn + c;
-    if (gr >= M || gc >= N) continue;
-    float v[GEMM_NB][8];
-#pragma unroll
-    for (int j = 0; j < GEMM_NB; ++j) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[j][e] = 0.f;
-      const unsigned lo = sm_u32 + (j * BM * BN + gemm_fswz(r, c)) * 4, hi = sm_u32 + (j * BM * BN + gemm_fswz(r, c + 4)) * 4;
-#pragma unroll
-      for (int q = 0; q < SPLIT; ++q) {
-        const float4 x = gemm_ld_cluster_f4(gemm_map_rank(lo, q)), y = gemm_ld_cluster_f4(gemm_map_rank(hi, q));
-        v[j][0] += x.x, v[j][1] += x.y, v[j][2] += x.z, v[j][3] += x.w;
-        v[j][4] += y.x, v[j][5] += y.y, v[j][6] += y.z, v[j][7] += y.w;
-      }
-    }
-    unsigned short out[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float x = v[0][e];
-      const bool in = gc + e < N;
+  ptx_cluster_sync();
 #if EPI == 1 || EPI == 5
-      if (in) x += epi_to_f(bias[gc + e]);
+  const gemm_t* const extra = bias;
 #elif EPI == 2
-      if (in) x += epi_to_f(R[gr * N + gc + e]);
+  const gemm_t* const extra = R;
+#else
+  const gemm_t* const extra = nullptr;
 #endif
-#if EPI == 3
-      x = epi_silu(x);
-#elif EPI == 4 || EPI == 5
-      x = epi_gelu(x);
-#elif EPI == 6
-      x = epi_silu(x) * v[GEMM_NB - 1][e];
-#endif
-      const gemm_t y = epi_from_f(x);
-      out[e] = *reinterpret_cast<const unsigned short*>(&y);
-      (void)in;
-    }
-    if (VEC == 8) {
-      gemm_st_global16(C + gr * N + gc, make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
-                                                   out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16));
-    } else {
-      unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (gc + e < N) cs[e] = out[e];
-    }
-  }
-  gemm_cluster_sync();
+  gemm_split_finish<GEMM_NB>(sm_u32, tid, GEMM_NT, bm, bn, M, N, C, extra, VEC == 8);
+  ptx_cluster_sync();
 #endif
 }

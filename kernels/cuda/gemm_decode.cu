@@ -58,6 +58,7 @@ typedef __half dec_t;
 typedef __half2 dec_t2;
 #define DEC_MMA_TYPE "f16"
 #endif
+#include "gemm_common.cuh"  // PTX wrappers for clusters; the epilogues' math
 
 #define DEC_NT (WARPS * 32)
 #define DEC_NB (EPI == 6 ? 2 : 1)
@@ -110,49 +111,6 @@ __device__ __forceinline__ uint4 dec_load(const dec_t* __restrict__ p, long long
   }
 #endif
   return v;
-}
-
-// Thread-block clusters (K split over blocks): rank, full barrier (release/acquire),
-// 8-byte loads from another block's shared memory.
-__device__ __forceinline__ unsigned dec_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void dec_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned dec_map_rank(unsigned addr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float2 dec_ld_cluster_f2(unsigned addr) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ float dec_to_f(dec_t x) {
-#if DT == 0
-  return __bfloat162float(x);
-#else
-  return __half2float(x);
-#endif
-}
-__device__ __forceinline__ dec_t2 dec_pack(float a, float b) {
-#if DT == 0
-  return __floats2bfloat162_rn(a, b);
-#else
-  return __floats2half2_rn(a, b);
-#endif
-}
-__device__ __forceinline__ dec_t dec_from_f(float a) {
-#if DT == 0
-  return __float2bfloat16_rn(a);
-#else
-  return __float2half_rn(a);
-#endif
 }
 
 // Launch bounds with "1 block an SM is enough": ptxas then uses the registers the loads in
@@ -260,18 +218,18 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const d
     if (m >= M || n >= N) return;
     float v0 = s[0].x, v1 = s[0].y;
 #if EPI == 2
-    v0 += dec_to_f(R[m * N + n]);
-    if (n + 1 < N) v1 += dec_to_f(R[m * N + n + 1]);
+    v0 += epi_to_f(R[m * N + n]);
+    if (n + 1 < N) v1 += epi_to_f(R[m * N + n + 1]);
 #elif EPI == 6
     v0 = v0 / (1.f + __expf(-v0)) * s[DEC_NB - 1].x;
     v1 = v1 / (1.f + __expf(-v1)) * s[DEC_NB - 1].y;
 #endif
     dec_t* c = C + m * N + n;
     if (VEC == 8 && n + 1 < N) {  // VEC 8: N even and C 4-byte aligned, so c is too
-      *reinterpret_cast<dec_t2*>(c) = dec_pack(v0, v1);
+      *reinterpret_cast<dec_t2*>(c) = epi_pack(v0, v1);
     } else {
-      c[0] = dec_from_f(v0);
-      if (n + 1 < N) c[1] = dec_from_f(v1);
+      c[0] = epi_from_f(v0);
+      if (n + 1 < N) c[1] = epi_from_f(v1);
     }
   };
 #if KSPLIT == 1
@@ -290,10 +248,10 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const d
   for (int p = tid; p < PAIRS; p += DEC_NT)
 #pragma unroll
     for (int j = 0; j < DEC_NB; ++j) reinterpret_cast<float2*>(part)[j * PAIRS + p] = warp_sum(p, j);
-  dec_cluster_sync();
+  ptx_cluster_sync();
   const unsigned part_u32 = static_cast<unsigned>(__cvta_generic_to_shared(part));
   constexpr int PER_RANK = (PAIRS + KSPLIT - 1) / KSPLIT;
-  const int rank = static_cast<int>(dec_cluster_rank());
+  const int rank = static_cast<int>(ptx_cluster_rank());
   for (int p = rank * PER_RANK + tid; p < (rank + 1) * PER_RANK && p < PAIRS; p += DEC_NT) {
     float2 s[DEC_NB];
 #pragma unroll
@@ -301,13 +259,13 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const d
       s[j] = make_float2(0.f, 0.f);
 #pragma unroll
       for (int q = 0; q < KSPLIT; ++q) {
-        const float2 x = dec_ld_cluster_f2(dec_map_rank(part_u32 + (j * PAIRS + p) * 8, q));
+        const float2 x = ptx_ld_cluster_f2(ptx_map_rank(part_u32 + (j * PAIRS + p) * 8, q));
         s[j].x += x.x;
         s[j].y += x.y;
       }
     }
     finish(p, s);
   }
-  dec_cluster_sync();
+  ptx_cluster_sync();
 #endif
 }

@@ -97,6 +97,7 @@ typedef __half wg_t;
 typedef __half2 wg_t2;
 #define WG_MMA_TYPE "f16"
 #endif
+#include "gemm_common.cuh"  // PTX wrappers, tile order, split-K finish; the epilogues' math
 #if BT
 #define WG_TRANS_B "0"  // B K-major
 #else
@@ -145,10 +146,6 @@ static_assert(MINB == 1 || MINB == 2, "MINB is 1 or 2");
 
 // ---- PTX wrappers ----
 __device__ __forceinline__ unsigned wg_smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void wg_cp_async16(unsigned dst, const void* src, bool valid) {
-  // src-size 0: nothing is read and the 16 bytes are zero-filled.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
 __device__ __forceinline__ void wg_mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -295,9 +292,6 @@ __device__ __forceinline__ void wg_mma(float (&d)[WG_NI / 2], unsigned long long
 }
 
 // ---- shared/global accesses, clusters ----
-__device__ __forceinline__ void wg_st_global16(void* p, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
 __device__ __forceinline__ void wg_st_shared32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
@@ -314,24 +308,6 @@ __device__ __forceinline__ uint4 wg_ld_shared16(unsigned addr) {
   asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
 }
-__device__ __forceinline__ unsigned wg_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void wg_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned wg_map_rank(unsigned addr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float4 wg_ld_cluster_f4(unsigned addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a staged tile of CPR chunks a
 // row (CPR % 8 == 0): the chunk index's low 3 bits XORed with row % 8, so the 8 rows a
@@ -341,10 +317,6 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
   static_assert(CPR % 8 == 0, "a multiple of 8 chunks a row");
   return (row * CPR + (chunk ^ (row & 7))) * 8;
 }
-// Float offset of (row, col) in an fp32 [BM][BN] partial tile, swizzled by 4-float chunk.
-__device__ __forceinline__ int wg_fswz(int row, int col) { return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3); }
-
-#include "gemm_epilogue.cuh"  // epi_to_f, epi_pack, epi_from_f, epi_silu, epi_gelu
 
 
 extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const wg_t* __restrict__ A,
@@ -368,15 +340,8 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 the producer, 1 .. NC the consumers
 
-  // Which tile: blocks walk GROUP_M tile-rows down a tile-column, then the next column.
-  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const long long pid = blockIdx.x;
-  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
-  const long long first_m = pid / group * GROUP_M;
-  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
-  const long long pid_m = first_m + (pid % group) % group_m;
-  const long long pid_n = (pid % group) / group_m;
-  const long long bm = pid_m * BM, bn = pid_n * BN;
+  long long bm, bn;  // this block's tile
+  gemm_tile_of(blockIdx.x, M, N, bm, bn);
 
   // This block's part of K: whole 64-wide tiles (no block exits early: a split cluster
   // must reach its barriers, and an empty slice adds zeros).
@@ -441,7 +406,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
 #pragma unroll
         for (int j = 0; j < BM / 16; ++j) {
           const bool v = kv && 16 * j < arows;
-          wg_cp_async16(dst + j * 2048, v ? p : A, v);
+          ptx_cp_async16(dst + j * 2048, v ? p : A, v);
           p += step;
         }
       }
@@ -458,7 +423,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
 #pragma unroll
         for (int j = 0; j < BN / 16; ++j) {
           const bool v = kv && 16 * j < brows;
-          wg_cp_async16(dst + WG_A_BYTES + b * BN * 128 + j * 2048, v ? p : base, v);
+          ptx_cp_async16(dst + WG_A_BYTES + b * BN * 128 + j * 2048, v ? p : base, v);
           p += step;
         }
 #else
@@ -474,7 +439,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
         for (int j = 0; j < WG_BK / RP; ++j) {
           const int k = bk0 + j * RP;
           const bool v = nv && k0 + k < K;
-          wg_cp_async16(bdst + j * RP * 128 + (((bc & 7) ^ (k & 7)) << 4), v ? p : base, v);
+          ptx_cp_async16(bdst + j * RP * 128 + (((bc & 7) ^ (k & 7)) << 4), v ? p : base, v);
           p += bstep;
         }
 #endif
@@ -484,8 +449,8 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #if SPLIT > 1
-    wg_cluster_sync();  // the consumers' partial tiles are written
-    wg_cluster_sync();  // and read by the whole cluster
+    ptx_cluster_sync();  // the consumers' partial tiles are written
+    ptx_cluster_sync();  // and read by the whole cluster
 #endif
   } else {
     // ================= consumers: wgmma =================
@@ -572,7 +537,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
         for (int h = 0; h < 2; ++h) {
           const int lr = mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
           const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
-          wg_st_shared_f2(stg + wg_fswz(lr, lc) * 4, acc[mi][(i8 * 8) / WG_NI][e], acc[mi][(i8 * 8) / WG_NI][e + 1]);
+          wg_st_shared_f2(stg + gemm_fswz(lr, lc) * 4, acc[mi][(i8 * 8) / WG_NI][e], acc[mi][(i8 * 8) / WG_NI][e + 1]);
         }
     if (cw == 0)  // the slab is staged
       wg_named_bar<2, 128>();
@@ -583,7 +548,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
       const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
       const long long gr = row0 + r, gc = bn + cc * 8;
       if (gr >= M || gc >= N) continue;
-      const float4 x = wg_ld_shared_f4(stg + wg_fswz(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + wg_fswz(r, cc * 8 + 4) * 4);
+      const float4 x = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8 + 4) * 4);
       const float f[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
       if (r_vec) {
         const wg_t2* rp = reinterpret_cast<const wg_t2*>(&rv[q]);
@@ -593,7 +558,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
           const wg_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
           o[e] = *reinterpret_cast<const unsigned*>(&pk);
         }
-        wg_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
+        ptx_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
       } else {  // C or R not 16-byte aligned, or N % 8 != 0: 2 bytes at a time
 #pragma unroll
         for (int e = 0; e < 8; ++e)
@@ -649,7 +614,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
       if (gr >= M || gc >= N) continue;
       const uint4 v = wg_ld_shared16(stg + wg_swz<CCH>(r, cc) * 2);
       if (c_vec) {
-        wg_st_global16(C + gr * N + gc, v);
+        ptx_st_global16(C + gr * N + gc, v);
       } else {
         const unsigned short* ev = reinterpret_cast<const unsigned short*>(&v);
         unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
@@ -672,61 +637,19 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
             const int lr = cw * WG_ROWS + mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
             const int col = b * BN + i8 * 8;
             const int e = 4 * (col % WG_NI / 8) + 2 * h;
-            wg_st_shared_f2(sbase + (b * BM * BN + wg_fswz(lr, lc)) * 4, acc[mi][col / WG_NI][e],
+            wg_st_shared_f2(sbase + (b * BM * BN + gemm_fswz(lr, lc)) * 4, acc[mi][col / WG_NI][e],
                             acc[mi][col / WG_NI][e + 1]);
           }
-    wg_cluster_sync();
-    const unsigned rank = wg_cluster_rank();
-    constexpr int ROWS = BM / SPLIT, CCH = BN / 8;
-    for (int i = tid - 128; i < ROWS * CCH; i += WG_NC * 128) {
-      const int r = static_cast<int>(rank) * ROWS + i / CCH, c = (i % CCH) * 8;
-      const long long gr = bm + r, gc = bn + c;
-      if (gr >= M || gc >= N) continue;
-      float v[WG_NB][8];
-#pragma unroll
-      for (int b = 0; b < WG_NB; ++b) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[b][e] = 0.f;
-        const unsigned lo = sbase + (b * BM * BN + wg_fswz(r, c)) * 4, hi = sbase + (b * BM * BN + wg_fswz(r, c + 4)) * 4;
-#pragma unroll
-        for (int q = 0; q < SPLIT; ++q) {
-          const float4 x = wg_ld_cluster_f4(wg_map_rank(lo, q)), y = wg_ld_cluster_f4(wg_map_rank(hi, q));
-          v[b][0] += x.x, v[b][1] += x.y, v[b][2] += x.z, v[b][3] += x.w;
-          v[b][4] += y.x, v[b][5] += y.y, v[b][6] += y.z, v[b][7] += y.w;
-        }
-      }
-      unsigned short out[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float x = v[0][e];
-        const bool in = gc + e < N;
-        (void)in;
+    ptx_cluster_sync();
 #if EPI == 1 || EPI == 5
-        if (in) x += epi_to_f(bias[gc + e]);
+    const wg_t* const extra = bias;
 #elif EPI == 2
-        if (in) x += epi_to_f(R[gr * N + gc + e]);
+    const wg_t* const extra = R;
+#else
+    const wg_t* const extra = nullptr;
 #endif
-#if EPI == 3
-        x = epi_silu(x);
-#elif EPI == 4 || EPI == 5
-        x = epi_gelu(x);
-#elif EPI == 6
-        x = epi_silu(x) * v[WG_NB - 1][e];
-#endif
-        const wg_t y = epi_from_f(x);
-        out[e] = *reinterpret_cast<const unsigned short*>(&y);
-      }
-      if (c_vec) {
-        wg_st_global16(C + gr * N + gc, make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
-                                                   out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16));
-      } else {
-        unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (gc + e < N) cs[e] = out[e];
-      }
-    }
-    wg_cluster_sync();
+    gemm_split_finish<WG_NB>(sbase, tid - 128, WG_NC * 128, bm, bn, M, N, C, extra, c_vec);
+    ptx_cluster_sync();
 #endif
   }
 }

@@ -1,0 +1,133 @@
+// What the GEMM families (gemm.cu: mma.sync, gemm_wgmma.cu: wgmma, gemm_decode.cu)
+// share: PTX wrappers for cp.async, 16-byte stores and thread-block clusters; for the
+// two tile families, the grouped tile order and the split-K finish through distributed
+// shared memory. The epilogues' element math is in gemm_epilogue.cuh (included).
+// Uses the defines of the file that includes it: DT, EPI, and for the tile families
+// BM, BN, GROUP_M and SPLIT.
+#pragma once
+#include "gemm_epilogue.cuh"
+
+// ---- PTX wrappers ----
+__device__ __forceinline__ void ptx_cp_async16(unsigned dst, const void* src, bool valid) {
+  // src-size 0: nothing is read and the 16 bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+// 16-byte stores through PTX: a uint4 assignment may be split into four 4-byte stores.
+__device__ __forceinline__ void ptx_st_global16(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+// Thread-block clusters (split K): the rank in the cluster, a full cluster barrier
+// (release/acquire: shared-memory writes before it are visible to the cluster after
+// it), the address of a shared-memory location in another block, and loads from there.
+__device__ __forceinline__ unsigned ptx_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void ptx_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned ptx_map_rank(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float4 ptx_ld_cluster_f4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 ptx_ld_cluster_f2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
+#if defined(BM) && defined(BN)
+// Which tile block `pid` computes: blocks walk GROUP_M tile-rows down a tile-column,
+// then the next column (neighbours share B columns and, within a group, A rows in L2).
+__device__ __forceinline__ void gemm_tile_of(long long pid, long long M, long long N, long long& bm, long long& bn) {
+  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
+  const long long first_m = pid / group * GROUP_M;
+  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  bm = (first_m + (pid % group) % group_m) * BM;
+  bn = ((pid % group) / group_m) * BN;
+}
+
+// Float offset of element (row, col) in an fp32 [BM][BN] tile, swizzled by 16-byte
+// chunk (4 floats): conflict-free 16-byte reads along a row, and fragment writes
+// (8 rows x 4 float2) spread over the banks.
+__device__ __forceinline__ int gemm_fswz(int row, int col) {
+  return (row * (BN / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3);
+}
+
+#if SPLIT > 1
+// The split-K finish, after every block of the cluster wrote its fp32 partial tile(s)
+// ([NB][BM][BN], gemm_fswz order, at shared address `tiles`) and passed a cluster
+// barrier: the block of rank q sums rows [q BM / SPLIT, (q + 1) BM / SPLIT) over the
+// SPLIT blocks in rank order (deterministic), applies the epilogue (`extra`: the bias
+// for EPI 1 and 5, R for EPI 2, else unused), rounds to DT and stores 8 columns at a
+// time (16-byte stores where `vec`). Threads first, first + stride, ... share the work.
+template <int NB>
+__device__ __forceinline__ void gemm_split_finish(unsigned tiles, int first, int stride, long long bm, long long bn,
+                                                  long long M, long long N, epi_t* C, const epi_t* extra, bool vec) {
+  const unsigned rank = ptx_cluster_rank();
+  constexpr int ROWS = BM / SPLIT, CPR = BN / 8;  // rows this block finishes; 8-column chunks a row
+  for (int i = first; i < ROWS * CPR; i += stride) {
+    const int r = static_cast<int>(rank) * ROWS + i / CPR, c = (i % CPR) * 8;
+    const long long gr = bm + r, gc = bn + c;
+    if (gr >= M || gc >= N) continue;
+    float v[NB][8];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[j][e] = 0.f;
+      const unsigned lo = tiles + (j * BM * BN + gemm_fswz(r, c)) * 4, hi = tiles + (j * BM * BN + gemm_fswz(r, c + 4)) * 4;
+#pragma unroll
+      for (int q = 0; q < SPLIT; ++q) {
+        const float4 x = ptx_ld_cluster_f4(ptx_map_rank(lo, q)), y = ptx_ld_cluster_f4(ptx_map_rank(hi, q));
+        v[j][0] += x.x, v[j][1] += x.y, v[j][2] += x.z, v[j][3] += x.w;
+        v[j][4] += y.x, v[j][5] += y.y, v[j][6] += y.z, v[j][7] += y.w;
+      }
+    }
+    unsigned short out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float x = v[0][e];
+      const bool in = gc + e < N;
+      (void)in;
+      (void)extra;
+#if EPI == 1 || EPI == 5
+      if (in) x += epi_to_f(extra[gc + e]);
+#elif EPI == 2
+      if (in) x += epi_to_f(extra[gr * N + gc + e]);
+#endif
+#if EPI == 3
+      x = epi_silu(x);
+#elif EPI == 4 || EPI == 5
+      x = epi_gelu(x);
+#elif EPI == 6
+      x = epi_silu(x) * v[NB - 1][e];
+#endif
+      const epi_t y = epi_from_f(x);
+      out[e] = *reinterpret_cast<const unsigned short*>(&y);
+    }
+    if (vec) {
+      ptx_st_global16(C + gr * N + gc, make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
+                                                  out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16));
+    } else {
+      unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (gc + e < N) cs[e] = out[e];
+    }
+  }
+}
+#endif  // SPLIT > 1
+#endif  // BM && BN
