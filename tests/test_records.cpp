@@ -120,7 +120,7 @@ TEST_F(RecordTest, ANewConfigIsTimedAloneAndARemovedOneCostsNothing) {
   EXPECT_EQ(added.timed_now, 1u) << "only the new config is timed";
   // MODE 3 does what 1 and 2 do: it races the leaders side by side, unless a
   // loaded machine timed it clearly slower (out of the 15% window by median
-  // and by minimum), when nothing is re-timed and the record says why.
+  // and by minimum), when nothing is re-timed: the record's own times show it was.
   if (added.retimed_now == 0) {
     const ConfigResult* fresh = added.record.find(four.space.at(3));
     ASSERT_TRUE(fresh && fresh->ok());

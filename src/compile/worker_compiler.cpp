@@ -54,7 +54,13 @@ Binary ThreadedCompiler::compile(const CompileRequest& req, const std::string& k
   log::warn("kernel '{}' (config {}): the compiler ran past KILN_COMPILE_TIMEOUT ({:g} s) in this process; it is "
             "left to finish and the kernel is compiled in a kiln-worker, where the deadline holds",
             req.kernel, req.config_text, timeout_s_);
-  return fallback_->compile(req, key);
+  std::shared_ptr<Compiler> fallback;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (!fallback_) fallback_ = make_fallback_();
+    fallback = fallback_;
+  }
+  return fallback->compile(req, key);
 }
 
 }  // namespace kiln

@@ -3,6 +3,9 @@
 // it) cannot take the caller down.
 #pragma once
 
+#include <functional>
+#include <mutex>
+
 #include <memory>
 
 #include "compile/compile_pool.hpp"
@@ -29,13 +32,18 @@ class WorkerCompiler final : public Compiler {
 // compiles every request in a worker (docs/workers.md).
 class ThreadedCompiler final : public Compiler {
  public:
-  ThreadedCompiler(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> fallback, double timeout_s)
-      : backend_(std::move(backend)), fallback_(std::move(fallback)), timeout_s_(timeout_s) {}
+  // `fallback` makes the worker compiler when a compile first needs it (never
+  // where no compile outruns its deadline: threads mode needs no kiln-worker).
+  ThreadedCompiler(std::shared_ptr<Backend> backend, std::function<std::shared_ptr<Compiler>()> fallback,
+                   double timeout_s)
+      : backend_(std::move(backend)), make_fallback_(std::move(fallback)), timeout_s_(timeout_s) {}
   Binary compile(const CompileRequest& req, const std::string& key) override;
 
  private:
   std::shared_ptr<Backend> backend_;
-  std::shared_ptr<Compiler> fallback_;
+  std::function<std::shared_ptr<Compiler>()> make_fallback_;
+  std::mutex m_;
+  std::shared_ptr<Compiler> fallback_;  // made on first use, under m_
   double timeout_s_;
 };
 

@@ -618,12 +618,16 @@ std::string cpp_expr(const ExprNode& n) {
     case ExprOp::Ge: return "int64_t(" + k(0) + " >= " + k(1) + ")";
     case ExprOp::Eq: return "int64_t(" + k(0) + " == " + k(1) + ")";
     case ExprOp::Ne: return "int64_t(" + k(0) + " != " + k(1) + ")";
-    case ExprOp::Cdiv: return "kiln_floordiv(" + k(0) + " + " + k(1) + " - 1, " + k(1) + ")";
-    case ExprOp::Min: return "std::min<int64_t>(" + k(0) + ", " + k(1) + ")";
-    case ExprOp::Max: return "std::max<int64_t>(" + k(0) + ", " + k(1) + ")";
+    case ExprOp::Cdiv: return "(-kiln_floordiv(-" + k(0) + ", " + k(1) + "))";  // ceil(a / b) = -floor(-a / b)
+    case ExprOp::Min:
+    case ExprOp::Max: {  // one or more arguments
+      std::string args;
+      for (size_t i = 0; i < n.kids.size(); ++i) args += (i ? ", " : "") + k(i);
+      return fmt::format("std::{}<int64_t>({{{}}})", n.op == ExprOp::Min ? "min" : "max", args);
+    }
     case ExprOp::And: return "int64_t(" + k(0) + " != 0 && " + k(1) + " != 0)";
     case ExprOp::Or: return "int64_t(" + k(0) + " != 0 || " + k(1) + " != 0)";
-    default: return "0";
+    default: throw Error(Errc::internal, fmt::format("kiln emit: no C++ for expression operator {}", static_cast<int>(n.op)));
   }
 }
 

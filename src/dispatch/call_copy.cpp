@@ -31,7 +31,6 @@ CallCopy::CallCopy(const KernelSpec& spec, void* const* params, Device& dev, Str
         const size_t offset = reinterpret_cast<uintptr_t>(orig) % 256;
         std::byte* base = static_cast<std::byte*>(dev.alloc(bytes + 256));
         allocs_.push_back(base);
-        bytes_ += static_cast<int64_t>(bytes + 256);
         ptrs_[i] = base + offset;
         // Every argument that is this buffer reads it: copied whatever its intent here.
         bool read = false;

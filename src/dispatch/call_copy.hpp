@@ -22,7 +22,6 @@ class CallCopy {
   CallCopy& operator=(const CallCopy&) = delete;
 
   void* const* params() const { return params_.data(); }
-  int64_t bytes() const { return bytes_; }  // device memory the copy holds
 
  private:
   Device& dev_;
@@ -30,7 +29,6 @@ class CallCopy {
   std::vector<void*> ptrs_;       // per argument: the copy's address (buffers)
   std::vector<uint64_t> scalars_; // per argument: the scalar's bytes
   std::vector<void*> params_;
-  int64_t bytes_ = 0;
 };
 
 }  // namespace kiln

@@ -171,17 +171,16 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
   Impl& m = *impl_;
   Backend& be = m.rt.backend(m.spec.backend);
   std::string failures;
-  const Choice* c = nullptr;
   std::optional<SafeChoice> safe =
       first_safe_choice(m.rt, m.spec, params, stream,
-                        [&](const Config& cfg) -> const LoadedKernel& { return *(c = m.choice_for(cfg, "safe"))->kernel; },
+                        [&](const Config& cfg) -> const LoadedKernel& { return *m.choice_for(cfg, "safe")->kernel; },
                         &failures);
   if (!safe) {
     log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", m.spec.name,
               failures);
     return nullptr;
   }
-  c = m.choice_for(safe->config, "safe");
+  const Choice* c = m.choice_for(safe->config, "safe");
   const std::string how = safe->how;
   TuningKey tkey = make_tuning_key(m.spec, be, params);
   if (mode == FirstCall::serve) {

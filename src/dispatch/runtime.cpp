@@ -163,16 +163,14 @@ CompilePool& Runtime::compile_pool(const std::string& name) {
   std::shared_ptr<CodeCache> cache = code_cache();
   CompileMode mode = compile_mode(name);
   std::shared_ptr<WorkerPool> workers = mode == CompileMode::subprocess ? worker_pool() : nullptr;
-  // In-process compilers on threads keep a worker for compiles past their deadline.
-  std::shared_ptr<WorkerPool> fallback =
-      !workers && !st.backend->compiles_out_of_process() ? worker_pool() : nullptr;
   std::lock_guard<std::mutex> g(m_);
   if (!st.pool) {
     std::shared_ptr<Compiler> c;
     if (workers) c = std::make_shared<WorkerCompiler>(workers, opts_);
     else if (st.backend->compiles_out_of_process()) c = std::make_shared<DirectCompiler>(st.backend);
-    else c = std::make_shared<ThreadedCompiler>(st.backend, std::make_shared<WorkerCompiler>(fallback, opts_),
-                                                opts_.compile_timeout_s);
+    else  // in-process compilers on threads: a worker for compiles past their deadline, made when one is
+      c = std::make_shared<ThreadedCompiler>(
+          st.backend, [this] { return std::make_shared<WorkerCompiler>(worker_pool(), opts_); }, opts_.compile_timeout_s);
     if (cache) c = std::make_shared<CachingCompiler>(c, cache, opts_.remote_binaries ? remote_ : nullptr);
     st.pool = std::make_unique<CompilePool>(st.backend, c, opts_.resolved_compile_threads());
   }

@@ -150,9 +150,7 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
     cands.push_back(c);
   }
   if (cands.empty()) return std::nullopt;
-  const double window = std::min(r.noise, kMaxTieWindow);
-  const double limit = *cands[0]->ns * (1 + window);
-  // Within the window, library choices first (the implementation users
+  // Within the window (every candidate is), library choices first (the implementation users
   // trust, and a tuned call is then never slower than the library by more
   // than noise), then the earliest config in the space.
   auto order = [&](const Config& c) -> size_t {
@@ -163,7 +161,7 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
   };
   const ConfigResult* pick = cands[0];
   for (const ConfigResult* c : cands)
-    if (*c->ns <= limit && order(c->config) < order(pick->config)) pick = c;
+    if (order(c->config) < order(pick->config)) pick = c;
   return pick->config;
 }
 

@@ -26,6 +26,7 @@ struct RunArgs {
 };
 
 void run_program(const RunArgs& a, Globals& g) {
+  isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   ProgramSpec spec = load_program(a.program);
