@@ -30,7 +30,16 @@ struct Handle {
       case ProgramKernel::Kind::size_hint: hint->launch(params, s); break;
     }
   }
-  // What runs for these params, and whether it is settled (not a safe choice waiting for its tuning).
+  // Whether what runs for these params is settled: not a safe choice waiting for its tuning.
+  bool settled(void* const* params) {
+    switch (kind) {
+      case ProgramKernel::Kind::kernel: return kernel->choice(params).source != "safe";
+      case ProgramKernel::Kind::multi: return multi->pick(params).source != "safe";
+      case ProgramKernel::Kind::size_hint: return true;
+    }
+    return true;
+  }
+  // What runs for these params, and whether it is settled.
   std::pair<std::string, bool> choice(void* const* params) {
     switch (kind) {
       case ProgramKernel::Kind::kernel: {
@@ -448,7 +457,7 @@ struct Program::Impl {
     if (graphs && !sh.settled && rt.tunings_pending() == 0) {
       bool all = true;
       for (size_t i = 0; i < steps.size() && all; ++i)
-        all = handles[steps[i].handle].choice(sh.params[i].data()).second;
+        all = handles[steps[i].handle].settled(sh.params[i].data());
       sh.settled = all;
     }
   }

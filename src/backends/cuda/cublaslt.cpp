@@ -210,14 +210,17 @@ class LtKernel final : public LoadedKernel {
     void* s = stream ? stream : static_cast<void*>(per_thread_stream());
     std::lock_guard<std::mutex> g(m_);
     dev_.bind();
-    const Shape& sh = shape(M, N, K);
+    Shape& sh = shape(M, N, K);
     if (p_.epi == Epi::bias || p_.epi == Epi::bias_gelu) lt_.desc_set(desc_, kDescBiasPointer, &extra, sizeof extra);
-    const LtAlgo* algo = static_cast<int>(sh.algos.size()) > p_.rank ? &sh.algos[p_.rank].algo : nullptr;
+    const LtAlgo* algo =
+        !sh.refused && static_cast<int>(sh.algos.size()) > p_.rank ? &sh.algos[p_.rank].algo : nullptr;
     // cuBLASLt's operands: D^T = op(B) A^T in its column-major terms.
     int r = lt_.matmul(h_, desc_, &alpha, B, sh.a, A, sh.b, &beta, cin, sh.d, C, sh.d, algo, workspace_,
                        kWorkspaceBytes, s);
     if (r != 0 && algo) {
-      // The library refused the algorithm it offered: its own choice instead, said once.
+      // The library refused the algorithm it offered: its own choice instead, from now
+      // on for this shape (never the refused call again), said once.
+      sh.refused = true;
       if (!said_fallback_) {
         said_fallback_ = true;
         log::warn("{}: cuBLASLt refused the algorithm it ranked #{} for {}x{}x{} (status {}); running its own choice "
@@ -234,13 +237,14 @@ class LtKernel final : public LoadedKernel {
   struct Shape {
     LtLayout a = nullptr, b = nullptr, d = nullptr;
     std::vector<LtHeuristic> algos;
+    bool refused = false;  // the library refused algos[rank] at run time: its own choice runs
   };
   std::tuple<int64_t, int64_t, int64_t> mnk(void* const* params) const {
     return {*static_cast<const int64_t*>(params[p_.m]), *static_cast<const int64_t*>(params[p_.n]),
             *static_cast<const int64_t*>(params[p_.k])};
   }
   // The layouts and the heuristic's algorithms for one shape; holds m_.
-  const Shape& shape(int64_t M, int64_t N, int64_t K) const {
+  Shape& shape(int64_t M, int64_t N, int64_t K) const {
     auto key = std::make_tuple(M, N, K);
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return it->second;
