@@ -396,6 +396,7 @@ TEST_F(CudaTest, MatmulAlignmentSpecialisationBothWays) {
     };
     Config first = call(aligned_first), second = call(!aligned_first);
     Config misaligned = aligned_first ? second : first;
+    ASSERT_TRUE(first.library.empty() && second.library.empty()) << "templates only: " << first.str() << ", " << second.str();
     EXPECT_EQ(*misaligned.get("VEC"), 1) << misaligned.str();
     std::cout << "[  NOTE    ] " << (aligned_first ? "aligned first" : "misaligned first") << ": aligned call runs "
               << (aligned_first ? first : second).str() << ", misaligned " << misaligned.str() << "\n";

@@ -294,3 +294,29 @@ TEST_F(FirstCallTest, AWarmFirstCallOpensNoLibraryItsChoiceDoesNotNeed) {
   EXPECT_NE(warm.find(library ? "openblas=1" : "openblas=0"), std::string::npos)
       << warm << ": OpenBLAS is opened where, and only where, the choice is OpenBLAS";
 }
+
+// A handle tuned on templates only (TuneOptions::libraries = false) never runs
+// a library choice, not even as its first call's safe choice.
+TEST_F(FirstCallTest, ATemplatesOnlyHandleGetsNoLibraryAsItsSafeChoice) {
+  KernelSpec s = load_spec(test::kernels() + "/cpu/matmul.toml");
+  ASSERT_FALSE(s.libraries.empty());
+  Runtime rt(opts);
+  Backend& be = rt.backend("cpu");
+  HostArgs a(s, parse_scalars(s, {{"M", "96"}, {"N", "80"}, {"K", "64"}}));
+  std::vector<SafeChoice> all = safe_choices(s, a.params(), be, nullptr, true);
+  std::vector<SafeChoice> templates = safe_choices(s, a.params(), be, nullptr, false);
+  ASSERT_FALSE(templates.empty());
+  for (const auto& c : templates) EXPECT_TRUE(c.config.library.empty()) << c.config.str();
+  if (be.library_unavailable(s.libraries[0]).empty()) {
+    ASSERT_FALSE(all.empty());
+    EXPECT_EQ(all[0].config.library, s.libraries[0]) << "with libraries, the library comes first";
+  }
+  TuneOptions to;
+  to.libraries = false;
+  Kernel k(rt, s, to);
+  a.fill_random(5);
+  k.launch(a.params());
+  EXPECT_TRUE(k.choice(a.params()).config.library.empty()) << k.choice(a.params()).config.str();
+  rt.wait_tuned();
+  EXPECT_TRUE(k.choice(a.params()).config.library.empty()) << k.choice(a.params()).config.str();
+}

@@ -91,7 +91,7 @@ class Runtime {
   std::shared_ptr<RemoteCache> remote_;
   std::atomic<uint64_t> serving_misses_{0};
   std::set<std::string> missed_;  // keys a serving miss was logged for (under m_)
-  TuneOutcome serve(const KernelSpec& spec, void* const* params);
+  TuneOutcome serve(const KernelSpec& spec, void* const* params, bool libraries);
 
  public:
   // Counts a call answered with no tuned choice of its own (serving mode, or

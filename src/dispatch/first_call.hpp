@@ -15,8 +15,9 @@ namespace kiln {
 // first (Runtime::try_config); `load` loads a config (throwing Errc::compile
 // or Errc::launch when it cannot) and the loaded kernel must accept the call
 // (can_implement). Returns the first that passes, or nullopt with
-// `failures` saying why each did not.
+// `failures` saying why each did not. `libraries`: as safe_choices'.
 std::optional<SafeChoice> first_safe_choice(Runtime& rt, const KernelSpec& spec, void* const* params, Stream stream,
+                                            bool libraries,
                                             const std::function<const LoadedKernel&(const Config&)>& load,
                                             std::string* failures);
 

@@ -172,7 +172,7 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
   Backend& be = m.rt.backend(m.spec.backend);
   std::string failures;
   std::optional<SafeChoice> safe =
-      first_safe_choice(m.rt, m.spec, params, stream,
+      first_safe_choice(m.rt, m.spec, params, stream, m.tune.libraries,
                         [&](const Config& cfg) -> const LoadedKernel& { return *m.choice_for(cfg, "safe")->kernel; },
                         &failures);
   if (!safe) {
@@ -237,10 +237,11 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }
 
 std::optional<SafeChoice> first_safe_choice(Runtime& rt, const KernelSpec& spec, void* const* params, Stream stream,
+                                            bool libraries,
                                             const std::function<const LoadedKernel&(const Config&)>& load,
                                             std::string* failures) {
   Backend& be = rt.backend(spec.backend);
-  for (const auto& s : safe_choices(spec, params, be, rt.tuning_cache().get())) {
+  for (const auto& s : safe_choices(spec, params, be, rt.tuning_cache().get(), libraries)) {
     try {
       // A config nothing has checked runs once in a worker first: a crash
       // or a hang there costs the worker, not this process.

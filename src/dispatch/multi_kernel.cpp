@@ -279,7 +279,7 @@ struct MultiKernel::Impl {
       if (o.from_cache) continue;  // its record says nothing of it runs
       std::string f;
       std::optional<SafeChoice> s = first_safe_choice(
-          rt, v.kernel, vp.data(), stream,
+          rt, v.kernel, vp.data(), stream, tune.libraries,
           [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, "safe")->kernel; }, &f);
       if (s) {
         c = chosen_for(vi, s->config, "safe");

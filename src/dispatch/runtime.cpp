@@ -209,7 +209,7 @@ Benchmarker& Runtime::benchmarker(const std::string& backend) {
 // the first of its safe choices (safe_choices: the nearest tuned key's
 // choice that can run it, the spec's default, the cheap rule); the miss is
 // counted, logged once per key and kept for `kiln report --misses`.
-TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
+TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params, bool libraries) {
   Backend& be = backend(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();
   TuningKey key = make_tuning_key(spec, be, params);
@@ -227,7 +227,7 @@ TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params) {
         return out;
       }
     }
-  std::vector<SafeChoice> safe = safe_choices(spec, params, be, cache.get());
+  std::vector<SafeChoice> safe = safe_choices(spec, params, be, cache.get(), libraries);
   if (!safe.empty()) out.choice = safe.front().config;
   note_miss(spec, key, out.choice ? out.choice->str() : std::string("nothing"),
             safe.empty() ? std::string("no config can run it") : safe.front().how);
@@ -279,7 +279,7 @@ Runtime::Stats Runtime::stats() {
 uint64_t Runtime::serving_misses() const { return serving_misses_.load(std::memory_order_relaxed); }
 
 TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
-  if (opts_.serving) return serve(spec, params);
+  if (opts_.serving) return serve(spec, params, o.libraries);
   BackendState& st = state(spec.backend);
   CompilePool& pool = compile_pool(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();

@@ -12,7 +12,7 @@
 namespace kiln {
 
 std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,
-                                     const TuningCache* cache) {
+                                     const TuningCache* cache, bool libraries) {
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
   const LaunchLimits limits = backend.limits();
@@ -22,6 +22,7 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
     const std::string text = c.str();
     if (seen.count(text) || failed_nearby.count(text)) return;
     if (!c.library.empty()) {
+      if (!libraries) return;
       if (std::find(spec.libraries.begin(), spec.libraries.end(), c.library) == spec.libraries.end()) return;
     } else if (!spec.space.index_of(c) || !Tuner::why_not(spec, c, slots.data(), limits).empty()) {
       return;

@@ -90,9 +90,10 @@ struct SafeChoice {
 // program per multiprocessor or core; where none reaches that, the largest
 // grid); then the first config that can run the call. Only configs that can run the call
 // are listed, and a config that failed (crashed, computed something else,
-// timed out) in a nearby record is left out. `cache` may be null.
+// timed out) in a nearby record is left out. `cache` may be null. With
+// `libraries` false (TuneOptions::libraries), no library choice is listed.
 std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,
-                                     const TuningCache* cache);
+                                     const TuningCache* cache, bool libraries = true);
 
 class Tuner {
  public:
