@@ -28,11 +28,11 @@ except Exception:
     print(f"{spec} {sets}: rc={rc}, no JSON; stderr tail: {open(err).read()[-400:]}")
     sys.exit()
 rec = j.get("record", j)
-kinds = collections.Counter(c.get("kind", "?") for c in rec.get("configs", []))
+kinds = collections.Counter(c.get("result", "?") for c in rec.get("configs", []))
 print(f"{spec} {sets}: rc={rc} configs by kind {dict(kinds)} best {rec.get('best')}")
 for c in rec.get("configs", []):
-    if c.get("kind") not in ("ok", "pruned"):
-        print("   ", c.get("kind"), c.get("params"), (c.get("error") or "")[:160])
+    if c.get("result") not in ("ok", "pruned"):
+        print("   ", c.get("result"), c.get("params"), (c.get("error") or "")[:160])
 EOF
 }
 check gemm_bf16_nt_gated.toml M=64 N=2048 K=8192
