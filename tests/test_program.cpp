@@ -286,7 +286,7 @@ TEST(MemoryPlan, LiveBuffersNeverOverlapOverRandomPrograms) {
 TEST_F(ProgramTest, EmittedCppNamesEveryStepAndTheArena) {
   std::string code = emit_program_cpp(load_program(examples() + "/mlp_cpu.toml"));
   for (const char* s : {"struct Program", "kiln::plan_memory", "k_rmsnorm.launch", "k_gate_up.launch", "k_down.launch",
-                        "guard 'T >= 1' does not hold", "const float* x", "float* y", "int64_t T"})
+                        "guard 'T >= 1' does not hold", "const float* b_x", "float* b_y", "int64_t s_T"})
     EXPECT_NE(code.find(s), std::string::npos) << s;
   // (scripts/test-install.sh compiles it against an installed kiln and runs it.)
 }

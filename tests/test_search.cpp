@@ -135,14 +135,14 @@ TEST_F(SearchTest, WithoutXgboostTheRoundsAreRandomAndTheRecordSaysWhy) {
 TEST(SearchFixture, TheBudgetedSearchFindsWithin2PercentOfTheBestTimingAFifthOrLess) {
   std::string why;
   if (!Surrogate::make(&why)) GTEST_SKIP() << "no surrogate model here: " << why;
-  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "tests/fixtures/search";
+  const fs::path dir = fs::path(test::source_dir()) / "tests/fixtures/search";
   int fixtures = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".json") continue;
     ++fixtures;
     SCOPED_TRACE(entry.path().filename().string());
     auto j = nlohmann::json::parse(read_file(entry.path()).value());
-    KernelSpec spec = load_spec(fs::path(KILN_SOURCE_DIR) / j["spec"].get<std::string>());
+    KernelSpec spec = load_spec(fs::path(test::source_dir()) / j["spec"].get<std::string>());
     EXPECT_GE(spec.space.size(), 10000u);
     std::map<size_t, ConfigResult> truth;
     double best = INFINITY;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "kiln/spec.hpp"
+#include "util.hpp"
 
 using namespace kiln;
 
@@ -123,7 +124,7 @@ TEST(Spec, ErrorsNameFileLineColumnAndKey) {
 
 TEST(Spec, LoadsTheBuiltInKernels) {
   for (const char* k : {"matmul", "softmax"}) {
-    KernelSpec s = load_spec(std::filesystem::path(KILN_SOURCE_DIR) / "kernels/cpu" / (std::string(k) + ".toml"));
+    KernelSpec s = load_spec(std::filesystem::path(test::kernels()) / "cpu" / (std::string(k) + ".toml"));
     EXPECT_EQ(s.name, k);
     EXPECT_FALSE(s.source_text.empty());
   }
@@ -132,7 +133,7 @@ TEST(Spec, LoadsTheBuiltInKernels) {
 // The cuda matmul declares hints 64, 256, 4096 on the diagonal, and its grid
 // form (every combination) is one line away.
 TEST(Spec, TheCudaMatmulHintsOnTheDiagonalAndAsAGrid) {
-  std::filesystem::path file = std::filesystem::path(KILN_SOURCE_DIR) / "kernels/cuda/matmul.toml";
+  std::filesystem::path file = std::filesystem::path(test::kernels()) / "cuda/matmul.toml";
   KernelSpec s = load_spec(file);
   EXPECT_EQ(s.tuning.hint_point_list(),
             (std::vector<std::vector<int64_t>>{{64, 64, 64}, {256, 256, 256}, {4096, 4096, 4096}}));

@@ -42,11 +42,12 @@ inline std::string kiln_exe() {
   auto p = exe_dir().parent_path() / "kiln";
   return std::filesystem::exists(p, ec) ? p.string() : std::string(KILN_BINARY_DIR) + "/kiln";
 }
-inline std::string kernels() {
+inline std::string source_dir() {
   std::error_code ec;
-  auto p = exe_dir().parent_path().parent_path() / "kernels";
-  return std::filesystem::exists(p / "cpu", ec) ? p.string() : std::string(KILN_SOURCE_DIR) + "/kernels";
+  auto p = exe_dir().parent_path().parent_path();
+  return std::filesystem::exists(p / "kernels" / "cpu", ec) ? p.string() : std::string(KILN_SOURCE_DIR);
 }
+inline std::string kernels() { return source_dir() + "/kernels"; }
 
 // A one-buffer kernel: out[i] = i * SCALE, over a 1-d grid of cdiv(N, BLOCK).
 inline const char* kFillSpec = R"SPEC(name = "fill"

@@ -3,7 +3,9 @@
 //   unary minus, parentheses, cdiv(a, b), min(a, b, ...), max(a, b, ...),
 //   comparisons (< <= > >= == !=, value 0 or 1; they do not chain), and
 //   && and || (value 0 or 1, short-circuit: `B == 0 || N % B == 0` is safe),
-//   && binding tighter than ||, both looser than comparisons. Parsed once
+//   && binding tighter than ||, both looser than comparisons. A tree is at
+//   most kMaxExprHeight tall (a flat chain a + b + c ... counts one level per
+//   operator), so no walker of it recurses deeper than that. Parsed once
 //   into a tree (Expr), compiled once into a flat program (CompiledExpr) that
 //   evaluates without allocating.
 // Thread-safety: a parsed Expr is immutable; eval may run on any number of threads.
@@ -20,6 +22,9 @@
 #include "kiln/error.hpp"
 
 namespace kiln {
+
+// The tallest expression tree the parser makes; taller input is an ExprError.
+constexpr int kMaxExprHeight = 256;
 
 enum class ExprOp : uint8_t {
   Const, Var, Neg,
@@ -39,6 +44,7 @@ struct ExprNode {
   std::string name;       // Var
   int column = 0;         // 1-based column in the parsed text; 0 when built by hand
   std::vector<ExprNode> kids;
+  int height = 1;         // 1 + the tallest kid's (kept by the parser, which bounds it)
 };
 
 // A parse or resolve error that knows where in the expression text it happened.

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +91,9 @@ struct ProgramSpec {
   // A tensor's dimensions for these symbol values (Error(Errc::usage) for a
   // symbol without a value).
   std::vector<int64_t> dims(const ProgramTensor& t, const std::map<std::string, int64_t>& symbols) const;
+  // Its element count; Error(Errc::usage) naming it for a negative
+  // dimension or a count past 64 bits.
+  int64_t elements(const ProgramTensor& t, const std::map<std::string, int64_t>& symbols) const;
   // The steps with the allocations and frees made explicit, a return last.
   std::vector<ProgramStep> lower() const;
   // The program as text (its steps lowered), for `kiln run --show`.
@@ -141,10 +143,5 @@ struct MemoryPlan {
 // offset that no live-overlapping placed buffer covers.
 MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std::pair<int, int>>& live,
                        int64_t align = 256);
-
-// C++ that loads and runs the program through libkiln with its steps
-// unrolled (kiln emit): a struct with one handle per kernel and a call
-// operator taking the inputs and outputs as pointers and the symbols' values.
-std::string emit_program_cpp(const ProgramSpec& spec);
 
 }  // namespace kiln

@@ -148,6 +148,8 @@ KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& s
                       const SourceReader& read_source);
 
 bool is_identifier(std::string_view s);
+// A C++ keyword or alternative token (and, or, not, ...): never a name in kiln emit's C++.
+bool is_cpp_keyword(std::string_view s);
 
 // A library call kiln knows how to make with a kernel's arguments, and the
 // argument list it takes (types and intents, in order).

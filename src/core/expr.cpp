@@ -1,5 +1,6 @@
 #include "kiln/expr.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -141,13 +142,24 @@ class Parser {
            t == Tok::Ne;
   }
 
+  // A node over its kids, no taller than kMaxExprHeight: a flat chain of
+  // ~300,000 terms would otherwise make a tree that every walker (printing,
+  // compiling, emitting C++, even destroying it) recurses through once per term.
+  ExprNode tall(ExprNode n) {
+    n.height = 1;
+    for (const auto& k : n.kids) n.height = std::max(n.height, k.height + 1);
+    if (n.height > kMaxExprHeight)
+      error(n.column, fmt::format("expression is more than {} operators deep; split it", kMaxExprHeight));
+    return n;
+  }
+
   ExprNode binary(ExprOp op, int column, ExprNode a, ExprNode b) {
     ExprNode n;
     n.op = op;
     n.column = column;
     n.kids.push_back(std::move(a));
     n.kids.push_back(std::move(b));
-    return n;
+    return tall(std::move(n));
   }
 
   ExprNode logic_or() {
@@ -230,7 +242,7 @@ class Parser {
       n.column = tok_.column;
       next();
       n.kids.push_back(unary());
-      return n;
+      return tall(std::move(n));
     }
     return primary();
   }
@@ -301,7 +313,7 @@ class Parser {
       error(close, fmt::format("cdiv() takes 2 arguments, got {}", n.kids.size()));
     if (n.op != ExprOp::Cdiv && n.kids.size() < 2)
       error(close, fmt::format("{}() takes at least 2 arguments, got {}", fn.text, n.kids.size()));
-    return n;
+    return tall(std::move(n));
   }
 
   static std::string describe(const Token& t) {

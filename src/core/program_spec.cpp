@@ -11,19 +11,7 @@
 #include "core/format.hpp"
 #include "kiln/args.hpp"
 
-// toml++ states internal assumptions that malformed input can break: here,
-// as in spec.cpp, they are checks, and a failed one is a spec error.
-namespace kiln {
-struct ProgramTomlCheckFailed {
-  const char* expr;
-};
-[[noreturn]] inline void program_toml_check_failed(const char* expr) { throw ProgramTomlCheckFailed{expr}; }
-}  // namespace kiln
-#ifdef NDEBUG
-#undef NDEBUG
-#endif
-#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::kiln::program_toml_check_failed(#expr))
-#include <toml++/toml.h>
+#include "core/toml.hpp"
 
 namespace kiln {
 
@@ -52,7 +40,7 @@ toml::table parse_toml_text(std::string_view text, const fs::path& path) {
   }
   try {
     return toml::parse(text, path.string());
-  } catch (const ProgramTomlCheckFailed& e) {
+  } catch (const TomlCheckFailed& e) {
     fail(Errc::spec, "{}: not valid TOML (the parser's check '{}' failed)", path.string(), e.expr);
   } catch (const toml::parse_error& e) {
     fail(Errc::spec, "{}:{}:{}: {}", path.string(), e.source().begin.line, e.source().begin.column,
@@ -106,7 +94,9 @@ class Reader {
   fs::path path_;
 };
 
-bool is_name(std::string_view s) { return is_identifier(s); }
+// Names become C++ identifiers in kiln emit's output: an identifier that is not a keyword.
+bool is_name(std::string_view s) { return is_identifier(s) && !is_cpp_keyword(s); }
+constexpr const char* kNameRule = "letters, digits and _, not starting with a digit, not a C++ keyword";
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
@@ -118,11 +108,13 @@ std::string join(const std::vector<std::string>& v) {
 // arguments (which are buffers, which are numbers). `where(i)` names step i
 // for messages, `fail_at(i, what)` throws for step i.
 void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& where) {
+  if (!is_name(p.name))
+    fail(Errc::spec, "program name {:?} is not a name ({})", p.name, kNameRule);
   auto err = [&](const std::string& what) { fail(Errc::spec, "program '{}': {}", p.name, what); };
   if (p.backend != "cpu" && p.backend != "cuda") err(fmt::format("backend '{}' is not cpu or cuda", p.backend));
   std::set<std::string> names;
   auto name_ok = [&](const std::string& n, const char* what) {
-    if (!is_name(n)) err(fmt::format("{} '{}' is not a name (letters, digits, _)", what, n));
+    if (!is_name(n)) err(fmt::format("{} {:?} is not a name ({})", what, n, kNameRule));
     if (!names.insert(n).second) err(fmt::format("'{}' is declared twice", n));
   };
   std::set<std::string> scalars;  // what expressions may use
@@ -155,7 +147,7 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
   if (p.outputs.empty()) err("it has no outputs");
   std::set<std::string> kernel_names;
   for (const auto& k : p.kernels) {
-    if (!is_name(k.name)) err(fmt::format("kernel '{}' is not a name", k.name));
+    if (!is_name(k.name)) err(fmt::format("kernel {:?} is not a name ({})", k.name, kNameRule));
     if (!kernel_names.insert(k.name).second) err(fmt::format("kernel '{}' is listed twice", k.name));
     if (k.backend() != p.backend)
       err(fmt::format("kernel '{}' ({}) is a {} kernel; the program's backend is {}", k.name, k.spec.string(),
@@ -290,6 +282,21 @@ std::vector<int64_t> ProgramSpec::dims(const ProgramTensor& t, const std::map<st
   std::vector<int64_t> out;
   for (const auto& d : t.shape) out.push_back(compile_expr(scope, d, nullptr).eval(slots.data()));
   return out;
+}
+
+int64_t ProgramSpec::elements(const ProgramTensor& t, const std::map<std::string, int64_t>& values) const {
+  const std::vector<int64_t> d = dims(t, values);
+  int64_t n = 1;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] < 0)
+      fail(Errc::usage, "program '{}': '{}' dimension {} ({}) is {}, negative", name, t.name, i, t.shape[i].str(), d[i]);
+    if (__builtin_mul_overflow(n, d[i], &n)) {
+      std::vector<std::string> s;
+      for (const auto& e : t.shape) s.push_back(e.str());
+      fail(Errc::usage, "program '{}': '{}' of shape [{}] has more elements than 64 bits count", name, t.name, join(s));
+    }
+  }
+  return n;
 }
 
 std::vector<ProgramStep> ProgramSpec::lower() const {
@@ -595,153 +602,6 @@ MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std:
   }
   plan.arena = up(plan.arena);
   return plan;
-}
-
-namespace {
-
-// An expression as C++ over int64_t names, with kiln's semantics (floor
-// division and modulo as Python's, through the helpers the emitted file defines).
-std::string cpp_expr(const ExprNode& n) {
-  auto k = [&](size_t i) { return cpp_expr(n.kids[i]); };
-  switch (n.op) {
-    case ExprOp::Const: return fmt::format("int64_t{{{}}}", n.value);
-    case ExprOp::Var: return n.name;
-    case ExprOp::Neg: return "(-" + k(0) + ")";
-    case ExprOp::Add: return "(" + k(0) + " + " + k(1) + ")";
-    case ExprOp::Sub: return "(" + k(0) + " - " + k(1) + ")";
-    case ExprOp::Mul: return "(" + k(0) + " * " + k(1) + ")";
-    case ExprOp::FloorDiv: return "kiln_floordiv(" + k(0) + ", " + k(1) + ")";
-    case ExprOp::Mod: return "kiln_mod(" + k(0) + ", " + k(1) + ")";
-    case ExprOp::Lt: return "int64_t(" + k(0) + " < " + k(1) + ")";
-    case ExprOp::Le: return "int64_t(" + k(0) + " <= " + k(1) + ")";
-    case ExprOp::Gt: return "int64_t(" + k(0) + " > " + k(1) + ")";
-    case ExprOp::Ge: return "int64_t(" + k(0) + " >= " + k(1) + ")";
-    case ExprOp::Eq: return "int64_t(" + k(0) + " == " + k(1) + ")";
-    case ExprOp::Ne: return "int64_t(" + k(0) + " != " + k(1) + ")";
-    case ExprOp::Cdiv: return "(-kiln_floordiv(-" + k(0) + ", " + k(1) + "))";  // ceil(a / b) = -floor(-a / b)
-    case ExprOp::Min:
-    case ExprOp::Max: {  // one or more arguments
-      std::string args;
-      for (size_t i = 0; i < n.kids.size(); ++i) args += (i ? ", " : "") + k(i);
-      return fmt::format("std::{}<int64_t>({{{}}})", n.op == ExprOp::Min ? "min" : "max", args);
-    }
-    case ExprOp::And: return "int64_t(" + k(0) + " != 0 && " + k(1) + " != 0)";
-    case ExprOp::Or: return "int64_t(" + k(0) + " != 0 || " + k(1) + " != 0)";
-    default: throw Error(Errc::internal, fmt::format("kiln emit: no C++ for expression operator {}", static_cast<int>(n.op)));
-  }
-}
-
-const char* cpp_type(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::f16: return "kiln::f16";
-    case DType::bf16: return "kiln::bf16";
-    case DType::i32: return "int32_t";
-    case DType::i64: return "int64_t";
-  }
-  return "void";
-}
-
-}  // namespace
-
-std::string emit_program_cpp(const ProgramSpec& p) {
-  std::string ns = p.name + "_program";
-  std::string o;
-  o += fmt::format("// Generated by `kiln emit` from {}: program '{}' ({}), its steps unrolled.\n",
-                   p.path.filename().string(), p.name, p.backend);
-  o += "// Build it with the installed kiln package (find_package(kiln) / pkg-config kiln).\n";
-  o += "#pragma once\n#include <algorithm>\n#include <cstdint>\n#include <string>\n#include <vector>\n\n";
-  o += "#include <kiln/kiln.hpp>\n\n";
-  o += fmt::format("namespace {} {{\n\n", ns);
-  o += "inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n";
-  o += "inline int64_t kiln_mod(int64_t a, int64_t b) { return a - kiln_floordiv(a, b) * b; }\n\n";
-  o += "struct Program {\n  kiln::Runtime& rt;\n";
-  for (const auto& k : p.kernels)
-    o += fmt::format("  {} k_{};\n",
-                     k.kind == ProgramKernel::Kind::multi       ? "kiln::MultiKernel"
-                     : k.kind == ProgramKernel::Kind::size_hint ? "kiln::SizeHintMultiKernel"
-                                                                : "kiln::Kernel",
-                     k.name);
-  o += "  void* arena = nullptr;\n  int64_t arena_bytes = 0;\n\n";
-  o += "  // `dir`: the folder holding the kernels' specs (as the program file names them).\n";
-  o += "  Program(kiln::Runtime& rt_, const std::string& dir)\n      : rt(rt_)";
-  for (const auto& k : p.kernels) {
-    std::error_code ec;
-    fs::path rel = fs::relative(k.spec, p.path.parent_path(), ec);
-    if (ec || rel.empty()) rel = k.spec.filename();
-    o += fmt::format(",\n        k_{}(rt_, kiln::{}(dir + \"/{}\"))", k.name,
-                     k.kind == ProgramKernel::Kind::multi ? "load_multi_spec" : "load_spec", rel.generic_string());
-  }
-  o += " {}\n";
-  o += fmt::format("  ~Program() {{ if (arena) rt.backend(\"{}\").device().free(arena); }}\n", p.backend);
-  o += "  Program(const Program&) = delete;\n  Program& operator=(const Program&) = delete;\n\n";
-  // The call: inputs, outputs, then the symbols.
-  std::vector<std::string> params;
-  for (const auto& t : p.inputs) params.push_back(fmt::format("const {}* {}", cpp_type(t.dtype), t.name));
-  for (const auto& t : p.outputs) params.push_back(fmt::format("{}* {}", cpp_type(t.dtype), t.name));
-  for (const auto& s : p.symbols) params.push_back("int64_t " + s);
-  params.push_back("kiln::Stream stream = nullptr");
-  o += "  // Inputs, outputs (device pointers on cuda), then the symbols' values.\n";
-  o += "  void operator()(" + join(params) + ") {\n";
-  for (const auto& [n, v] : p.constants) o += fmt::format("    const int64_t {} = {};\n", n, v);
-  for (const auto& g : p.guards)
-    o += fmt::format("    if ({} == 0) throw kiln::Error(kiln::Errc::usage, \"program '{}': guard '{}' does not hold\");\n",
-                     cpp_expr(g.root()), p.name, g.str());
-  // Intermediates: sizes, lives, one arena.
-  std::vector<ProgramStep> launches;
-  for (const auto& s : p.steps)
-    if (s.kind == ProgramStep::Kind::launch) launches.push_back(s);
-  if (!p.buffers.empty()) {
-    std::vector<std::string> sizes, lives;
-    for (const auto& b : p.buffers) {
-      std::string e = fmt::format("int64_t{{{}}}", dtype_size(b.dtype));
-      for (const auto& d : b.shape) e += " * " + cpp_expr(d.root());
-      sizes.push_back(e);
-      int first = -1, last = -1;
-      for (size_t i = 0; i < launches.size(); ++i)
-        for (const auto& a : launches[i].args)
-          if (a.kind == ProgramArg::Kind::buffer && a.text == b.name) {
-            if (first < 0) first = static_cast<int>(i);
-            last = static_cast<int>(i);
-          }
-      lives.push_back(fmt::format("{{{}, {}}}", first, last));
-    }
-    o += "    // The intermediates, placed in one arena by liveness.\n";
-    o += "    const kiln::MemoryPlan plan = kiln::plan_memory({" + join(sizes) + "}, {" + join(lives) + "});\n";
-    o += fmt::format("    if (plan.arena > arena_bytes) {{\n      kiln::Device& dev = rt.backend(\"{}\").device();\n"
-                     "      if (arena) {{ dev.sync(stream); dev.free(arena); }}\n"
-                     "      arena = dev.alloc(static_cast<size_t>(plan.arena));\n      arena_bytes = plan.arena;\n    }}\n",
-                     p.backend);
-    for (size_t b = 0; b < p.buffers.size(); ++b)
-      o += fmt::format("    auto* {} = reinterpret_cast<{}*>(static_cast<char*>(arena) + plan.offset[{}]);\n",
-                       p.buffers[b].name, cpp_type(p.buffers[b].dtype), b);
-  }
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const ProgramStep& st = launches[i];
-    const ProgramKernel* k = p.kernel(st.kernel);
-    const auto& args = k->args();
-    o += fmt::format("    {{  // step {}: {}\n", i + 1, st.kernel);
-    std::vector<std::string> ptrs;
-    for (size_t j = 0; j < st.args.size(); ++j) {
-      const ProgramArg& a = st.args[j];
-      std::string v = fmt::format("a{}", j);
-      if (a.kind == ProgramArg::Kind::buffer)
-        o += fmt::format("      const void* {} = {};\n", v, a.text);
-      else if (a.kind == ProgramArg::Kind::real)
-        o += fmt::format("      {} {} = static_cast<{}>({});\n", cpp_type(args[j].dtype), v, cpp_type(args[j].dtype),
-                         a.text);
-      else
-        o += fmt::format("      {} {} = static_cast<{}>({});\n", cpp_type(args[j].dtype), v, cpp_type(args[j].dtype),
-                         cpp_expr(a.value.root()));
-      ptrs.push_back("const_cast<void*>(static_cast<const void*>(&" + v + "))");
-    }
-    o += "      void* params[] = {" + join(ptrs) + "};\n";
-    o += fmt::format("      k_{}.launch(params, stream);\n    }}\n", st.kernel);
-  }
-  o += "  }\n};\n\n";
-  o += fmt::format("}}  // namespace {}\n", ns);
-  return o;
 }
 
 }  // namespace kiln

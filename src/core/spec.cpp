@@ -9,21 +9,7 @@
 
 #include "core/format.hpp"
 
-// toml++ 3.3.0 states internal assumptions that malformed input can break
-// (the fuzzer found "[[["): with NDEBUG they become __builtin_assume under
-// clang, undefined behaviour. In this file, the only one that includes
-// toml++, they are checks instead, and a failed one is a spec error.
-namespace kiln {
-struct TomlCheckFailed {
-  const char* expr;
-};
-[[noreturn]] inline void toml_check_failed(const char* expr) { throw TomlCheckFailed{expr}; }
-}  // namespace kiln
-#ifdef NDEBUG
-#undef NDEBUG
-#endif
-#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::kiln::toml_check_failed(#expr))
-#include <toml++/toml.h>
+#include "core/toml.hpp"
 
 namespace kiln {
 
@@ -346,6 +332,25 @@ bool is_identifier(std::string_view s) {
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
   return true;
+}
+
+bool is_cpp_keyword(std::string_view s) {
+  // C++20's keywords and alternative tokens, and the identifiers with a
+  // special meaning that a declaration cannot take (final, override, import, module).
+  static constexpr std::string_view kWords[] = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
+      "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
+      "constinit", "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete",
+      "do", "double", "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "final", "float",
+      "for", "friend", "goto", "if", "import", "inline", "int", "long", "module", "mutable", "namespace", "new",
+      "noexcept", "not", "not_eq", "nullptr", "operator", "or", "or_eq", "override", "private", "protected",
+      "public", "register", "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+      "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local", "throw", "true",
+      "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
+      "wchar_t", "while", "xor", "xor_eq"};
+  for (std::string_view w : kWords)
+    if (s == w) return true;
+  return false;
 }
 
 // ---------------------------------------------------------------------------

@@ -75,12 +75,8 @@ struct Program::Impl {
     size_t slot;
   };
   std::vector<Binder> binders;
-  struct DimCheck {
-    int group;  // 0 inputs, 1 outputs
-    size_t tensor, dim;
-    CompiledExpr e;
-  };
-  std::vector<DimCheck> checks;
+  // Every dimension of every input and output (the binders' too), per tensor.
+  std::vector<std::vector<CompiledExpr>> in_dims, out_dims;
   std::vector<CompiledExpr> guards;
   std::vector<std::vector<CompiledExpr>> buffer_dims;  // the intermediates'
   std::vector<std::pair<int, int>> live;
@@ -99,6 +95,7 @@ struct Program::Impl {
     std::string kernel;
     std::vector<Arg> args;
     const std::vector<ArgSpec>* kargs;
+    std::vector<std::string> texts;    // per argument: as written
     std::vector<CompiledExpr> ksizes;  // per argument: the kernel's size expression (buffers)
     KernelSpec kscope;                  // the kernel's args, for its size expressions
   };
@@ -113,6 +110,8 @@ struct Program::Impl {
   // (params point into `storage`).
   struct Shape {
     std::vector<int64_t> slots;
+    // The dimensions each input and output must have: checked on every call.
+    std::vector<std::vector<int64_t>> in_dims, out_dims;
     MemoryPlan mem;
     std::vector<std::vector<uint64_t>> storage;
     std::vector<std::vector<void*>> params;
@@ -156,14 +155,17 @@ struct Program::Impl {
           if (sl >= nconst && !is_bound[sl - nconst]) {
             is_bound[sl - nconst] = true;
             binders.push_back({i, d, sl});
-            continue;
           }
         }
-        checks.push_back({0, i, d, compile(e)});
       }
-    for (size_t i = 0; i < spec.outputs.size(); ++i)
-      for (size_t d = 0; d < spec.outputs[i].shape.size(); ++d)
-        checks.push_back({1, i, d, compile(spec.outputs[i].shape[d])});
+    for (const auto& t : spec.inputs) {
+      in_dims.emplace_back();
+      for (const auto& d : t.shape) in_dims.back().push_back(compile(d));
+    }
+    for (const auto& t : spec.outputs) {
+      out_dims.emplace_back();
+      for (const auto& d : t.shape) out_dims.back().push_back(compile(d));
+    }
     for (const auto& g : spec.guards) guards.push_back(compile(g));
     for (const auto& b : spec.buffers) {
       std::vector<CompiledExpr> dims;
@@ -200,6 +202,7 @@ struct Program::Impl {
       st.kscope.args = pk.args();
       for (size_t j = 0; j < s.args.size(); ++j) {
         const ProgramArg& pa = s.args[j];
+        st.texts.push_back(pa.text);
         Arg a;
         a.kind = pa.kind;
         a.dtype = (*st.kargs)[j].dtype;
@@ -250,44 +253,92 @@ struct Program::Impl {
     for (const auto& b : binders) slots[b.slot] = in[b.input].shape[b.dim];
   }
 
+  std::string sym_text(const std::vector<int64_t>& slots) const {
+    std::string t;
+    for (size_t i = nconst; i < slots.size(); ++i)
+      t += fmt::format("{}{}={}", t.empty() ? "" : " ", scope.args[i].name, slots[i]);
+    return t;
+  }
+
+  // The elements of a tensor of these dimensions; a negative dimension or a
+  // count past 64 bits is an error naming the tensor.
+  int64_t elements_of(const std::vector<int64_t>& dims, const ProgramTensor& t, const std::vector<int64_t>& slots) const {
+    int64_t n = 1;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] < 0)
+        fail(Errc::usage, "program '{}': '{}' dimension {} ({}) is {}, negative (with {})", spec.name, t.name, d,
+             t.shape[d].str(), dims[d], sym_text(slots));
+      if (__builtin_mul_overflow(n, dims[d], &n))
+        fail(Errc::usage, "program '{}': '{}' of shape [{}] has more elements than 64 bits count (with {})", spec.name,
+             t.name, shape_text(t), sym_text(slots));
+    }
+    return n;
+  }
+  static std::string shape_text(const ProgramTensor& t) {
+    std::string s;
+    for (const auto& d : t.shape) s += (s.empty() ? "" : ", ") + d.str();
+    return s;
+  }
+
+  // Every call: the outputs' count and every dimension of every input and
+  // output against the shape's (integer compares; the message is built
+  // only when one differs).
+  void check_io(const Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const {
+    if (out.size() != spec.outputs.size())
+      fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", spec.name, spec.outputs.size(), out.size());
+    for (int group = 0; group < 2; ++group) {
+      const auto& ts = group == 0 ? in : out;
+      const auto& want = group == 0 ? sh.in_dims : sh.out_dims;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        if (ts[i].shape == want[i]) continue;
+        const ProgramTensor& t = group == 0 ? spec.inputs[i] : spec.outputs[i];
+        const char* what = group == 0 ? "input" : "output";
+        if (ts[i].shape.size() != want[i].size())
+          fail(Errc::usage, "program '{}': {} '{}' has {} dimensions; the program says {}", spec.name, what, t.name,
+               ts[i].shape.size(), want[i].size());
+        for (size_t d = 0; d < want[i].size(); ++d)
+          if (ts[i].shape[d] != want[i][d])
+            fail(Errc::usage, "program '{}': {} '{}' dimension {} is {}, but the program says {} = {} (with {})",
+                 spec.name, what, t.name, d, ts[i].shape[d], t.shape[d].str(), want[i][d], sym_text(sh.slots));
+      }
+    }
+  }
+
   // Everything a new shape checks, plans and precomputes.
   Shape& shape_for(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::vector<int64_t>& slots,
                    Stream stream) {
     for (auto& s : shapes)
       if (s->slots == slots) {
         s->used = ++clock;
+        check_io(*s, in, out);  // every call, not only a shape's first
         return *s;
       }
-    if (out.size() != spec.outputs.size())
-      fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", spec.name, spec.outputs.size(), out.size());
-    auto sym_text = [&] {
-      std::string t;
-      for (size_t i = nconst; i < slots.size(); ++i)
-        t += fmt::format("{}{}={}", t.empty() ? "" : " ", scope.args[i].name, slots[i]);
-      return t;
-    };
-    for (const auto& c : checks) {
-      const auto& t = c.group == 0 ? in[c.tensor] : out[c.tensor];
-      const auto& ts = c.group == 0 ? spec.inputs[c.tensor] : spec.outputs[c.tensor];
-      if (c.group == 1 && t.shape.size() != ts.shape.size())
-        fail(Errc::usage, "program '{}': output '{}' has {} dimensions; the program says {}", spec.name, ts.name,
-             t.shape.size(), ts.shape.size());
-      const int64_t want = c.e.eval(slots.data());
-      if (t.shape[c.dim] != want)
-        fail(Errc::usage, "program '{}': {} '{}' dimension {} is {}, but the program says {} = {} (with {})", spec.name,
-             c.group == 0 ? "input" : "output", ts.name, c.dim, t.shape[c.dim], ts.shape[c.dim].str(), want,
-             sym_text());
-    }
-    for (size_t g = 0; g < guards.size(); ++g)
-      if (guards[g].eval(slots.data()) == 0)
-        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(), sym_text());
     auto sh = std::make_unique<Shape>();
     sh->slots = slots;
+    // The dimensions every call of this shape must have; checked for this call before anything else.
+    std::vector<int64_t> in_elements, out_elements;
+    for (size_t i = 0; i < in_dims.size(); ++i) {
+      sh->in_dims.emplace_back();
+      for (const auto& e : in_dims[i]) sh->in_dims.back().push_back(e.eval(slots.data()));
+    }
+    for (size_t i = 0; i < out_dims.size(); ++i) {
+      sh->out_dims.emplace_back();
+      for (const auto& e : out_dims[i]) sh->out_dims.back().push_back(e.eval(slots.data()));
+    }
+    check_io(*sh, in, out);
+    for (size_t g = 0; g < guards.size(); ++g)
+      if (guards[g].eval(slots.data()) == 0)
+        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
+             sym_text(slots));
+    for (size_t i = 0; i < spec.inputs.size(); ++i)
+      in_elements.push_back(elements_of(sh->in_dims[i], spec.inputs[i], slots));
+    for (size_t i = 0; i < spec.outputs.size(); ++i)
+      out_elements.push_back(elements_of(sh->out_dims[i], spec.outputs[i], slots));
     std::vector<int64_t> bytes, elements;
     for (size_t b = 0; b < spec.buffers.size(); ++b) {
-      int64_t n = 1;
-      for (const auto& d : buffer_dims[b]) n *= d.eval(slots.data());
-      if (n < 0) fail(Errc::usage, "program '{}': buffer '{}' has a negative size ({})", spec.name, spec.buffers[b].name, sym_text());
+      std::vector<int64_t> dims;
+      for (const auto& d : buffer_dims[b]) dims.push_back(d.eval(slots.data()));
+      const int64_t n = elements_of(dims, spec.buffers[b], slots);
       elements.push_back(n);
       bytes.push_back(static_cast<int64_t>(buffer_bytes(spec.buffers[b].dtype, n, spec.buffers[b].name)));
     }
@@ -307,11 +358,7 @@ struct Program::Impl {
       graph_count = 0;
     }
     auto tensor_elements = [&](const Arg& a) -> int64_t {
-      if (a.group == 2) return elements[a.index];
-      const ProgramTensor& t = a.group == 0 ? spec.inputs[a.index] : spec.outputs[a.index];
-      int64_t n = 1;
-      for (const auto& d : t.shape) n *= compile_expr(scope, d, nullptr).eval(slots.data());
-      return n;
+      return a.group == 2 ? elements[a.index] : a.group == 0 ? in_elements[a.index] : out_elements[a.index];
     };
     sh->storage.resize(steps.size());
     sh->params.resize(steps.size());
@@ -327,6 +374,11 @@ struct Program::Impl {
             int64_t v = a.value.eval(slots.data());
             kslots[j] = v;
             if (a.dtype == DType::i32) {
+              // The kernel would get the truncated value while the size checks below saw this one.
+              if (v < INT32_MIN || v > INT32_MAX)
+                fail(Errc::usage, "program '{}', step {} ({}): argument '{}' = {} is {}, which does not fit an i32 "
+                     "(with {})", spec.name, i + 1, st.kernel, (*st.kargs)[j].name,
+                     st.texts[j], v, sym_text(slots));
               int32_t x = static_cast<int32_t>(v);
               std::memcpy(&store[j], &x, 4);
             } else {
@@ -365,7 +417,8 @@ struct Program::Impl {
             fail(Errc::usage,
                  "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
                  "buffer has {}",
-                 spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(), have);
+                 spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(slots),
+                 have);
         }
       sh->params[i].resize(st.args.size());
       for (size_t j = 0; j < st.args.size(); ++j) sh->params[i][j] = &store[j];
@@ -504,8 +557,9 @@ MemoryPlan Program::memory(const std::map<std::string, int64_t>& symbols) const 
   }
   std::vector<int64_t> bytes;
   for (size_t b = 0; b < impl_->spec.buffers.size(); ++b) {
-    int64_t n = 1;
-    for (const auto& d : impl_->buffer_dims[b]) n *= d.eval(slots.data());
+    std::vector<int64_t> dims;
+    for (const auto& d : impl_->buffer_dims[b]) dims.push_back(d.eval(slots.data()));
+    const int64_t n = impl_->elements_of(dims, impl_->spec.buffers[b], slots);
     bytes.push_back(static_cast<int64_t>(buffer_bytes(impl_->spec.buffers[b].dtype, n, impl_->spec.buffers[b].name)));
   }
   return plan_memory(bytes, impl_->live);

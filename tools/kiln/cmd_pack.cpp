@@ -138,8 +138,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
       Tensor x;
       x.shape = ps.dims(t, shape);
-      int64_t n = 1;
-      for (int64_t d : x.shape) n *= d;
+      const int64_t n = ps.elements(t, shape);
       const size_t bytes = buffer_bytes(t.dtype, n, t.name);
       held.emplace_back(dev, bytes ? bytes : 1);
       if (fill) {

@@ -49,8 +49,7 @@ void run_program(const RunArgs& a, Globals& g) {
   std::vector<DeviceBuffer> held;
   auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {
     const std::vector<int64_t> shape = spec.dims(t, values);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    const int64_t n = spec.elements(t, values);
     const size_t bytes = buffer_bytes(t.dtype, n, t.name);
     held.emplace_back(dev, bytes ? bytes : 1);
     if (fill && !a.first_only) {

@@ -150,6 +150,8 @@ std::vector<std::pair<std::string, int64_t>> key_values(const KernelSpec& spec,
     auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     if (t.empty() || ec != std::errc() || p != t.data() + t.size())
       fail(Errc::usage, "--set {}={}: not a whole number", name, t);
+    if (spec.args[spec.arg_index(name)].dtype == DType::i32 && (v < INT32_MIN || v > INT32_MAX))
+      fail(Errc::usage, "--set {}={}: out of range for i32", name, t);
     values.push_back({name, v});
   }
   return values;
