@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <chrono>
 #include <vector>
 
 #include "compile/compile_pool.hpp"
@@ -128,6 +131,53 @@ TEST_F(ArtifactTest, AFlippedByteATruncationOrAnotherFormatLoadsNothing) {
     }
   o.artifact = unpacked;
   EXPECT_NE(error_of(o).find("damaged"), std::string::npos) << error_of(o);
+}
+
+// An unpacked folder from elsewhere: an entry that is a FIFO, a link (to
+// /dev/zero, or to a file of the right contents), or inside a linked folder
+// is refused at once, and names the entry; nothing of it is loaded.
+TEST_F(ArtifactTest, AFifoOrALinkInAnUnpackedFolderIsRefusedAtOnce) {
+  fs::path unpacked = dir.path() / "unpacked";
+  fs::path rec;
+  for (const auto& e : fs::recursive_directory_iterator(unpacked))
+    if (e.path().extension() == ".rec") rec = e.path();
+  ASSERT_FALSE(rec.empty());
+  const std::string rec_text = read_file(rec).value();
+  auto expect_refused = [&](const std::string& what, const std::string& says) {
+    Options o = fresh("fifo");
+    o.artifact = unpacked;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string err = error_of(o);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10) << what;
+    EXPECT_NE(err.find(says), std::string::npos) << what << ": " << err;
+    EXPECT_NE(err.find("nothing of it was loaded"), std::string::npos) << err;
+    // The tool too: kiln inspect answers, with an error, instead of hanging.
+    ProcessResult r = run_process({"bash", "-c", test::kiln_exe() + " inspect '" + unpacked.string() + "' 2>&1"}, 60);
+    EXPECT_FALSE(r.timed_out) << what;
+    EXPECT_NE(r.exit_code, 0) << what << ": " << r.output;
+  };
+  fs::remove(rec);
+  ASSERT_EQ(::mkfifo(rec.c_str(), 0600), 0);
+  expect_refused("a FIFO", "not a regular file");
+  fs::remove(rec);
+  fs::create_symlink("/dev/zero", rec);
+  expect_refused("a link to /dev/zero", "is a link");
+  fs::remove(rec);
+  test::write(dir.path() / "elsewhere.rec", rec_text);
+  fs::create_symlink(dir.path() / "elsewhere.rec", rec);
+  expect_refused("a link to a good copy", "is a link");
+  // A linked folder above the entry.
+  fs::remove(rec);
+  test::write(rec, rec_text);
+  const fs::path folder = rec.parent_path(), moved = dir.path() / "moved-folder";
+  fs::rename(folder, moved);
+  fs::create_directory_symlink(moved, folder);
+  expect_refused("a linked folder", "is a link");
+  fs::remove(folder);
+  fs::rename(moved, folder);
+  Options o = fresh("fifo-fixed");
+  o.artifact = unpacked;
+  EXPECT_EQ(error_of(o), "") << "put back as it was, it loads";
 }
 
 // An artifact from another "device" is refused with what differs; with

@@ -39,6 +39,71 @@ std::optional<std::string> read_file(const fs::path& p) {
   return out;
 }
 
+namespace {
+
+// Reads an open file: a regular file of at most `max_bytes`, else Error(Errc::io) naming `what`.
+std::string read_open_regular(int fd, const std::string& what, size_t max_bytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) fail(Errc::io, "{}: cannot read it: {}", what, errno_text(errno));
+  if (!S_ISREG(st.st_mode)) fail(Errc::io, "{}: not a regular file", what);
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    fail(Errc::io, "{}: {} bytes, more than the {} it may have", what, st.st_size, max_bytes);
+  // The size may change under us: read at most one byte past the cap, and refuse that.
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  for (;;) {
+    if (got == out.size()) {
+      if (out.size() > max_bytes) fail(Errc::io, "{}: it grew past the {} bytes it may have", what, max_bytes);
+      out.resize(std::min(out.size() + 65536, max_bytes + 1));
+      if (got == out.size()) break;
+    }
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail(Errc::io, "{}: cannot read it: {}", what, errno_text(errno));
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  if (got > max_bytes) fail(Errc::io, "{}: it grew past the {} bytes it may have", what, max_bytes);
+  out.resize(got);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> read_regular_file(const fs::path& p, size_t max_bytes) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return std::nullopt;
+    fail(Errc::io, "{}: cannot open it: {}", p.string(), errno_text(errno));
+  }
+  return read_open_regular(fd.get(), p.string(), max_bytes);
+}
+
+std::optional<std::string> read_entry(const fs::path& dir, std::string_view rel, size_t max_bytes) {
+  UniqueFd cur(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cur) fail(Errc::io, "{}: cannot open the folder: {}", dir.string(), errno_text(errno));
+  const std::string what = (dir / std::string(rel)).string();
+  size_t at = 0;
+  for (;;) {
+    const size_t slash = rel.find('/', at);
+    const std::string part(rel.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at));
+    if (part.empty() || part == "." || part == "..") fail(Errc::io, "{}: not a plain relative name", what);
+    const bool last = slash == std::string_view::npos;
+    UniqueFd next(::openat(cur.get(), part.c_str(),
+                           last ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+                                : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) {
+      if (errno == ENOENT) return std::nullopt;
+      if (errno == ELOOP || errno == ENOTDIR) fail(Errc::io, "{}: '{}' is a link or not a folder; refused", what, part);
+      fail(Errc::io, "{}: cannot open '{}': {}", what, part, errno_text(errno));
+    }
+    if (last) return read_open_regular(next.get(), what, max_bytes);
+    cur = std::move(next);
+    at = slash + 1;
+  }
+}
+
 void write_file_atomic(const fs::path& p, std::string_view data) {
   std::string tmpl = (p.parent_path() / (".tmp-" + p.filename().string() + "-XXXXXX")).string();
   int fd = ::mkstemp(tmpl.data());

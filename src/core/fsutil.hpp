@@ -17,6 +17,16 @@
 namespace kiln {
 
 std::optional<std::string> read_file(const std::filesystem::path& p);
+// Files from elsewhere (an unpacked artifact, a file the user names): read
+// only if a regular file (opened O_NONBLOCK, so a FIFO or a device is refused
+// at once instead of blocking or streaming forever) of at most `max_bytes`.
+// read_regular_file follows a link at `p` itself (the user's own choice);
+// read_entry opens every component of `rel` inside `dir` with O_NOFOLLOW,
+// so a link planted anywhere in the folder is refused. Both return nullopt
+// for a file that does not exist and throw Error(Errc::io) saying why
+// anything else cannot be read.
+std::optional<std::string> read_regular_file(const std::filesystem::path& p, size_t max_bytes);
+std::optional<std::string> read_entry(const std::filesystem::path& dir, std::string_view rel, size_t max_bytes);
 // Writes `data` to a temporary file beside `p`, then renames it over `p`.
 // Readers see the old file or the new one, never a part. Throws Error(Errc::io).
 void write_file_atomic(const std::filesystem::path& p, std::string_view data);

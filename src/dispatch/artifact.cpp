@@ -22,6 +22,7 @@ namespace {
 constexpr std::string_view kMagic = "kiln-artifact";
 constexpr size_t kMaxArtifactBytes = size_t{4} << 30;
 constexpr size_t kMaxEntries = 1u << 20;
+constexpr size_t kMaxManifestBytes = size_t{64} << 20;
 
 std::string sum_hex(std::string_view data) { return fmt::format("{:016x}", hash64(data.data(), data.size())); }
 
@@ -104,25 +105,38 @@ namespace {
 void read_checked(const fs::path& path, std::map<std::string, std::string>& entries, ArtifactManifest& manifest) {
   auto bad = [](const std::string& why) { return Error(Errc::artifact, why); };
   std::error_code ec;
+  // An unpacked folder's entries come from wherever it came from: each is
+  // opened without following links, only if a regular file (a FIFO or a
+  // device would block or never end), and no larger than the manifest says.
+  auto entry = [&](const std::string& name, size_t max_bytes) -> std::optional<std::string> {
+    try {
+      return read_entry(path, name, max_bytes);
+    } catch (const Error& e) {
+      throw bad(fmt::format("'{}' cannot be used: {}", name, e.what()));
+    }
+  };
   if (fs::is_directory(path, ec)) {
-    std::optional<std::string> man = read_file(path / "manifest.json");
+    std::optional<std::string> man = entry("manifest.json", kMaxManifestBytes);
     if (!man) throw bad("no manifest.json in the folder");
     manifest = manifest_from(json::parse(*man));
     entries["manifest.json"] = *man;
     for (const auto& f : manifest.files) {
       if (!safe_name(f.name)) throw bad(fmt::format("its manifest names '{}', not a name kiln writes", f.name));
-      std::optional<std::string> d = read_file(path / f.name);
+      // One byte past the manifest's size: a longer file reads as damaged, a far longer one is not read.
+      std::optional<std::string> d = entry(f.name, std::min<uint64_t>(f.bytes + 1, kMaxArtifactBytes));
       if (!d) throw bad(fmt::format("'{}' is missing", f.name));
       entries[f.name] = std::move(*d);
     }
     verify(manifest, entries);
     return;
   }
-  auto size = fs::file_size(path, ec);
-  if (ec) throw bad(fmt::format("cannot be read ({})", ec.message()));
-  if (size > kMaxArtifactBytes) throw bad("it is larger than 4 GiB");
-  std::optional<std::string> text = read_file(path);
-  if (!text) throw bad("cannot be read");
+  std::optional<std::string> text;
+  try {
+    text = read_regular_file(path, kMaxArtifactBytes);
+  } catch (const Error& e) {
+    throw bad(fmt::format("cannot be read ({})", e.what()));
+  }
+  if (!text) throw bad("no such file");
   std::string_view all(*text);
   size_t eol = all.find('\n');
   if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
