@@ -183,6 +183,48 @@ TEST(CompilePool, ACacheThatCannotBeWrittenStillCompiles) {
   rt.load(*b);
 }
 
+// A cache folder kiln may use but cannot write (no permission; root can
+// write a 0500 folder, so as root the tool runs without the privilege that
+// lets it): kiln compiles, tunes and runs without a cache, and says so once.
+// The same folder made writable again is used.
+TEST(CompilePool, AFolderThatCannotBeWrittenMeansNoCacheAndOneWarning) {
+  TempDir d("kiln-test");
+  test::write(d.path() / "fill.cpp", test::kFillSource);
+  test::write(d.path() / "k.toml", test::kFillSpec);
+  std::string prefix;
+  if (::geteuid() == 0) {
+    if (run_process({"bash", "-c", "command -v setpriv"}, 10).exit_code != 0)
+      GTEST_SKIP() << "running as root without setpriv: a folder root cannot write needs a read-only mount";
+    prefix = "setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search ";
+  }
+  const fs::path fresh = d.path() / "fresh", used = d.path() / "used";
+  fs::create_directories(fresh);
+  // One never used (its subfolders cannot be made) and one used before (they exist, but nothing can be written in them).
+  ProcessResult warm = run_process(
+      {"bash", "-c", "KILN_CACHE_DIR='" + used.string() + "' " + test::kiln_exe() + " compile '" +
+                         (d.path() / "k.toml").string() + "' >/dev/null 2>&1"},
+      120);
+  ASSERT_TRUE(warm.ok()) << warm.output;
+  for (const fs::path& root : {fresh, used}) {
+    std::vector<fs::path> folders{root};
+    for (const char* sub : {"code", "tune", "locks"})
+      if (fs::exists(root / sub)) folders.push_back(root / sub);
+    for (const auto& f : folders) fs::permissions(f, fs::perms::owner_read | fs::perms::owner_exec);
+    ProcessResult r = run_process(
+        {"bash", "-c", prefix + "env KILN_CACHE_DIR='" + root.string() + "' KILN_BENCH_BUDGET_MS=2 " +
+                           test::kiln_exe() + " tune '" + (d.path() / "k.toml").string() + "' --set N=100 2>&1"},
+        120);
+    EXPECT_TRUE(r.ok()) << root << ": " << r.describe() << "\n" << r.output;
+    EXPECT_NE(r.output.find("chose "), std::string::npos) << r.output;
+    size_t warnings = 0;
+    for (size_t at = r.output.find("without a cache"); at != std::string::npos;
+         at = r.output.find("without a cache", at + 1))
+      ++warnings;
+    EXPECT_EQ(warnings, 1u) << root << ": " << r.output;
+    for (const auto& f : folders) fs::permissions(f, fs::perms::owner_all);
+  }
+}
+
 TEST(CompilePool, IdenticalRequestsInFlightShareOneCompile) {
   TempDir d("kiln-test");
   test::write(d.path() / "fill.cpp", test::kFillSource);

@@ -91,6 +91,8 @@ class Runtime {
   std::shared_ptr<RemoteCache> remote_;
   std::atomic<uint64_t> serving_misses_{0};
   std::set<std::string> missed_;  // keys a serving miss was logged for (under m_)
+  std::string cache_off_;          // why the cache folder is not used, when it cannot be written (under m_)
+  void without_cache(const std::string& why);
   TuneOutcome serve(const KernelSpec& spec, void* const* params, bool libraries);
 
  public:

@@ -49,6 +49,8 @@ CodeCache::CodeCache(fs::path root) : dirs_(std::make_unique<Dirs>()), root_(std
   dirs_->root = SafeDir::open(root_, true);
   dirs_->code = dirs_->root.sub("code", true);
   dirs_->locks = dirs_->root.sub("locks", true);
+  dirs_->code.check_writable();  // FolderNotWritable: the caller runs without a cache
+  dirs_->locks.check_writable();
 }
 
 std::unique_ptr<CodeCache> CodeCache::open_existing(const fs::path& root) {

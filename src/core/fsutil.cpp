@@ -231,7 +231,30 @@ std::string unsafe(const struct stat& st, bool own) {
 
 }  // namespace
 
+namespace {
+// Why a folder or file cannot be made: FolderNotWritable where the cause is
+// the folder's (no permission, a read-only mount, a full disk), else a cache error.
+bool not_writable(int err) { return err == EACCES || err == EPERM || err == EROFS || err == ENOSPC || err == EDQUOT; }
+[[noreturn]] void cannot_create(const fs::path& p, int err) {
+  const std::string what = fmt::format("cannot create folder '{}': {}", p.string(), errno_text(err));
+  if (not_writable(err)) throw FolderNotWritable(Errc::cache, what);
+  fail(Errc::cache, "{}", what);
+}
+}  // namespace
+
 int SafeDir::fd() const { return fd_ ? fd_->get() : -1; }
+
+void SafeDir::check_writable() const {
+  const std::string probe = fmt::format(".probe-{:016x}", random_u64());
+  UniqueFd f(::openat(fd(), probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!f) {
+    const int err = errno;
+    const std::string what = fmt::format("cannot write in folder '{}': {}", path_.string(), errno_text(err));
+    if (not_writable(err)) throw FolderNotWritable(Errc::cache, what);
+    fail(Errc::cache, "{}", what);
+  }
+  ::unlinkat(fd(), probe.c_str(), 0);
+}
 
 SafeDir SafeDir::open(const fs::path& path, bool create) {
   std::error_code ec;
@@ -269,8 +292,7 @@ SafeDir SafeDir::open(const fs::path& path, bool create) {
     UniqueFd next(::openat(cur.get(), parts[i].c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!next && errno == ENOENT) {
       if (!create) return SafeDir();
-      if (::mkdirat(cur.get(), parts[i].c_str(), 0700) != 0 && errno != EEXIST)
-        fail(Errc::cache, "cannot create folder '{}': {}", walked.string(), errno_text(errno));
+      if (::mkdirat(cur.get(), parts[i].c_str(), 0700) != 0 && errno != EEXIST) cannot_create(walked, errno);
       next.reset(::openat(cur.get(), parts[i].c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     }
     if (!next) {
@@ -308,8 +330,7 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
     return SafeDir();
   }
   if (!f && errno == ENOENT) {
-    if (::mkdirat(fd(), n.c_str(), 0700) != 0 && errno != EEXIST)
-      fail(Errc::cache, "cannot create folder '{}': {}", (path_ / n).string(), errno_text(errno));
+    if (::mkdirat(fd(), n.c_str(), 0700) != 0 && errno != EEXIST) cannot_create(path_ / n, errno);
     f.reset(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   }
   if (!f) fail(Errc::cache, "cannot open folder '{}': {}", (path_ / n).string(), errno_text(errno));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/process.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln {
 
@@ -43,6 +44,12 @@ class FileLock {
 
  private:
   UniqueFd fd_;
+};
+
+// A cache folder kiln may use but cannot write (a read-only mount, no
+// permission, a full disk): the caller runs without a cache, saying so once.
+struct FolderNotWritable : Error {
+  using Error::Error;
 };
 
 // A folder of the user's own, opened once and then used only through its
@@ -93,6 +100,9 @@ class SafeDir {
   std::vector<Entry> entries() const;
   // An exclusive lock on the file `name` (created 0600), blocking until held.
   FileLock lock(std::string_view name) const;
+  // Throws FolderNotWritable when no file can be created in the folder
+  // (creates one and removes it).
+  void check_writable() const;
 
  private:
   std::shared_ptr<UniqueFd> fd_;

@@ -6,6 +6,7 @@
 #include "kiln/runtime.hpp"
 
 #include "compile/worker_compiler.hpp"
+#include "core/fsutil.hpp"
 #include "core/log.hpp"
 #include <cmath>
 #include "kiln/args.hpp"
@@ -143,9 +144,26 @@ Runtime::BackendState& Runtime::state(const std::string& name) {
 
 Backend& Runtime::backend(const std::string& name) { return *state(name).backend; }
 
+// A cache folder that cannot be written (a read-only mount, no permission,
+// a full disk) is not an error: kiln compiles and tunes without a cache,
+// and says so once. Called with m_ held.
+void Runtime::without_cache(const std::string& why) {
+  if (!cache_off_.empty()) return;
+  cache_off_ = why;
+  log::warn("{}: compiling and tuning without a cache (nothing is kept for the next process); set KILN_CACHE_DIR "
+            "to a folder you can write, or KILN_NO_CACHE=1 to say so",
+            why);
+}
+
 std::shared_ptr<CodeCache> Runtime::code_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!code_cache_ && !opts_.no_cache) code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
+  if (!code_cache_ && !opts_.no_cache && cache_off_.empty()) {
+    try {
+      code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
+    } catch (const FolderNotWritable& e) {
+      without_cache(e.what());
+    }
+  }
   return code_cache_;
 }
 
@@ -188,8 +206,13 @@ std::shared_ptr<WorkerPool> Runtime::worker_pool() {
 
 std::shared_ptr<TuningCache> Runtime::tuning_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!tuning_cache_ && !opts_.no_cache) {
-    tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+  if (!tuning_cache_ && !opts_.no_cache && cache_off_.empty()) {
+    try {
+      tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+    } catch (const FolderNotWritable& e) {
+      without_cache(e.what());
+      return nullptr;
+    }
     if (remote_)
       tuning_cache_->attach_remote({remote_, opts_.lease_ttl_s, opts_.lease_wait_s, opts_.bundle});
   }

@@ -419,6 +419,8 @@ TuningCache::TuningCache(fs::path root) : dirs_(std::make_unique<Dirs>()) {
   dirs_->root = SafeDir::open(root, true);
   dirs_->tune = dirs_->root.sub("tune", true);
   dirs_->locks = dirs_->root.sub("locks", true);
+  dirs_->tune.check_writable();  // FolderNotWritable: the caller runs without a cache
+  dirs_->locks.check_writable();
 }
 
 std::unique_ptr<TuningCache> TuningCache::open_existing(const fs::path& root) {
