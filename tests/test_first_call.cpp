@@ -198,6 +198,30 @@ TEST_F(FirstCallTest, AnUncheckedSafeChoiceThatCrashesOrIsWrongIsPassedOver) {
   }
 }
 
+// Issue row E4: a spec with neither a reference nor a library, whose
+// default config computes wrongly. No call is answered by a config checked
+// against nothing: the first call waits until two configs agree, and a
+// second process (whose predecessor dropped its tuning) does the same.
+TEST_F(FirstCallTest, WithNothingToCheckAgainstNoCallIsAnsweredByAnUncheckedConfig) {
+  const std::string no_reference = with(with(kSpec, "reference = { MODE = 0 }", ""), "default = { MODE = 0 }",
+                                        "default = { MODE = 2 }");
+  for (int process = 0; process < 2; ++process) {
+    Runtime rt(opts);
+    Kernel k(rt, spec(no_reference));
+    Call c(1024);
+    c.run(k);  // checks every element: MODE=2 is off by one
+    EXPECT_NE(k.choice(c.params).config.str(), "MODE=2") << "process " << process;
+    // Dropped mid-tuning or not, nothing of MODE=2 is kept as an answer.
+  }
+  // And where the spec has a reference, a first call still answers at once with its checked default.
+  Runtime rt(opts);
+  Kernel k(rt, spec());
+  Call c(1024);
+  c.run(k);
+  EXPECT_EQ(k.choice(c.params).source, "safe");
+  rt.wait_tuned();
+}
+
 // The cheap rule, where no record is near and the spec names no default:
 // the config that fills the device with the fewest programs.
 TEST_F(FirstCallTest, TheCheapRuleFillsTheDeviceWithTheFewestPrograms) {

@@ -63,7 +63,15 @@ class Runtime {
   // How a safe choice that nothing has checked yet is checked before it
   // runs on the caller's buffers. Throws Error(Errc::compile) when it does
   // not compile, and for faults that are not the config's.
-  std::string try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream);
+  // `outputs`, when given, receives what each argument holds after the run
+  // (empty for inputs and scalars), for comparing two configs where there
+  // is no reference.
+  std::string try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
+                         std::vector<std::vector<std::byte>>* outputs = nullptr);
+  // What try_config compares `config` with for this call: the spec's
+  // reference config where it can run the call, else its first library
+  // choice available here; nullopt when there is neither.
+  std::optional<Config> reference_for(const KernelSpec& spec, const Config& config, void* const* params);
 
   // Background tunings (KILN_FIRST_CALL=swap): handles queue them; they run
   // one at a time, in order, on a thread of the runtime's, so their timings

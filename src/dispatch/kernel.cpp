@@ -236,31 +236,4 @@ const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>
 
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }
 
-std::optional<SafeChoice> first_safe_choice(Runtime& rt, const KernelSpec& spec, void* const* params, Stream stream,
-                                            bool libraries,
-                                            const std::function<const LoadedKernel&(const Config&)>& load,
-                                            std::string* failures) {
-  Backend& be = rt.backend(spec.backend);
-  for (const auto& s : safe_choices(spec, params, be, rt.tuning_cache().get(), libraries)) {
-    try {
-      // A config nothing has checked runs once in a worker first: a crash
-      // or a hang there costs the worker, not this process.
-      if (!s.proven)
-        if (std::string why = rt.try_config(spec, s.config, params, stream); !why.empty()) {
-          *failures += fmt::format("\n  {}: {}", s.config.str(), why);
-          continue;
-        }
-      if (std::string why = load(s.config).can_implement(params); !why.empty()) {
-        *failures += fmt::format("\n  {}: {}", s.config.str(), why);
-        continue;
-      }
-      return s;
-    } catch (const Error& e) {
-      if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
-      *failures += fmt::format("\n  {}: {}", s.config.str(), e.what());
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace kiln

@@ -316,24 +316,34 @@ TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const Tun
 
 std::shared_ptr<RemoteCache> Runtime::remote_cache() { return remote_; }
 
-std::string Runtime::try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream) {
+std::optional<Config> Runtime::reference_for(const KernelSpec& spec, const Config& config, void* const* params) {
+  Backend& be = backend(spec.backend);
+  std::vector<int64_t> slots(spec.args.size(), 0);
+  read_int_slots(spec, params, slots.data());
+  // The spec's reference config, else its first library choice that is here (what a tuning trusts).
+  if (spec.tuning.reference_config && !(*spec.tuning.reference_config == config) &&
+      Tuner::why_not(spec, *spec.tuning.reference_config, slots.data(), be.limits()).empty())
+    return spec.tuning.reference_config;
+  for (const auto& lib : spec.libraries)
+    if (lib != config.library && be.library_unavailable(lib).empty()) {
+      Config c;
+      c.library = lib;
+      return c;
+    }
+  return std::nullopt;
+}
+
+std::string Runtime::try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
+                                std::vector<std::vector<std::byte>>* outputs) {
   Backend& be = backend(spec.backend);
   Benchmarker& bench = benchmarker(spec.backend);
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
   const LaunchLimits limits = be.limits();
-  // What its outputs are compared with: the spec's reference config, else
-  // its first library choice that is here (what a tuning trusts); else
-  // nothing (a crash, a hang, an unwritten output or a written input still fail it).
-  std::optional<Config> ref;
-  if (spec.tuning.reference_config && !(*spec.tuning.reference_config == config) &&
-      Tuner::why_not(spec, *spec.tuning.reference_config, slots.data(), limits).empty())
-    ref = spec.tuning.reference_config;
-  for (size_t i = 0; !ref && i < spec.libraries.size(); ++i)
-    if (spec.libraries[i] != config.library && be.library_unavailable(spec.libraries[i]).empty()) {
-      ref = Config{};
-      ref->library = spec.libraries[i];
-    }
+  // What its outputs are compared with (reference_for); else nothing here (a
+  // crash, a hang, an unwritten output or a written input still fail it, and
+  // the caller may compare `outputs` with another config's).
+  std::optional<Config> ref = reference_for(spec, config, params);
   BenchInputs in(spec, params, be.device(), bench.in_process(), stream);
   BenchSettings st = bench.settings();
   st.time = false;
@@ -380,6 +390,13 @@ std::string Runtime::try_config(const KernelSpec& spec, const Config& config, vo
     }
   }
   if (std::string why = run(config); !why.empty()) return why;
+  if (outputs) {
+    outputs->clear();
+    for (size_t i = 0; i < spec.args.size(); ++i) {
+      auto out = in.result(i);
+      outputs->emplace_back(out.begin(), out.end());
+    }
+  }
   const int64_t reduction =
       spec.tuning.reduction ? compile_expr(spec, *spec.tuning.reduction, nullptr).eval(slots.data()) : 0;
   if (ref)
