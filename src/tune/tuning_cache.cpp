@@ -487,7 +487,6 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     std::string bundle;
     {
       std::lock_guard<std::mutex> g(d.m);
-      whole = d.kernels_fetched.insert(key.base_hex()).second;
       if (!d.remote.bundle.empty() && !d.bundle_fetched) bundle = d.remote.bundle;
       d.bundle_fetched = true;
     }
@@ -499,6 +498,11 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
         d.fetched.emplace(field, std::move(value));
       }
       log::debug("bundle '{}': {} records fetched", bundle, entries.size());
+    }
+    {
+      // The kernel's records in one round trip, unless what was fetched already (a bundle) holds this one.
+      std::lock_guard<std::mutex> g(d.m);
+      whole = !d.fetched.count(slot) && d.kernels_fetched.insert(key.base_hex()).second;
     }
     if (whole) {
       auto entries = remote->hgetall(hash);
@@ -651,9 +655,23 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
   const int64_t ttl_ms = std::max<int64_t>(100, static_cast<int64_t>(rs.lease_ttl_s * 1000));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(rs.lease_wait_s * 1e6));
   bool waited = false;
+  auto last_busy = std::chrono::steady_clock::now();
   for (;;) {
     RemoteCache::Lease l = rs.remote->try_lease(lease, token, ttl_ms);
-    if (l == RemoteCache::Lease::unavailable) break;  // tune without the fleet (Redis said why, once)
+    if (l == RemoteCache::Lease::unavailable) {
+      if (!waited) break;  // the server cannot be asked: tune without the fleet (Redis said why, once)
+      // A reply missed while another process holds the lease (a slow reply,
+      // a back-off after it): that process is still tuning as far as anyone
+      // knows, so ask again, for as long as its lease could still live.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_busy > std::chrono::milliseconds(ttl_ms) || now >= give_up) {
+        log::warn("lost the lease server for longer than a lease lives while another process tuned {}; tuning here",
+                  key.values_text());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     if (l == RemoteCache::Lease::acquired) {
       {
         std::lock_guard<std::mutex> g(dirs_->m);
@@ -691,6 +709,7 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
       return;
     }
     // Busy: another tunes this key.
+    last_busy = std::chrono::steady_clock::now();
     if (!waited) {
       waited = true;
       std::lock_guard<std::mutex> g(dirs_->m);
@@ -703,7 +722,13 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (rs.remote->hget(hash, key.values_hex())) break;  // its record: fn() reads (and validates) it
+    if (auto text = rs.remote->hget(hash, key.values_hex())) {
+      // Its record: kept where get() looks first, so fn() reads (and
+      // validates) it without another round trip that could be missed.
+      std::lock_guard<std::mutex> g(dirs_->m);
+      dirs_->fetched[slot_of(key)] = std::move(*text);
+      break;
+    }
   }
   fn();
 }
