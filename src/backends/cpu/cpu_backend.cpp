@@ -300,11 +300,21 @@ Binary CpuBackend::compile(const CompileRequest& req, const std::string& key) {
   argv.insert(argv.end(), {"-o", out.string(), src.string()});
 
   ProcessResult r = run_process(argv, opts_.compile_timeout_s);
+  // A compiler that dies by a signal or runs past its deadline may be
+  // flaky (memory pressure, a killed process): tried once more, as a
+  // compile in a worker is (docs/workers.md). A compile error is not retried.
+  bool retried = false;
+  if (!r.ok() && (r.signal != 0 || r.timed_out)) {
+    log::info("kernel '{}' (config {}): the compiler {}; compiling once more", req.kernel, req.config_text,
+              r.describe());
+    r = run_process(argv, opts_.compile_timeout_s);
+    retried = true;
+  }
   if (!r.ok()) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-    fail(Errc::compile, "kernel '{}' (config {}) failed to compile: the compiler {}\n{}command: {}", req.kernel,
-         req.config_text, r.describe(), r.output, cmd);
+    fail(Errc::compile, "kernel '{}' (config {}) failed to compile: the compiler {}{}\n{}command: {}", req.kernel,
+         req.config_text, r.describe(), retried ? " (twice: it was retried once)" : "", r.output, cmd);
   }
   std::optional<std::string> so = read_file(out);
   if (!so) fail(Errc::compile, "kernel '{}' (config {}): the compiler wrote no shared object", req.kernel, req.config_text);
