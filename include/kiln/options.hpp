@@ -40,6 +40,8 @@ struct Options {
                                       // (once a config is timed, the deadline follows it: docs/tuning.md)
   double bench_deadline_floor_s = 1;  // KILN_BENCH_DEADLINE_FLOOR: the shortest adaptive deadline
   bool bench_flush = false;           // KILN_BENCH_FLUSH=1: flush caches between timed runs
+  double noise_bound = 0.10;          // KILN_NOISE_BOUND: re-timings whose spread passes this are taken again
+                                      // (twice at most), then stored flagged as noisy (docs/tuning.md)
   std::optional<int> force_variant;   // KILN_FORCE_VARIANT: a multi-kernel always runs this variant
   int retune_after = 0;               // KILN_RETUNE_AFTER: calls of one exact shape before a size-hint
                                       // multi-kernel re-tunes it in the background; 0: never

@@ -110,6 +110,12 @@ struct TuningRecord {
   // it of the fastest are treated as equal, and the earliest in the space
   // is chosen among them, so tunings agree from run to run.
   double noise = 0;
+  // The noise passed Options::noise_bound even after the re-timing was
+  // taken again: stored flagged, the record is used but re-measured by the
+  // next tuning of its key (kiln tune, a first call's background tuning),
+  // whose timings replace these only if they are quieter.
+  bool noisy = false;
+  int remeasured = 0;  // times a noisy record was re-measured
   SearchMethod method = SearchMethod::exhaustive;
   std::string start;      // coordesc: where it started and why
   std::string reference;  // the config whose outputs the others matched

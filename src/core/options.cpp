@@ -74,6 +74,7 @@ Options Options::from_env() {
   o.tune_max_configs = env_int("KILN_TUNE_MAX_CONFIGS", 0, 1, 1000000);
   o.quick_above = env_int("KILN_QUICK_ABOVE", o.quick_above, 0, 1000000);
   o.bench_budget_ms = env_double("KILN_BENCH_BUDGET_MS", o.bench_budget_ms, 0.0, 600000);
+  o.noise_bound = env_double("KILN_NOISE_BOUND", o.noise_bound, 0.0, 10);
   o.bench_timeout_s = env_double("KILN_BENCH_TIMEOUT", o.bench_timeout_s, 0.01, kMaxTimeoutSeconds);
   o.bench_deadline_floor_s = env_double("KILN_BENCH_DEADLINE_FLOOR", o.bench_deadline_floor_s, 0.01, kMaxTimeoutSeconds);
   o.bench_flush = env_bool("KILN_BENCH_FLUSH");

@@ -275,6 +275,8 @@ std::string record_to_json(const TuningRecord& r) {
             {"best", r.best ? config_json(*r.best) : json(nullptr)},
             {"best_ns", r.best ? json(r.best_ns) : json(nullptr)},
             {"noise", r.noise},
+            {"noisy", r.noisy},
+            {"remeasured", r.remeasured},
             {"method", search_method_name(r.method)},
             {"start", r.start},
             {"reference", r.reference},
@@ -323,6 +325,8 @@ std::optional<TuningRecord> record_from_text(std::string_view text, const Tuning
       r.best_ns = j.at("best_ns").get<double>();
     }
     r.noise = j.at("noise").get<double>();
+    r.noisy = j.value("noisy", false);  // optional: records written before the flag read as quiet
+    r.remeasured = j.value("remeasured", 0);
     auto method = search_method_from_name(j.at("method").get<std::string>());
     if (!method) return std::nullopt;
     r.method = *method;

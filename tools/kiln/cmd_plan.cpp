@@ -162,17 +162,29 @@ void run_plan(Globals& g, const PlanArgs& a) {
     }
     plan = build_plan(pspec, base, records, a.slack, a.max_configs);
     cache->put_plan(base, plan_to_text(*plan));
+    // Records timed on a busy machine (flagged noisy) are shown as such: a plan made from them is no better than they are.
+    std::map<std::vector<int64_t>, bool> noisy;
+    size_t noisy_count = 0;
+    for (const auto& r : records) {
+      std::vector<int64_t> v;
+      for (const auto& [n, x] : r.key.values) v.push_back(x);
+      noisy[v] = r.noisy;
+      noisy_count += r.noisy;
+    }
     std::vector<double> ratios;
-    Table t({"training shape", "best", "plan's", "plan / best"}, {false, true, true, true});
+    Table t({"training shape", "best", "plan's", "plan / best", "timings"}, {false, true, true, true, false});
     json pts = json::array();
     for (const auto& p : plan->points) {
       std::string s;
       for (size_t k = 0; k < p.values.size(); ++k) s += fmt::format("{}{}={}", k ? " " : "", spec.tuning.key[k], p.values[k]);
       double r = p.best_ns > 0 ? p.pick_ns / p.best_ns : 1;
       ratios.push_back(r);
-      t.row({s, ms_text(p.best_ns / 1e6), legend.name(plan->configs[p.config]), fmt::format("{:.3f}x", r)});
-      pts.push_back({{"shape", s}, {"config", plan->configs[p.config].str()}, {"ratio", r}});
+      const bool flagged = noisy[p.values];
+      t.row({s, ms_text(p.best_ns / 1e6), legend.name(plan->configs[p.config]), fmt::format("{:.3f}x", r),
+             flagged ? "noisy" : ""});
+      pts.push_back({{"shape", s}, {"config", plan->configs[p.config].str()}, {"ratio", r}, {"noisy", flagged}});
     }
+    j["noisy_records"] = noisy_count;
     double worst = ratios.empty() ? 1 : *std::max_element(ratios.begin(), ratios.end());
     j["training"] = {{"shapes", train.size()}, {"tuned_now", tuned}, {"points", pts},
                      {"geomean", geomean(ratios)}, {"worst", worst}};
@@ -185,6 +197,10 @@ void run_plan(Globals& g, const PlanArgs& a) {
       std::fprintf(out(), "%s", t.str().c_str());
       std::fprintf(out(), "training: plan / best geomean %.3fx, worst %.3fx (ms: best of all configs, timed while tuning)\n",
                    geomean(ratios), worst);
+      if (noisy_count)
+        std::fprintf(out(), "%zu of the %zu training records were timed on a busy machine (flagged noisy): run kiln "
+                            "plan again when it is quieter, which re-measures them\n",
+                     noisy_count, records.size());
     }
   } else {
     auto text = cache->get_plan(base);
@@ -213,8 +229,8 @@ void run_plan(Globals& g, const PlanArgs& a) {
     }
     std::vector<Shape> eval = read_shapes(a.eval);
     std::vector<double> rp, rh;
-    Table t({"evaluation shape", "oracle ms", "oracle", "plan", "plan / oracle", "hint", "hint / oracle"},
-            {false, true, true, true, true, true, true});
+    Table t({"evaluation shape", "oracle ms", "oracle", "plan", "plan / oracle", "hint", "hint / oracle", "timings"},
+            {false, true, true, true, true, true, true, false});
     json rows = json::array();
     for (size_t i = 0; i < eval.size(); ++i) {
       Tuned tuned = tune_at(rt, spec, eval[i], a.seed + 1, !a.no_library);
@@ -239,11 +255,11 @@ void run_plan(Globals& g, const PlanArgs& a) {
       rp.push_back(r1);
       if (hp) rh.push_back(r2);
       t.row({shape_text(eval[i]), ms_text(ms[0]), legend.name(*o.choice), legend.name(*pp), fmt::format("{:.3f}x", r1),
-             hp ? legend.name(*hp) : "-", hp ? fmt::format("{:.3f}x", r2) : "-"});
+             hp ? legend.name(*hp) : "-", hp ? fmt::format("{:.3f}x", r2) : "-", o.record.noisy ? "noisy" : ""});
       rows.push_back({{"shape", shape_text(eval[i])}, {"oracle", o.choice->str()}, {"oracle_ms", ms[0]},
                       {"plan", pp->str()}, {"plan_ms", ms[1]}, {"plan_ratio", r1},
                       {"hint", hp ? json(hp->str()) : json(nullptr)}, {"hint_ms", hp ? json(ms[2]) : json(nullptr)},
-                      {"hint_ratio", hp ? json(r2) : json(nullptr)}});
+                      {"hint_ratio", hp ? json(r2) : json(nullptr)}, {"noisy", o.record.noisy}});
       if (!opts.quiet && !a.json)
         std::fprintf(stderr, "[eval %zu/%zu] %s: plan %.3fx\n", i + 1, eval.size(), shape_text(eval[i]).c_str(), r1);
     }

@@ -92,6 +92,7 @@ json record_json(const TuningRecord& r, const std::string& source, double second
             {"best", r.best ? params_json(*r.best) : json(nullptr)},
             {"best_ns", r.best ? json(r.best_ns) : json(nullptr)},
             {"noise", r.noise},
+            {"noisy", r.noisy},
             {"source", source},
             {"method", search_method_name(r.method)},
             {"start", r.start},
@@ -241,8 +242,9 @@ void run_tune(Globals& g, const TuneArgs& a) {
                  o.choice->str().c_str());
     return;
   }
-  std::fprintf(out(), "chose %s: %s (noise %.1f%%), %s\n", o.choice->str().c_str(), ns_text(*timed->ns).c_str(),
-               r.noise * 100, how.c_str());
+  std::fprintf(out(), "chose %s: %s (noise %.1f%%%s), %s\n", o.choice->str().c_str(), ns_text(*timed->ns).c_str(),
+               r.noise * 100, r.noisy ? ", noisy: timed on a busy machine, re-measured by the next tuning" : "",
+               how.c_str());
   if (!o.stored) std::fprintf(stderr, "kiln: warning: the record was not stored (see above)\n");
 }
 
@@ -273,8 +275,11 @@ void run_report(const std::string& spec_path, const std::vector<std::string>& se
                r->space.size());
   print_record(*r);
   if (r->best)
-    std::fprintf(out(), "chose %s: %s (noise %.1f%%)\n", r->best->str().c_str(), ns_text(r->best_ns).c_str(),
-                 r->noise * 100);
+    std::fprintf(out(), "chose %s: %s (noise %.1f%%%s)\n", r->best->str().c_str(), ns_text(r->best_ns).c_str(),
+                 r->noise * 100,
+                 r->noisy ? fmt::format(", noisy: timed on a busy machine, re-measured {} times so far; the next "
+                                        "tuning of this key re-measures it", r->remeasured).c_str()
+                          : "");
 }
 
 void run_misses(const std::string& spec_path, bool as_json) {
