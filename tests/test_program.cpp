@@ -407,3 +407,62 @@ args = ["x", "y", "N"]
     EXPECT_NE(std::string(e.what()).find("oops"), std::string::npos) << e.what();
   }
 }
+
+// kiln run --check's library side: the cpu MLP block passes against its
+// reference program (plain kernels in double, a different wiring: no fusion)
+// at a small T and, rows sampled, at a larger one; the same block with the
+// gate and up weights of its fused step swapped (the reference untouched)
+// fails, naming the output and its worst element.
+TEST_F(ProgramTest, TheCheckPassesTheBlockAndFailsItWithTwoArgumentsSwapped) {
+  const std::string text = read_file(examples() + "/mlp_cpu.toml").value();
+  std::string swapped = text;
+  const std::string step = R"(args   = ["n", "w_gate", "w_up", "h", "T", "I", "H"])";
+  ASSERT_NE(swapped.find(step), std::string::npos);
+  swapped.replace(swapped.find(step), step.size(), R"(args   = ["n", "w_up", "w_gate", "h", "T", "I", "H"])");
+  const int64_t H = 256, I = 704;
+  std::vector<float> g(H), wg(I * H), wu(I * H), wd(H * I);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(g)), 1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wg)), 2);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wu)), 3);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(wd)), 4);
+  opts.first_call = FirstCall::wait;
+  Runtime rt(opts);
+  for (bool swap : {false, true}) {
+    // Written beside the original, so its reference and kernels are found the same way.
+    const fs::path file = fs::path(examples()) / "mlp_cpu.toml";
+    ProgramSpec spec = parse_program(swap ? swapped : text, file);
+    ASSERT_FALSE(spec.check.reference.empty());
+    Program prog(rt, spec);
+    for (int64_t T : {int64_t{5}, int64_t{150}}) {
+      std::vector<float> x(T * H), y(T * H, -1);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 10 + T);
+      ProgramCheck c = prog.check(
+          {{x.data(), {T, H}}, {g.data(), {H}}, {wg.data(), {I, H}}, {wu.data(), {I, H}}, {wd.data(), {H, I}}},
+          {{y.data(), {T, H}}});
+      ASSERT_EQ(c.outputs.size(), 1u);
+      EXPECT_EQ(c.outputs[0].name, "y");
+      EXPECT_EQ(c.outputs[0].compared, static_cast<size_t>(std::min<int64_t>(T, 64) * H)) << c.str();
+      EXPECT_NE(c.rows.find(T > 64 ? "64 of the 150 rows of T" : "all 5 rows"), std::string::npos) << c.rows;
+      if (!swap) {
+        EXPECT_TRUE(c.ok()) << c.str();
+        continue;
+      }
+      EXPECT_FALSE(c.ok()) << c.str();
+      EXPECT_GT(c.outputs[0].bad, 0u);
+      EXPECT_EQ(c.outputs[0].worst.rfind("y[", 0), 0u) << c.outputs[0].worst;
+      EXPECT_NE(c.str().find("check FAILED"), std::string::npos);
+      // The worst element is named where it is in the block's output, and holds what the block wrote there.
+      const std::string w = c.outputs[0].worst;
+      const int64_t row = std::stoll(w.substr(2)), col = std::stoll(w.substr(w.find(", ") + 2));
+      ASSERT_LT(row, T);
+      char got[64];
+      std::snprintf(got, sizeof got, "= %.6g where", static_cast<double>(y[row * H + col]));
+      EXPECT_NE(w.find(got), std::string::npos) << w;
+    }
+  }
+  // A program with no reference cannot be checked, and says so.
+  ProgramSpec none = parse_program(rms_program("", kRmsStep), dir.path() / "p.toml");
+  Program p(rt, none);
+  std::vector<float> x(16), g8(8), y(16);
+  EXPECT_THROW(p.check({{x.data(), {2, 8}}, {g8.data(), {8}}}, {{y.data(), {2, 8}}}), Error);
+}

@@ -47,6 +47,28 @@ struct ProgramOptions {
   bool graphs = true;       // capture and replay each tuned shape's launches (cuda; off: KILN_PROGRAM_GRAPHS=0)
   int graph_capacity = 8;   // graphs kept (least recently used dropped)
   int plan_capacity = 64;   // shapes whose memory plans are kept
+  // Each step runs one config of its kernel as it is, untuned: the spec's
+  // default where it can run the call, else the first config that can. How
+  // a reference program runs (its kernels must be kernel specs).
+  bool plain = false;
+};
+
+// What Program::check found: each output the reference computes, compared
+// with it element by element by tuning's tolerance rules.
+struct ProgramCheck {
+  struct Output {
+    std::string name;
+    DType dtype = DType::f32;
+    size_t compared = 0, bad = 0;  // elements compared; outside the tolerance (NaN where the reference is not: bad)
+    double max_error = 0;          // the largest |got - reference| among the bad ones (0: none)
+    std::string worst;             // the worst element: "y[37, 1022] = 0.5 where the reference has 0.2514"
+    double rtol = 0, atol = 0;     // the tolerance applied
+  };
+  std::string program, reference;
+  std::vector<Output> outputs;
+  std::string rows;  // "all 37 rows" or "64 of 2000 rows of T (0, 31, ..., 1999)"
+  bool ok() const;
+  std::string str() const;  // a line per output, then the verdict
 };
 
 class Program {
@@ -74,6 +96,13 @@ class Program {
   double host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int calls);
   // What each launch step runs for these buffers: "kernel: config (source)".
   std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  // Runs the program once on these buffers and checks its outputs against
+  // its reference (the spec's [check] reference, run plain on the inputs as
+  // they were before the call, converted to the reference's dtypes; rows of
+  // [check] sample compared on at most max_rows of them). Throws
+  // Error(Errc::usage) where the program names no reference, or the
+  // reference's inputs and outputs do not match the program's.
+  ProgramCheck check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr);
   // Waits until the compiles the load started are done.
   void prepare();
   const ProgramSpec& spec() const;

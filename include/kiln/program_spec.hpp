@@ -73,6 +73,25 @@ struct ProgramKernel {
   const std::string& backend() const { return kind == Kind::multi ? multi.backend : kernel.backend; }
 };
 
+// How a program's result is checked (kiln run --check, Program::check):
+// against its reference, a second program that computes the same outputs
+// from the same inputs (matched by name) with plain kernels, typically in
+// double on the cpu backend; a wiring mistake in the program is then not
+// repeated by the check. docs/program.md.
+struct ProgramCheckSpec {
+  std::filesystem::path reference;  // resolved against the program's folder; empty: none
+  // A symbol whose rows may be sampled where it is large: the inputs and
+  // outputs whose first dimension is this symbol alone are compared on at
+  // most `max_rows` of their rows (rows are independent, as tokens are).
+  std::string sample;
+  int64_t max_rows = 64;
+  // The length of the longest sum an output is made of, over the symbols and
+  // constants: f16 and bf16 outputs get tuning's tolerances for sums of that
+  // length (docs/tuning.md). rtol and atol override, as in a spec's [tuning].
+  std::optional<Expr> reduction;
+  double rtol = -1, atol = -1;
+};
+
 struct ProgramSpec {
   // Bump when the file format changes meaning; a file states its version.
   static constexpr int kVersion = 1;
@@ -85,6 +104,7 @@ struct ProgramSpec {
   std::vector<ProgramTensor> inputs, outputs, buffers;  // buffers: the intermediates
   std::vector<ProgramKernel> kernels;
   std::vector<ProgramStep> steps;  // launches (and returns) as written
+  ProgramCheckSpec check;
 
   const ProgramTensor* tensor(std::string_view name) const;
   const ProgramKernel* kernel(std::string_view name) const;

@@ -131,6 +131,7 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
                         }()));
   };
   for (const auto& g : p.guards) known(g, fmt::format("guard '{}'", g.str()));
+  if (p.check.reduction) known(*p.check.reduction, "check.reduction");
   std::set<std::string> bound;
   for (auto* group : {&p.inputs, &p.outputs, &p.buffers})
     for (const auto& t : *group) {
@@ -374,7 +375,7 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
   r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "guards", "inputs", "outputs", "buffers",
-                "kernels", "steps", "description"},
+                "kernels", "steps", "check", "description"},
          "program");
   ProgramSpec p;
   p.path = path;
@@ -473,6 +474,36 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
     }
   }
   if (p.steps.empty()) r.error("the program has no steps");
+  if (const toml::node* c = root.get("check")) {
+    const toml::table& t = r.table(*c, "check");
+    r.only(t, {"reference", "sample", "max_rows", "reduction", "rtol", "atol"}, "check");
+    ProgramCheckSpec& k = p.check;
+    if (const toml::node* n = t.get("reference")) {
+      const std::string ref = r.str(*n, "check.reference");
+      k.reference = fs::path(ref).is_absolute() ? fs::path(ref) : dir / ref;
+      std::error_code ec;
+      if (!fs::is_regular_file(k.reference, ec)) r.error(*n, fmt::format("check.reference: no file {}", k.reference.string()));
+    } else {
+      r.error(*c, "check: a reference program is what a result is checked against (reference = \"file.toml\")");
+    }
+    if (const toml::node* n = t.get("sample")) {
+      k.sample = r.str(*n, "check.sample");
+      if (std::find(p.symbols.begin(), p.symbols.end(), k.sample) == p.symbols.end())
+        r.error(*n, fmt::format("check.sample: '{}' is not a symbol of the program", k.sample));
+    }
+    if (const toml::node* n = t.get("max_rows")) {
+      if (!n->is_integer() || n->as_integer()->get() < 1 || n->as_integer()->get() > (int64_t{1} << 30))
+        r.error(*n, "check.max_rows: a whole number from 1 to 2^30");
+      k.max_rows = n->as_integer()->get();
+    }
+    if (const toml::node* n = t.get("reduction")) k.reduction = r.expr(*n, "check.reduction");
+    for (const char* key : {"rtol", "atol"})
+      if (const toml::node* n = t.get(key)) {
+        if (!n->is_number() || n->value<double>().value_or(-1) < 0)
+          r.error(*n, fmt::format("check.{}: a number, 0 or more", key));
+        (std::string(key) == "rtol" ? k.rtol : k.atol) = *n->value<double>();
+      }
+  }
   check_program(p, [&](size_t i) {
     return fmt::format("{}:{}: step {} ({})", path.string(), p.steps[i].line, i + 1, p.steps[i].kernel);
   });

@@ -5,17 +5,52 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <map>
 
+#include "compile/compile_pool.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
+#include "program/check.hpp"
 
 namespace kiln {
 
 namespace {
+
+// A kernel run plain (ProgramOptions::plain): one config, untuned: the
+// spec's default where it can run the call, else the first that can.
+struct PlainKernel {
+  Runtime& rt;
+  KernelSpec spec;
+  struct Loaded {
+    std::shared_ptr<LoadedKernel> kernel;
+    LaunchPlan plan;
+  };
+  std::map<std::string, Loaded> loaded;  // by config text
+  std::vector<int64_t> slots;
+  Config config_for(void* const* params) {
+    slots.assign(spec.args.size(), 0);
+    read_int_slots(spec, params, slots.data());
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    if (spec.tuning.default_config && Tuner::why_not(spec, *spec.tuning.default_config, slots.data(), limits).empty())
+      return *spec.tuning.default_config;
+    for (size_t i = 0; i < spec.space.size(); ++i)
+      if (Tuner::why_not(spec, spec.space.at(i), slots.data(), limits).empty()) return spec.space.at(i);
+    fail(Errc::launch, "kernel '{}': no config of its spec can run this call", spec.name);
+  }
+  void launch(void* const* params, Stream s) {
+    const Config c = config_for(params);
+    auto it = loaded.find(c.str());
+    if (it == loaded.end()) {
+      std::shared_ptr<const Binary> bin = rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
+      it = loaded.emplace(c.str(), Loaded{rt.load(*bin), LaunchPlan(spec, c, rt.backend(spec.backend).limits())}).first;
+    }
+    it->second.kernel->launch(params, it->second.plan.eval(slots.data()), s);
+  }
+};
 
 // One kernel of the program, whichever handle it needs.
 struct Handle {
@@ -23,7 +58,9 @@ struct Handle {
   std::unique_ptr<Kernel> kernel;
   std::unique_ptr<MultiKernel> multi;
   std::unique_ptr<SizeHintMultiKernel> hint;
+  std::unique_ptr<PlainKernel> plain;
   void launch(void* const* params, Stream s) {
+    if (plain) return plain->launch(params, s);
     switch (kind) {
       case ProgramKernel::Kind::kernel: kernel->launch(params, s); break;
       case ProgramKernel::Kind::multi: multi->launch(params, s); break;
@@ -32,6 +69,7 @@ struct Handle {
   }
   // Whether what runs for these params is settled: not a safe choice waiting for its tuning.
   bool settled(void* const* params) {
+    if (plain) return true;
     switch (kind) {
       case ProgramKernel::Kind::kernel: return kernel->choice(params).source != "safe";
       case ProgramKernel::Kind::multi: return multi->pick(params).source != "safe";
@@ -41,6 +79,7 @@ struct Handle {
   }
   // What runs for these params, and whether it is settled.
   std::pair<std::string, bool> choice(void* const* params) {
+    if (plain) return {plain->config_for(params).str() + " (plain)", true};
     switch (kind) {
       case ProgramKernel::Kind::kernel: {
         const Choice& c = kernel->choice(params);
@@ -185,7 +224,12 @@ struct Program::Impl {
       const ProgramKernel& pk = spec.kernels[k];
       Handle& h = handles[k];
       h.kind = pk.kind;
-      if (pk.kind == ProgramKernel::Kind::kernel) h.kernel = std::make_unique<Kernel>(rt, pk.kernel);
+      if (opts.plain) {
+        if (pk.kind == ProgramKernel::Kind::multi)
+          fail(Errc::usage, "program '{}' runs plain (as a reference does), but its kernel '{}' is a multi-kernel: "
+               "a plain program's kernels are kernel specs", spec.name, pk.name);
+        h.plain = std::make_unique<PlainKernel>(PlainKernel{rt, pk.kernel, {}, {}});
+      } else if (pk.kind == ProgramKernel::Kind::kernel) h.kernel = std::make_unique<Kernel>(rt, pk.kernel);
       else if (pk.kind == ProgramKernel::Kind::multi) h.multi = std::make_unique<MultiKernel>(rt, pk.multi);
       else h.hint = std::make_unique<SizeHintMultiKernel>(rt, pk.kernel);
     }
@@ -230,7 +274,7 @@ struct Program::Impl {
     }
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
-    graphs = opts.graphs && rt.options().program_graphs && backend == "cuda";
+    graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
   }
 
   ~Impl() {
@@ -621,6 +665,33 @@ std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, con
 void Program::prepare() {
   for (auto& h : impl_->handles)
     if (h.kernel) h.kernel->prepare();
+}
+
+ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream) {
+  Impl& m = *impl_;
+  if (m.spec.check.reference.empty())
+    fail(Errc::usage, "program '{}' names no reference ([check] reference = \"file.toml\"): nothing to check it against",
+         m.spec.name);
+  const std::map<std::string, int64_t> symbols = bind(inputs);
+  // The inputs as the call gives them, before the program runs: state it
+  // updates in place is checked from where it started.
+  auto host_copy = [&](const Tensor& t, const ProgramTensor& pt) {
+    const int64_t n = m.spec.elements(pt, symbols);
+    std::vector<std::byte> b(buffer_bytes(pt.dtype, n, pt.name));
+    if (!b.empty()) m.dev->to_host(b.data(), t.data, b.size(), stream);
+    return b;
+  };
+  m.dev->sync(stream);
+  std::vector<std::vector<std::byte>> in_host, out_host;
+  for (size_t i = 0; i < inputs.size(); ++i) in_host.push_back(host_copy(inputs[i], m.spec.inputs[i]));
+  run(inputs, outputs, stream);
+  m.dev->sync(stream);
+  if (outputs.size() != m.spec.outputs.size())
+    fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", m.spec.name, m.spec.outputs.size(),
+         outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) out_host.push_back(host_copy(outputs[i], m.spec.outputs[i]));
+  m.dev->sync(stream);
+  return check_against_reference(m.rt, m.spec, symbols, in_host, out_host);
 }
 
 const ProgramSpec& Program::spec() const { return impl_->spec; }

@@ -54,17 +54,15 @@ double as_double(const T* p, size_t i, DType t) {
 }
 
 template <class T>
-std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, size_t n, double rtol, double atol,
-                                         bool scale_atol) {
-  double tol_abs = atol;
-  if (scale_atol) {
-    double m = 1;
-    for (size_t i = 0; i < n; ++i) {
-      double r = as_double(ref, i, t);
-      if (std::isfinite(r)) m = std::max(m, std::abs(r));
-    }
-    tol_abs = atol * m;
+std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, size_t n, const TuningSpec& ts,
+                                         int64_t reduction) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double r = as_double(ref, i, t);
+    if (std::isfinite(r)) m = std::max(m, std::abs(r));
   }
+  const Tuner::Tolerance tol = Tuner::tolerance(t, ts, reduction, m);
+  const double rtol = tol.rtol, tol_abs = tol.atol;
   double worst = 0;
   size_t worst_i = 0, bad = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -87,9 +85,7 @@ std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, si
 
 }  // namespace
 
-std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte> got, std::span<const std::byte> ref,
-                                          const TuningSpec& ts, int64_t reduction) {
-  size_t n = got.size() / dtype_size(dtype);
+Tuner::Tolerance Tuner::tolerance(DType dtype, const TuningSpec& ts, int64_t reduction, double max_abs_ref) {
   double rtol = ts.rtol >= 0 ? ts.rtol : default_rtol(dtype);
   double atol = ts.atol >= 0 ? ts.atol : default_atol(dtype);
   if (reduction > 0 && (dtype == DType::f16 || dtype == DType::bf16)) {
@@ -105,18 +101,27 @@ std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte
     if (ts.rtol < 0) rtol = 2 * u;
     if (ts.atol < 0) atol = u * std::max(1.0, std::sqrt(static_cast<double>(reduction)) / 16);
   }
-  bool scale = ts.atol < 0;
+  // A given atol is absolute; a default one scales with the reference's
+  // magnitude (fp sums over long rows differ by rounding in proportion to it).
+  const bool integer = dtype == DType::i32 || dtype == DType::i64;
+  if (ts.atol < 0 && !integer) atol *= std::max(1.0, max_abs_ref);
+  return {rtol, atol};
+}
+
+std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte> got, std::span<const std::byte> ref,
+                                          const TuningSpec& ts, int64_t reduction) {
+  size_t n = got.size() / dtype_size(dtype);
   auto cast = [](auto* dummy, std::span<const std::byte> s) {
     return reinterpret_cast<const std::remove_pointer_t<decltype(dummy)>*>(s.data());
   };
   switch (dtype) {
-    case DType::f32: return compare_typed(dtype, cast((float*)nullptr, got), cast((float*)nullptr, ref), n, rtol, atol, scale);
-    case DType::f64: return compare_typed(dtype, cast((double*)nullptr, got), cast((double*)nullptr, ref), n, rtol, atol, scale);
-    case DType::i32: return compare_typed(dtype, cast((int32_t*)nullptr, got), cast((int32_t*)nullptr, ref), n, rtol, atol, false);
-    case DType::i64: return compare_typed(dtype, cast((int64_t*)nullptr, got), cast((int64_t*)nullptr, ref), n, rtol, atol, false);
+    case DType::f32: return compare_typed(dtype, cast((float*)nullptr, got), cast((float*)nullptr, ref), n, ts, reduction);
+    case DType::f64: return compare_typed(dtype, cast((double*)nullptr, got), cast((double*)nullptr, ref), n, ts, reduction);
+    case DType::i32: return compare_typed(dtype, cast((int32_t*)nullptr, got), cast((int32_t*)nullptr, ref), n, ts, reduction);
+    case DType::i64: return compare_typed(dtype, cast((int64_t*)nullptr, got), cast((int64_t*)nullptr, ref), n, ts, reduction);
     case DType::f16:
     case DType::bf16:
-      return compare_typed(dtype, cast((uint16_t*)nullptr, got), cast((uint16_t*)nullptr, ref), n, rtol, atol, scale);
+      return compare_typed(dtype, cast((uint16_t*)nullptr, got), cast((uint16_t*)nullptr, ref), n, ts, reduction);
   }
   return std::nullopt;
 }

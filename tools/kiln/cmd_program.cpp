@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -21,7 +22,7 @@ struct RunArgs {
   std::vector<std::string> sets;
   int reps = 20;
   int calls = 200;
-  bool show = false, json = false, wide = false, first_only = false;
+  bool show = false, json = false, wide = false, first_only = false, check = false;
   uint64_t seed = 0;
 };
 
@@ -43,6 +44,10 @@ void run_program(const RunArgs& a, Globals& g) {
   }
   for (const auto& s : spec.symbols)
     if (!values.count(s)) fail(Errc::usage, "symbol '{}' needs a value: --set {}=...", s, s);
+  if (a.check && a.first_only) fail(Errc::usage, "--check needs the inputs --first-only leaves zero: use one or the other");
+  if (a.check && spec.check.reference.empty())
+    fail(Errc::usage, "--check: program '{}' names no reference to check it against ([check] reference = \"file.toml\" "
+                      "in {}; docs/program.md)", spec.name, a.program);
   Runtime rt(opts);
   Device& dev = rt.backend(spec.backend).device();
   // Random inputs and empty outputs in the device's memory.
@@ -92,6 +97,15 @@ void run_program(const RunArgs& a, Globals& g) {
   const double call_ns = timer->elapsed_ns() / a.calls;
   const double handles_ns = prog.host_ns_handles_only(in, outs, a.calls);
   MemoryPlan mem = prog.memory(values);
+  // The result of the tuned program (graphs replayed where they are) against its reference.
+  std::optional<ProgramCheck> checked;
+  double check_s = 0;
+  if (a.check) {
+    auto c0 = std::chrono::steady_clock::now();
+    checked = prog.check(in, outs, nullptr);
+    check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    if (!checked->ok()) g.exit_code = 3;
+  }
   Program::Stats st = prog.stats();
   Runtime::Stats rs = rt.stats();
 
@@ -103,6 +117,14 @@ void run_program(const RunArgs& a, Globals& g) {
                         {"call_ns", call_ns},      {"host_ns_per_call", host_ns}, {"host_ns_handles_only", handles_ns}, {"arena_bytes", mem.arena},
                         {"intermediate_bytes", mem.sum}, {"graph_captures", st.graph_captures},
                         {"graph_replays", st.graph_replays}, {"compiled", rs.compiled}, {"configs_timed", rs.configs_timed}};
+    if (checked) {
+      nlohmann::json outs_j = nlohmann::json::array();
+      for (const auto& o : checked->outputs)
+        outs_j.push_back({{"name", o.name}, {"compared", o.compared}, {"bad", o.bad}, {"max_error", o.max_error},
+                          {"worst", o.worst}, {"rtol", o.rtol}, {"atol", o.atol}});
+      j["check"] = {{"ok", checked->ok()}, {"reference", checked->reference}, {"rows", checked->rows},
+                    {"outputs", outs_j}, {"seconds", check_s}};
+    }
     std::fprintf(out(), "%s\n", j.dump(1).c_str());
     return;
   }
@@ -125,6 +147,7 @@ void run_program(const RunArgs& a, Globals& g) {
   std::fprintf(out(), "intermediates: %s in one arena (peak) for %s in all; graphs captured %llu, replayed %llu\n",
                peak.c_str(), all.c_str(), static_cast<unsigned long long>(st.graph_captures),
                static_cast<unsigned long long>(st.graph_replays));
+  if (checked) std::fprintf(out(), "%s(checked in %s)\n", checked->str().c_str(), seconds_text(check_s).c_str());
 }
 
 }  // namespace
@@ -146,6 +169,9 @@ void add_program(CLI::App& app, Globals& g) {
   run->add_flag("--first-only", a->first_only,
                 "Make the first call only, say how long it took, and exit (tunings it started are dropped; the "
                 "inputs are left zero: this times loading and the first call, not the kernels)");
+  run->add_flag("--check", a->check,
+                "Then run the tuned program once more and check its outputs against its reference program ([check] "
+                "in the program file): each output's worst element is named; exit code 3 when the check fails");
   run->add_flag("--json", a->json, "Print one JSON object");
   run->callback([a, &g] { run_program(*a, g); });
 

@@ -132,6 +132,13 @@ class Tuner {
   // The default tolerances for comparing outputs of dtype `t`.
   static double default_rtol(DType t);
   static double default_atol(DType t);
+  // The tolerances compare() applies to values of `dtype` against a
+  // reference whose largest magnitude is `max_abs_ref`: an element agrees
+  // when |got - ref| <= atol + rtol * |ref|.
+  struct Tolerance {
+    double rtol = 0, atol = 0;
+  };
+  static Tolerance tolerance(DType dtype, const TuningSpec& ts, int64_t reduction, double max_abs_ref);
   // Compares a buffer of `dtype` values with a reference one, with the
   // tolerances of `ts` (or the defaults); says where the worst error is, or
   // nullopt when they agree. `reduction`: the length of the sums each
