@@ -47,9 +47,10 @@ bench: build
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
 
-# Coverage-guided fuzzing of the expression and spec parsers (clang's libFuzzer).
+# Coverage-guided fuzzing of the expression, spec, program and artifact parsers (clang's libFuzzer).
 # New inputs land in build-fuzz/corpus-*; `make fuzz-merge` folds them into fuzz/corpus.
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= expr spec program artifact
 build-fuzz/build.ninja: | deps
 	@./scripts/install-deps.sh --fuzz
 	CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
@@ -57,9 +58,9 @@ build-fuzz/build.ninja: | deps
 	  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 
 fuzz: build-fuzz/build.ninja
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_expr fuzz_spec
-	for t in expr spec; do mkdir -p build-fuzz/corpus-$$t; \
-	  ./build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-$$t fuzz/corpus/$$t || exit 1; done
+	cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus-$$t; \
+	  ./build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=$$( [ $$t = artifact ] && echo 65536 || echo 4096) -timeout=20 build-fuzz/corpus-$$t fuzz/corpus/$$t || exit 1; done
 
 fuzz-merge:
-	for t in expr spec; do ./build-fuzz/fuzz/fuzz_$$t -merge=1 fuzz/corpus/$$t build-fuzz/corpus-$$t; done
+	for t in $(FUZZ_TARGETS); do ./build-fuzz/fuzz/fuzz_$$t -merge=1 fuzz/corpus/$$t build-fuzz/corpus-$$t; done

@@ -25,3 +25,5 @@ size_t replay(const char* name, void (*fn)(const uint8_t*, size_t)) {
 
 TEST(FuzzCorpus, ExpressionsReplayWithoutBreakingAPromise) { EXPECT_GT(replay("expr", kiln::fuzz::expr_one), 10u); }
 TEST(FuzzCorpus, SpecsReplayWithoutBreakingAPromise) { EXPECT_GT(replay("spec", kiln::fuzz::spec_one), 10u); }
+TEST(FuzzCorpus, ProgramsReplayWithoutBreakingAPromise) { EXPECT_GT(replay("program", kiln::fuzz::program_one), 10u); }
+TEST(FuzzCorpus, ArtifactsReplayWithoutBreakingAPromise) { EXPECT_GT(replay("artifact", kiln::fuzz::artifact_one), 10u); }

@@ -60,6 +60,9 @@ class Artifact {
   // Reads a packed file or an unpacked folder. Throws Error(Errc::artifact)
   // saying what is wrong (damaged, truncated, another format or kiln).
   static Artifact read(const std::filesystem::path& path);
+  // The same from a packed file's bytes (what read() does once it has them);
+  // `what` names them in errors.
+  static Artifact parse(std::string_view bytes, const std::string& what = "<bytes>");
   void write(const std::filesystem::path& file) const;      // atomically (temp + rename)
   void write_dir(const std::filesystem::path& dir) const;   // the same entries as files
 

@@ -100,6 +100,8 @@ void Artifact::add(const std::string& name, std::string data) {
 
 namespace {
 
+void parse_checked(std::string_view all, std::map<std::string, std::string>& entries, ArtifactManifest& manifest);
+
 // Reads and checks an artifact. Every problem throws Error(Errc::artifact)
 // saying what, without the path; read() adds it, once.
 void read_checked(const fs::path& path, std::map<std::string, std::string>& entries, ArtifactManifest& manifest) {
@@ -137,7 +139,12 @@ void read_checked(const fs::path& path, std::map<std::string, std::string>& entr
     throw bad(fmt::format("cannot be read ({})", e.what()));
   }
   if (!text) throw bad("no such file");
-  std::string_view all(*text);
+  parse_checked(*text, entries, manifest);
+}
+
+// A packed file's bytes: the header, the entries, the manifest, each checked.
+void parse_checked(std::string_view all, std::map<std::string, std::string>& entries, ArtifactManifest& manifest) {
+  auto bad = [](const std::string& why) { return Error(Errc::artifact, why); };
   size_t eol = all.find('\n');
   if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
   char magic[32] = {};
@@ -187,6 +194,20 @@ Artifact Artifact::read(const fs::path& path) {
     throw Error(Errc::artifact,
                 fmt::format("artifact {}: its manifest or an entry does not parse ({}); nothing of it was loaded",
                             path.string(), e.what()));
+  }
+}
+
+Artifact Artifact::parse(std::string_view bytes, const std::string& what) {
+  Artifact a;
+  try {
+    parse_checked(bytes, a.entries_, a.manifest_);
+    return a;
+  } catch (const Error& e) {
+    throw Error(Errc::artifact, fmt::format("artifact {}: {}; nothing of it was loaded", what, e.what()));
+  } catch (const std::exception& e) {
+    throw Error(Errc::artifact,
+                fmt::format("artifact {}: its manifest or an entry does not parse ({}); nothing of it was loaded", what,
+                            e.what()));
   }
 }
 
