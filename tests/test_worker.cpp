@@ -16,6 +16,7 @@
 #include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "kiln/args.hpp"
+#include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"
 #include "util.hpp"
@@ -295,6 +296,46 @@ TEST_F(WorkerTest, ACrashingCompilerIsRetriedOncePerCompile) {
     const std::string runs = read_file(calls).value_or("");
     EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 6) << (flaky ? "flaky" : "always crashing");
     EXPECT_EQ(failed, flaky ? 0 : 3);
+  }
+}
+
+// A runtime going away abandons the compiles nothing waits for: those
+// queued never start, a compiler running (on a pool thread, or in a worker)
+// is killed. Here a compiler takes 2 s a config and 24 configs are queued
+// for the background: the runtime is destroyed after the first starts, and
+// at most one compile a compile thread ever began.
+TEST_F(WorkerTest, ARuntimeGoingAwayAbandonsTheCompilesNothingWaitsFor) {
+  const fs::path calls = dir.path() / "calls";
+  fs::path script = dir.path() / "slow-cxx";
+  test::write(script, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\necho x >> '" +
+                          calls.string() + "'\nsleep 2\nexec c++ \"$@\"\n");
+  ::chmod(script.c_str(), 0755);
+  test::write(dir.path() / "fill.cpp", test::kFillSource);
+  test::write(dir.path() / "k.toml", std::string(test::kFillSpec) + "OTHER = [1, 2, 3, 4, 5, 6, 7, 8]\n");
+  KernelSpec s = load_spec(dir.path() / "k.toml");
+  ASSERT_EQ(s.space.size(), 48u);
+  for (CompileMode mode : {CompileMode::threads, CompileMode::subprocess}) {
+    fs::remove(calls);
+    Options o = opts;
+    o.cxx = script.string();
+    o.compile_mode = mode;
+    o.compile_threads = 1;
+    o.workers = 1;
+    o.no_cache = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      Runtime rt(o);
+      Kernel k(rt, s);  // queues the space's compiles for the background
+      while (!fs::exists(calls) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const double s_taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string runs = read_file(calls).value_or("");
+    EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 1)
+        << (mode == CompileMode::threads ? "threads" : "workers") << ": compilers started; " << s_taken << " s";
+    // No compiler of ours outlives the runtime.
+    ProcessResult ps = run_process({"bash", "-c", "pgrep -af '" + dir.path().string() + "/[s]low-cxx' || true"}, 10);
+    EXPECT_EQ(ps.output, "") << "a compiler still runs";
   }
 }
 

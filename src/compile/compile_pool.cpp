@@ -9,6 +9,7 @@
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "kiln/ext/binary_key.hpp"
 
 namespace kiln {
@@ -88,6 +89,11 @@ CompilePool::CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compi
   urgent_thread_ = std::thread([this] { run_urgent(); });
 }
 
+void CompilePool::abandon() {
+  cancel_ = true;
+  cv_.notify_all();
+}
+
 CompilePool::~CompilePool() {
   {
     std::lock_guard<std::mutex> g(m_);
@@ -105,6 +111,7 @@ void CompilePool::run() { work(false); }
 void CompilePool::run_urgent() { work(true); }
 
 void CompilePool::work(bool urgent_only) {
+  set_thread_cancel_flag(&cancel_);
   for (;;) {
     std::function<void()> task;
     bool was_urgent = false;
@@ -237,6 +244,8 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
     r.config = req.config_text;
     r.key = key;
     try {
+      if (cancel_) throw Error(Errc::cancelled, fmt::format("kernel '{}' (config {}): not compiled: the runtime that "
+                                                            "asked for it is going away", req.kernel, req.config_text));
       auto b = std::make_shared<const Binary>(compiler_->compile(req, key));
       r.ok = true;
       r.cache_hit = b->from_cache;

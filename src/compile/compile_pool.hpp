@@ -96,7 +96,11 @@ class CompilePool {
   static constexpr size_t kKeepRecords = 4096;
 
   CompilePool(std::shared_ptr<Backend> backend, std::shared_ptr<Compiler> compiler, int threads);
-  ~CompilePool();  // finishes queued work, then stops
+  ~CompilePool();  // finishes queued work (or, after abandon(), cancels it), then stops
+  // Nothing waits for this pool's work any more (its runtime is going away):
+  // compiles not started fail at once with Error(Errc::cancelled), and
+  // compilers running in processes are killed (run_process's cancel flag).
+  void abandon();
   CompilePool(const CompilePool&) = delete;
   CompilePool& operator=(const CompilePool&) = delete;
 
@@ -136,6 +140,7 @@ class CompilePool {
   std::deque<CompileRecord> records_;
   Counters counters_;
   bool stop_ = false;
+  std::atomic<bool> cancel_{false};
   std::vector<std::thread> threads_;
   std::thread urgent_thread_;
 };

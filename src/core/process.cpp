@@ -122,7 +122,13 @@ struct SpawnGuard {
 };
 }  // namespace
 
+namespace {
+thread_local const std::atomic<bool>* t_cancel = nullptr;
+}
+void set_thread_cancel_flag(const std::atomic<bool>* flag) noexcept { t_cancel = flag; }
+
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+  if (t_cancel && t_cancel->load()) fail(Errc::cancelled, "'{}' not started: what asked for it is going away", argv[0]);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) fail(Errc::io, "pipe: {}", errno_text(errno));
   UniqueFd rd(p[0]), wr(p[1]);
@@ -151,14 +157,20 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   r.timeout_s = timeout_s;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[16384];
+  bool cancelled = false;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       r.timed_out = true;
       break;
     }
+    if (t_cancel && t_cancel->load()) {
+      cancelled = true;
+      break;
+    }
     pollfd pf{rd.get(), POLLIN, 0};
-    int n = ::poll(&pf, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+    const int64_t wait_ms = std::min<int64_t>(left.count(), t_cancel ? 20 : (1 << 30));
+    int n = ::poll(&pf, 1, static_cast<int>(wait_ms));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) continue;
     ssize_t got = ::read(rd.get(), buf, sizeof buf);
@@ -169,6 +181,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   // The group goes too: whatever the command started must not outlive it.
   ::kill(-pid, SIGKILL);
   int status = reap(pid);
+  if (cancelled) fail(Errc::cancelled, "'{}' stopped: what asked for it is going away", argv[0]);
   if (!r.timed_out) {
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
     else if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -231,6 +244,11 @@ void unregister_child_group(pid_t pgid) noexcept {
 }
 
 void kill_child_groups() noexcept {
+  // No child starts after this (a compile retried because its compiler was
+  // just killed would otherwise outlive us), and one being started now is
+  // registered, and so killed, before we go on.
+  g_stopping.store(true);
+  for (int i = 0; i < 2000 && g_spawning.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(500));
   for (auto& g : g_groups) {
     pid_t p = g.load();
     if (p > 0) ::kill(-p, SIGKILL);

@@ -2,6 +2,7 @@
 // process), and file descriptors held in RAII types.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <sys/types.h>
 
@@ -48,8 +49,14 @@ struct ProcessResult {
 
 // Runs argv (argv[0] is looked up in PATH), capturing its output. The child
 // runs in its own process group; at the time-out the whole group is killed.
-// Throws Error(Errc::io) when it cannot be started at all.
+// Throws Error(Errc::io) when it cannot be started at all, and
+// Error(Errc::cancelled) when this thread's cancel flag (below) is set
+// while it runs (the group is killed at once, within 20 ms).
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s);
+// The flag that cancels run_process calls made on this thread (nullptr: none).
+// A compile pool's threads set their pool's, so that a runtime going away
+// stops the compilers it no longer needs instead of waiting for them.
+void set_thread_cancel_flag(const std::atomic<bool>* flag) noexcept;
 
 // A spawned child whose fd `child_fd` (in the child) is `parent_end`'s peer.
 struct SpawnedChild {
@@ -71,7 +78,7 @@ int open_pidfd(pid_t pid);
 // safe from any thread.
 void register_child_group(pid_t pgid) noexcept;
 void unregister_child_group(pid_t pgid) noexcept;
-void kill_child_groups() noexcept;
+void kill_child_groups() noexcept;  // SIGKILL to each; no child is started after it (stopping() is true)
 // SIGTERM to every registered group, so that a worker can end what it started
 // and remove its folders; SIGKILL to whatever still runs after `grace_s`.
 void stop_child_groups(double grace_s) noexcept;

@@ -33,7 +33,8 @@ struct Runtime::Background {
   std::atomic<bool> stop{false};
   std::thread thread;
 
-  ~Background() {
+  // Tunings not started are dropped; the running one is told to stop.
+  void stop_now() {
     {
       std::lock_guard<std::mutex> g(m);
       stop = true;
@@ -42,6 +43,9 @@ struct Runtime::Background {
       queue.clear();
     }
     cv.notify_all();
+  }
+  ~Background() {
+    stop_now();
     if (thread.joinable()) thread.join();
   }
 
@@ -90,8 +94,20 @@ Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
   // A packed artifact: all of it, or (refused) nothing of it.
   if (!opts_.artifact.empty()) log::info("{}", load_artifact(*this, opts_.artifact, opts_.artifact_sources_only));
 }
+// A runtime going away abandons what nothing will wait for: the background
+// tunings (dropped, or stopped at their next step), the compiles queued or
+// running (a compiler's process killed), the workers' requests (their
+// workers killed). So a process ends promptly after its last result, not
+// when the background work it started would have finished.
 Runtime::~Runtime() {
-  background_.reset();  // first: a running tuning uses everything below
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (background_) background_->stop_now();
+    for (auto& [name, st] : backends_)
+      if (st->pool) st->pool->abandon();
+    if (workers_) workers_->abandon();
+  }
+  background_.reset();  // then joined: a running tuning uses everything below
 }
 
 void Runtime::run_in_background(std::string what, std::function<void(const std::atomic<bool>&)> job) {

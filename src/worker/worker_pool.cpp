@@ -210,13 +210,28 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
   return ended("while running it", true);
 }
 
+void WorkerPool::abandon() {
+  std::lock_guard<std::mutex> g(m_);
+  abandoned_ = true;
+  // SIGTERM: a worker leaves at once, killing first the compilers it runs
+  // (in process groups of their own, which its own group's death would not
+  // reach); its caller sees it die, reaps it, and stops.
+  for (auto& s : slots_)
+    if (s.busy && s.pid >= 0) ::kill(s.pid, SIGTERM);
+  free_.notify_all();
+}
+
 nlohmann::json WorkerPool::call(const Request& r) {
+  auto gone = [&] {
+    return Error(Errc::cancelled, fmt::format("{}: not done: the runtime that asked for it is going away", r.what));
+  };
   Slot* s = nullptr;
   {
     std::unique_lock<std::mutex> lk(m_);
     ++counters_.calls;
     reap_idle();
     for (;;) {
+      if (abandoned_) throw gone();
       for (auto& x : slots_)
         if (!x.busy && (!s || (s->pid < 0 && x.pid >= 0))) s = &x;  // prefer a started worker
       if (s) break;
@@ -243,6 +258,7 @@ nlohmann::json WorkerPool::call(const Request& r) {
     WorkerFault fault;
     std::string what;
     if (attempt(*s, r, reply, fault, what)) return reply;
+    if (abandoned_) throw gone();
     const bool retry = attempt_no == 0 && (!fault.of_request || r.retry_request_faults);
     if (retry) {
       first = what;

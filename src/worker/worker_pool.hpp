@@ -42,6 +42,10 @@ class WorkerPool {
   void warm();
   // Stops idle workers; the next request (or wakeup) starts them again.
   void quiesce();
+  // Nothing waits for this pool's work any more (its runtime is going away):
+  // busy workers are killed, and a request in flight or made later throws
+  // Error(Errc::cancelled) instead of being retried.
+  void abandon();
   void wakeup() { warm(); }
 
   struct Request {
@@ -64,6 +68,7 @@ class WorkerPool {
 
   std::vector<pid_t> pids();  // live workers (dead idle ones are reaped first), for tests and tools
   int size() const { return static_cast<int>(slots_.size()); }
+  bool abandoned() const { return abandoned_.load(); }
   const std::filesystem::path& exe() const { return exe_; }
 
   struct Counters {
@@ -93,6 +98,7 @@ class WorkerPool {
 
   std::filesystem::path exe_;
   mutable std::mutex m_;
+  std::atomic<bool> abandoned_{false};
   std::condition_variable free_;
   std::vector<Slot> slots_;
   Counters counters_;
