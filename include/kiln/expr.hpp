@@ -24,7 +24,7 @@
 namespace kiln {
 
 // The tallest expression tree the parser makes; taller input is an ExprError.
-constexpr int kMaxExprHeight = 256;
+constexpr int kMaxExprHeight = 100;
 
 enum class ExprOp : uint8_t {
   Const, Var, Neg,

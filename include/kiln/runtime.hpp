@@ -66,8 +66,10 @@ class Runtime {
   // `outputs`, when given, receives what each argument holds after the run
   // (empty for inputs and scalars), for comparing two configs where there
   // is no reference.
+  // `checked`, when given, says whether the outputs were compared with a
+  // reference (false where there is none, or it did not run).
   std::string try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
-                         std::vector<std::vector<std::byte>>* outputs = nullptr);
+                         std::vector<std::vector<std::byte>>* outputs = nullptr, bool* checked = nullptr);
   // What try_config compares `config` with for this call: the spec's
   // reference config where it can run the call, else its first library
   // choice available here; nullopt when there is neither.

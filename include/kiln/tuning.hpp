@@ -151,6 +151,10 @@ class TuningCache {
   explicit TuningCache(std::filesystem::path root);
   // The cache at `root` for reading only (nothing is created).
   static std::unique_ptr<TuningCache> open_existing(const std::filesystem::path& root);
+  // The same, for a folder kiln cannot write: what it holds is read, a
+  // packed artifact and a remote cache work as ever, and nothing is kept
+  // locally, silently (the runtime said so once).
+  static std::unique_ptr<TuningCache> open_read_only(const std::filesystem::path& root);
   ~TuningCache();
 
   std::optional<TuningRecord> get(const TuningKey& key) const;

@@ -62,6 +62,12 @@ std::unique_ptr<CodeCache> CodeCache::open_existing(const fs::path& root) {
   return c;
 }
 
+std::unique_ptr<CodeCache> CodeCache::open_read_only(const fs::path& root) {
+  std::unique_ptr<CodeCache> c = open_existing(root);
+  c->discard_writes_ = true;
+  return c;
+}
+
 CodeCache::~CodeCache() = default;
 
 std::string CodeCache::encode(const Binary& b) {
@@ -130,6 +136,7 @@ std::optional<Binary> CodeCache::get(const std::string& key) {
 
 void CodeCache::put(const Binary& b) {
   if (!is_hex_key(b.key)) fail(Errc::internal, "bad binary key '{}'", b.key);
+  if (discard_writes_) return;
   if (!dirs_->code) fail(Errc::cache, "the code cache at '{}' is open for reading only", root_.string());
   dirs_->code.sub(b.key.substr(0, 2), true).write(b.key + ".kbin", encode(b));
 }

@@ -27,6 +27,9 @@ class CodeCache {
   // The cache at `root` for reading only: nothing is created; a missing
   // folder reads as empty.
   static std::unique_ptr<CodeCache> open_existing(const std::filesystem::path& root);
+  // The same, for a folder kiln cannot write: what it holds is read, and
+  // put() keeps nothing, silently (the runtime said so once).
+  static std::unique_ptr<CodeCache> open_read_only(const std::filesystem::path& root);
   ~CodeCache();
 
   std::optional<Binary> get(const std::string& key);
@@ -67,6 +70,7 @@ class CodeCache {
   std::unique_ptr<Dirs> dirs_;
   std::filesystem::path root_;
   std::atomic<size_t> corrupt_{0};
+  bool discard_writes_ = false;
 };
 
 }  // namespace kiln

@@ -19,9 +19,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Program files are text a person writes: far below this.
+constexpr size_t kMaxProgramBytes = size_t{16} << 20;
+
 std::string read_file(const fs::path& p) {
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) fail(Errc::spec, "{}: cannot read the program file (not a file)", p.string());
+  if (fs::file_size(p, ec) > kMaxProgramBytes)
+    fail(Errc::spec, "{}: larger than a program file may be ({} MiB)", p.string(), kMaxProgramBytes >> 20);
   std::ifstream f(p, std::ios::binary);
   if (!f) fail(Errc::spec, "{}: cannot read the program file", p.string());
   std::stringstream s;

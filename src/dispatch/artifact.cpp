@@ -1,6 +1,8 @@
 #include "compile/compile_pool.hpp"
 #include "kiln/artifact.hpp"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "backends/serialize.hpp"
@@ -122,6 +124,16 @@ void read_checked(const fs::path& path, std::map<std::string, std::string>& entr
     if (!man) throw bad("no manifest.json in the folder");
     manifest = manifest_from(json::parse(*man));
     entries["manifest.json"] = *man;
+    // What the manifest lists, bounded as a packed file is, before anything is read.
+    uint64_t total = 0;
+    std::set<std::string> names;
+    for (const auto& f : manifest.files) {
+      total += std::min<uint64_t>(f.bytes, kMaxArtifactBytes);
+      if (!names.insert(f.name).second) throw bad(fmt::format("its manifest lists '{}' twice", f.name));
+    }
+    if (manifest.files.size() > kMaxEntries || total > kMaxArtifactBytes)
+      throw bad(fmt::format("its manifest lists {} files of {} bytes in all, more than an artifact may hold",
+                            manifest.files.size(), total));
     for (const auto& f : manifest.files) {
       if (!safe_name(f.name)) throw bad(fmt::format("its manifest names '{}', not a name kiln writes", f.name));
       // One byte past the manifest's size: a longer file reads as damaged, a far longer one is not read.

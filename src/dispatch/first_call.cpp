@@ -51,53 +51,53 @@ std::optional<SafeChoice> first_safe_choice(Runtime& rt, const KernelSpec& spec,
   };
   std::vector<Unchecked> unchecked;
   bool said = false;
+  auto loads = [&](const SafeChoice& c) {
+    if (std::string why = load(c.config).can_implement(params); !why.empty()) {
+      *failures += fmt::format("\n  {}: {}", c.config.str(), why);
+      return false;
+    }
+    return true;
+  };
   for (const auto& s : safe_choices(spec, params, be, rt.tuning_cache().get(), libraries)) {
     try {
-      std::optional<SafeChoice> pick;
       if (s.proven) {
-        pick = s;
-      } else if ((spec.tuning.reference_config && *spec.tuning.reference_config == s.config) ||
-                 rt.reference_for(spec, s.config, params)) {
-        // A config nothing has checked runs once in a worker first, against
-        // the reference (the spec's reference itself is what is trusted): a
-        // crash or a hang there costs the worker, not this process; a wrong
-        // result costs the config.
-        if (std::string why = rt.try_config(spec, s.config, params, stream); !why.empty()) {
-          *failures += fmt::format("\n  {}: {}", s.config.str(), why);
-          continue;
-        }
-        pick = s;
-      } else {
-        // Neither a reference config nor a library choice: one config's
-        // result is checked against nothing, so none is given until two
-        // configs agree (else the caller tunes the call before it returns).
-        if (!said && said_once(spec.name))
-          log::warn("kernel '{}' has neither a reference config nor a library choice here: a first call waits until "
-                    "two configs agree on its result (name one you trust as [tuning] reference to answer at once)",
-                    spec.name);
-        said = true;
-        std::vector<std::vector<std::byte>> outs;
-        if (std::string why = rt.try_config(spec, s.config, params, stream, &outs); !why.empty()) {
-          *failures += fmt::format("\n  {}: {}", s.config.str(), why);
-          continue;
-        }
-        for (const auto& u : unchecked)
-          if (agree(spec, params, u.outputs, outs)) {
-            pick = u.choice;
-            pick->how += fmt::format(", which {} agrees with", s.config.str());
-            break;
-          }
-        if (!pick) {
-          unchecked.push_back({s, std::move(outs)});
-          *failures += fmt::format("\n  {}: ran, but agrees with no other config run so far", s.config.str());
-          continue;
-        }
-      }
-      if (std::string why = load(pick->config).can_implement(params); !why.empty()) {
-        *failures += fmt::format("\n  {}: {}", pick->config.str(), why);
+        if (loads(s)) return s;
         continue;
       }
-      return pick;
+      // A config nothing has checked runs once in a worker first, against
+      // the reference where there is one (the spec's reference itself is
+      // what is trusted): a crash or a hang there costs the worker, not this
+      // process; a wrong result costs the config.
+      std::vector<std::vector<std::byte>> outs;
+      bool checked = false;
+      if (std::string why = rt.try_config(spec, s.config, params, stream, &outs, &checked); !why.empty()) {
+        *failures += fmt::format("\n  {}: {}", s.config.str(), why);
+        continue;
+      }
+      const bool is_reference = spec.tuning.reference_config && *spec.tuning.reference_config == s.config;
+      if (checked || is_reference) {
+        if (loads(s)) return s;
+        continue;
+      }
+      // Nothing checked its result (neither a reference config nor a library
+      // choice here, or the reference did not run): none is given until two
+      // configs agree (else the caller tunes the call before it returns).
+      if (!said && said_once(spec.name))
+        log::warn("kernel '{}' has no reference here that runs (neither a reference config nor a library choice): "
+                  "a first call waits until two configs agree on its result (name one you trust as [tuning] "
+                  "reference to answer at once)",
+                  spec.name);
+      said = true;
+      for (const auto& u : unchecked)
+        if (agree(spec, params, u.outputs, outs)) {
+          SafeChoice earlier = u.choice, now = s;
+          earlier.how += fmt::format(", which {} agrees with", s.config.str());
+          now.how += fmt::format(", which agrees with {}", u.choice.config.str());
+          if (loads(earlier)) return earlier;
+          if (loads(now)) return now;
+        }
+      unchecked.push_back({s, std::move(outs)});
+      *failures += fmt::format("\n  {}: ran, but agrees with no other config run so far", s.config.str());
     } catch (const Error& e) {
       if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
       *failures += fmt::format("\n  {}: {}", s.config.str(), e.what());

@@ -220,6 +220,7 @@ void Kernel::tune_behind(void* const* params, const std::vector<int64_t>& shape_
           TuneOptions to = m.tune;
           to.stream = nullptr;
           to.show_progress = false;
+          to.remeasure_noisy = true;  // a noisy record answered meanwhile is re-measured here
           to.cancel = &stop;
           o = m.rt.tune(m.spec, copy->params(), to);
         } catch (...) {

@@ -166,19 +166,24 @@ Backend& Runtime::backend(const std::string& name) { return *state(name).backend
 void Runtime::without_cache(const std::string& why) {
   if (!cache_off_.empty()) return;
   cache_off_ = why;
-  log::warn("{}: compiling and tuning without a cache (nothing is kept for the next process); set KILN_CACHE_DIR "
-            "to a folder you can write, or KILN_NO_CACHE=1 to say so",
+  log::warn("{}: compiling and tuning without keeping anything for the next process (what the folder holds "
+            "already, a packed artifact and a remote cache are still used); set KILN_CACHE_DIR to a folder you can "
+            "write, or KILN_NO_CACHE=1 to say so",
             why);
 }
 
 std::shared_ptr<CodeCache> Runtime::code_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!code_cache_ && !opts_.no_cache && cache_off_.empty()) {
-    try {
-      code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
-    } catch (const FolderNotWritable& e) {
-      without_cache(e.what());
+  if (!code_cache_ && !opts_.no_cache) {
+    if (cache_off_.empty()) {
+      try {
+        code_cache_ = std::make_shared<CodeCache>(opts_.resolved_cache_dir());
+        return code_cache_;
+      } catch (const FolderNotWritable& e) {
+        without_cache(e.what());
+      }
     }
+    code_cache_ = CodeCache::open_read_only(opts_.resolved_cache_dir());
   }
   return code_cache_;
 }
@@ -222,13 +227,15 @@ std::shared_ptr<WorkerPool> Runtime::worker_pool() {
 
 std::shared_ptr<TuningCache> Runtime::tuning_cache() {
   std::lock_guard<std::mutex> g(m_);
-  if (!tuning_cache_ && !opts_.no_cache && cache_off_.empty()) {
-    try {
-      tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
-    } catch (const FolderNotWritable& e) {
-      without_cache(e.what());
-      return nullptr;
+  if (!tuning_cache_ && !opts_.no_cache) {
+    if (cache_off_.empty()) {
+      try {
+        tuning_cache_ = std::make_shared<TuningCache>(opts_.resolved_cache_dir());
+      } catch (const FolderNotWritable& e) {
+        without_cache(e.what());
+      }
     }
+    if (!tuning_cache_) tuning_cache_ = TuningCache::open_read_only(opts_.resolved_cache_dir());
     if (remote_)
       tuning_cache_->attach_remote({remote_, opts_.lease_ttl_s, opts_.lease_wait_s, opts_.bundle});
   }
@@ -350,7 +357,8 @@ std::optional<Config> Runtime::reference_for(const KernelSpec& spec, const Confi
 }
 
 std::string Runtime::try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
-                                std::vector<std::vector<std::byte>>* outputs) {
+                                std::vector<std::vector<std::byte>>* outputs, bool* checked) {
+  if (checked) *checked = false;
   Backend& be = backend(spec.backend);
   Benchmarker& bench = benchmarker(spec.backend);
   std::vector<int64_t> slots(spec.args.size(), 0);
@@ -422,6 +430,7 @@ std::string Runtime::try_config(const KernelSpec& spec, const Config& config, vo
       if (auto bad = Tuner::compare(spec.args[i].dtype, out, expect[i], spec.tuning, reduction))
         return fmt::format("wrong result in '{}' against {}: {}", spec.args[i].name, ref->str(), *bad);
     }
+  if (checked) *checked = ref.has_value();
   return "";
 }
 

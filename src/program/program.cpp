@@ -673,6 +673,23 @@ ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector
     fail(Errc::usage, "program '{}' names no reference ([check] reference = \"file.toml\"): nothing to check it against",
          m.spec.name);
   const std::map<std::string, int64_t> symbols = bind(inputs);
+  // Every dimension as the program says, before a byte is copied: a buffer
+  // smaller than its shape says must not be read past.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<int64_t> want = m.spec.dims(m.spec.inputs[i], symbols);
+    if (inputs[i].shape != want)
+      fail(Errc::usage, "program '{}': input '{}' has the shape [{}]; the program says [{}]", m.spec.name,
+           m.spec.inputs[i].name, fmt::join(inputs[i].shape, ", "), fmt::join(want, ", "));
+  }
+  if (outputs.size() != m.spec.outputs.size())
+    fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", m.spec.name, m.spec.outputs.size(),
+         outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::vector<int64_t> want = m.spec.dims(m.spec.outputs[i], symbols);
+    if (outputs[i].shape != want)
+      fail(Errc::usage, "program '{}': output '{}' has the shape [{}]; the program says [{}]", m.spec.name,
+           m.spec.outputs[i].name, fmt::join(outputs[i].shape, ", "), fmt::join(want, ", "));
+  }
   // The inputs as the call gives them, before the program runs: state it
   // updates in place is checked from where it started.
   auto host_copy = [&](const Tensor& t, const ProgramTensor& pt) {
@@ -686,9 +703,6 @@ ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector
   for (size_t i = 0; i < inputs.size(); ++i) in_host.push_back(host_copy(inputs[i], m.spec.inputs[i]));
   run(inputs, outputs, stream);
   m.dev->sync(stream);
-  if (outputs.size() != m.spec.outputs.size())
-    fail(Errc::usage, "program '{}' takes {} outputs; the call gives {}", m.spec.name, m.spec.outputs.size(),
-         outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) out_host.push_back(host_copy(outputs[i], m.spec.outputs[i]));
   m.dev->sync(stream);
   return check_against_reference(m.rt, m.spec, symbols, in_host, out_host);

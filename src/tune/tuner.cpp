@@ -526,13 +526,22 @@ std::vector<ConfigResult*> contenders_of(std::vector<ConfigResult*> ok) {
 // The noise of a re-timing is the larger of two spreads: the contenders'
 // per-round scores (how steady their ranking is) and the leader's own
 // timings (p75 - p25 over the median: how steady its time is).
+// A contender that fails in any attempt (a crash, a time-out while being
+// re-timed) stays failed, and is not run again.
 double retime(Session& s, const std::vector<ConfigResult*>& contenders, double bound) {
   std::vector<ConfigResult> quietest;
+  std::vector<std::optional<ConfigResult>> failed(contenders.size());
   double least = INFINITY;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    double noise = s.refine(contenders, 6);
+    std::vector<ConfigResult*> live;
+    for (size_t i = 0; i < contenders.size(); ++i)
+      if (!failed[i]) live.push_back(contenders[i]);
+    if (live.empty()) break;
+    double noise = s.refine(live, 6);
+    for (size_t i = 0; i < contenders.size(); ++i)
+      if (!failed[i] && !contenders[i]->ok()) failed[i] = *contenders[i];
     const ConfigResult* leader = nullptr;
-    for (const ConfigResult* c : contenders)
+    for (const ConfigResult* c : live)
       if (c->ok() && (!leader || *c->ns < *leader->ns)) leader = c;
     if (leader) noise = std::max(noise, s.spread_of(leader->binary));
     if (noise < least) {
@@ -540,10 +549,13 @@ double retime(Session& s, const std::vector<ConfigResult*>& contenders, double b
       quietest.clear();
       for (ConfigResult* c : contenders) quietest.push_back(*c);
     }
-    if (noise <= bound) break;
+    if (noise <= bound || live.size() < 2) break;
   }
-  for (size_t i = 0; i < contenders.size(); ++i) *contenders[i] = quietest[i];
-  return least;
+  if (!quietest.empty())
+    for (size_t i = 0; i < contenders.size(); ++i) *contenders[i] = quietest[i];
+  for (size_t i = 0; i < contenders.size(); ++i)
+    if (failed[i]) *contenders[i] = *failed[i];
+  return least == INFINITY ? 0 : least;
 }
 
 // The candidates of a tuning: the space's configs (index i < space size),
@@ -688,7 +700,8 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
   // its choice as it is); a tuning re-measures it (below).
   auto answer = [&](std::optional<TuningRecord> rec) -> std::optional<TuneOutcome> {
     if (!rec || o.force) return std::nullopt;
-    if (rec->noisy && !o.cached_only && rec->best) return std::nullopt;
+    if (rec->noisy && o.remeasure_noisy && !o.cached_only && rec->best && rec->remeasured < kMaxRemeasures)
+      return std::nullopt;
     if (fast_answer(*rec))
       if (auto c = choose(*rec, spec, slots.data(), limits)) {
         TuneOutcome out;
@@ -942,7 +955,8 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
     // A noisy record is re-measured; a lone contender whose own timings
     // spread past the bound is no clear winner either: each is re-timed
     // beside the runner-up.
-    const bool remeasure = existing && existing->noisy && !o.force;
+    const bool remeasure =
+        existing && existing->noisy && o.remeasure_noisy && !o.force && existing->remeasured < kMaxRemeasures;
     if (contenders.size() == 1 && ok.size() > 1 &&
         (remeasure || s.spread_of(contenders[0]->binary) > p_.opts.noise_bound)) {
       std::vector<ConfigResult*> rest;
@@ -965,8 +979,9 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       if (remeasure && !any_fresh) {
         ++rec.remeasured;
         if (noise >= existing->noise) {
-          // No quieter than what the record holds: its timings stay.
-          for (size_t i = 0; i < contenders.size(); ++i) *contenders[i] = before[i];
+          // No quieter than what the record holds: its timings stay (a failure seen now stays too).
+          for (size_t i = 0; i < contenders.size(); ++i)
+            if (contenders[i]->ok()) *contenders[i] = before[i];
           log::info("kernel '{}' at {}: re-measured, no quieter ({:.1f}% against {:.1f}%); the record stays",
                     spec.name, key.values_text(), noise * 100, existing->noise * 100);
         } else {
@@ -986,6 +1001,7 @@ TuneOutcome Tuner::tune(const KernelSpec& in, void* const* params, const TuneOpt
       rec.noise = s.spread_of(contenders[0]->binary);
       rec.noisy = false;  // the only config that ran: nothing to tell apart
     }
+    if (ok.size() <= 1) rec.noisy = false;  // one config left that runs: nothing to re-measure it against
 
     for (size_t i = 0; i < spec.space.size() + spec.libraries.size(); ++i) {
       if (!plan.pruned[i].empty()) {

@@ -415,6 +415,7 @@ struct TuningCache::Dirs {
   std::set<std::string> in_bundle;              // slots known to be in the named bundle
   std::map<std::string, std::string> artifact_plans;  // base -> plan text
   bool journal = false;
+  bool discard_writes = false;  // open_read_only: nothing is kept locally
   std::map<std::string, TuningRecord> journaled;     // slot -> a record used while journaling
   mutable Stats stats;
 };
@@ -432,6 +433,12 @@ std::unique_ptr<TuningCache> TuningCache::open_existing(const fs::path& root) {
   c->dirs_ = std::make_unique<Dirs>();
   c->dirs_->root = SafeDir::open(root, false);
   if (c->dirs_->root) c->dirs_->tune = c->dirs_->root.sub("tune", false);
+  return c;
+}
+
+std::unique_ptr<TuningCache> TuningCache::open_read_only(const fs::path& root) {
+  std::unique_ptr<TuningCache> c = open_existing(root);
+  c->dirs_->discard_writes = true;
   return c;
 }
 
@@ -550,9 +557,10 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
 }
 
 void TuningCache::put(const TuningRecord& r) {
-  if (!dirs_->tune) fail(Errc::cache, "the tuning cache is open for reading only");
+  if (!dirs_->tune && !dirs_->discard_writes) fail(Errc::cache, "the tuning cache is open for reading only");
   std::string text = record_to_text(r);
-  dirs_->tune.sub(r.key.base_hex(), true).write(r.key.values_hex() + ".rec", text);
+  if (dirs_->tune && !dirs_->discard_writes)
+    dirs_->tune.sub(r.key.base_hex(), true).write(r.key.values_hex() + ".rec", text);
   std::shared_ptr<RemoteCache> remote;
   std::string bundle;
   {
@@ -738,6 +746,7 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
 }
 
 void TuningCache::put_plan(const TuningKey& base, const std::string& text) {
+  if (dirs_->discard_writes) return;
   if (!dirs_->tune) fail(Errc::cache, "the tuning cache is open for reading only");
   dirs_->tune.sub(base.base_hex(), true).write("plan.pln", text);
 }
@@ -773,7 +782,7 @@ std::vector<std::pair<std::string, int64_t>> parse_misses(const std::string& tex
 }  // namespace
 
 void TuningCache::note_serving_miss(const TuningKey& key) {
-  if (!dirs_->root || !dirs_->tune) return;
+  if (!dirs_->root || !dirs_->tune || dirs_->discard_writes) return;
   try {
     SafeDir d = dirs_->root.sub("serving", true);
     FileLock held = dirs_->locks.lock("serving.lock");

@@ -61,12 +61,21 @@ void WorkerPool::spawn(Slot& s) {
   s.pid = c.pid;
   s.sock = std::move(c.sock);
   s.pidfd = std::move(c.pidfd);
+  {
+    std::lock_guard<std::mutex> g(pid_m_);
+    s.signal_pid = c.pid;
+    if (abandoned_) ::kill(c.pid, SIGTERM);  // abandoned while it started: it leaves at once
+  }
   std::lock_guard<std::mutex> g(m_);
   ++counters_.spawned;
 }
 
 void WorkerPool::kill_and_reap(Slot& s, int* status) {
   pid_t pid = s.pid;
+  {
+    std::lock_guard<std::mutex> g(pid_m_);  // never signalled once it may be reaped (its pid reused)
+    s.signal_pid = -1;
+  }
   ::kill(-pid, SIGKILL);  // the worker and everything it started
   ::kill(pid, SIGKILL);
   int st = reap(pid);
@@ -82,6 +91,10 @@ void WorkerPool::stop(Slot& s, bool polite) {
   if (polite) {
     // Closing our end is the request to exit: the worker sees end of input.
     s.sock.reset();
+    {
+      std::lock_guard<std::mutex> g(pid_m_);
+      s.signal_pid = -1;
+    }
     for (int i = 0; i < 200; ++i) {
       int status;
       pid_t r = ::waitpid(s.pid, &status, WNOHANG);
@@ -101,8 +114,12 @@ void WorkerPool::stop(Slot& s, bool polite) {
 bool WorkerPool::alive(Slot& s) {
   if (s.pid < 0) return false;
   int status;
-  pid_t r = ::waitpid(s.pid, &status, WNOHANG);
-  if (r == 0) return true;
+  {
+    std::lock_guard<std::mutex> g(pid_m_);  // reaped and forgotten at once, as abandon() sees it
+    pid_t r = ::waitpid(s.pid, &status, WNOHANG);
+    if (r == 0) return true;
+    s.signal_pid = -1;
+  }
   // Died while idle (or was killed from outside): reaped now, with its group.
   ::kill(-s.pid, SIGKILL);
   unregister_child_group(s.pid);
@@ -212,12 +229,13 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
 
 void WorkerPool::abandon() {
   std::lock_guard<std::mutex> g(m_);
+  std::lock_guard<std::mutex> gp(pid_m_);
   abandoned_ = true;
   // SIGTERM: a worker leaves at once, killing first the compilers it runs
   // (in process groups of their own, which its own group's death would not
   // reach); its caller sees it die, reaps it, and stops.
   for (auto& s : slots_)
-    if (s.busy && s.pid >= 0) ::kill(s.pid, SIGTERM);
+    if (s.busy && s.signal_pid > 0) ::kill(s.signal_pid, SIGTERM);
   free_.notify_all();
 }
 

@@ -83,6 +83,7 @@ class WorkerPool {
  private:
   struct Slot {
     std::atomic<pid_t> pid{-1};  // written by the thread holding the slot, read by pids()
+    pid_t signal_pid = -1;       // what abandon() may signal: set after a spawn, cleared before a reap (pid_m_)
     UniqueFd sock;
     UniqueFd pidfd;
     bool busy = false;
@@ -98,6 +99,7 @@ class WorkerPool {
 
   std::filesystem::path exe_;
   mutable std::mutex m_;
+  std::mutex pid_m_;  // guards Slot::signal_pid; taken after m_ where both are
   std::atomic<bool> abandoned_{false};
   std::condition_variable free_;
   std::vector<Slot> slots_;

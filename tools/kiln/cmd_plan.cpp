@@ -106,6 +106,7 @@ Tuned tune_at(Runtime& rt, const KernelSpec& spec, const Shape& shape, uint64_t 
   auto args = std::make_unique<DeviceArgs>(spec, parse_scalars(spec, shape), rt.backend(spec.backend).device());
   args->fill_random(seed);
   TuneOptions to;
+  to.remeasure_noisy = true;
   to.search = SearchKind::exhaustive;
   to.libraries = libraries;
   TuneOutcome o = rt.tune(spec, args->params(), to);

@@ -46,6 +46,11 @@ struct TuneOptions {
   Stream stream = nullptr;           // the caller's stream: synchronised before its buffers are read
   bool libraries = true;             // false: the spec's library choices are left out (templates only)
   bool cached_only = false;          // true: answer from a record or not at all (choice empty), never tune
+  // Re-measure a record flagged noisy (its timings taken on a busy machine):
+  // kiln tune, kiln plan and a first call's background tuning ask for it;
+  // without it a noisy record answers like any other. At most
+  // Tuner::kMaxRemeasures times a record.
+  bool remeasure_noisy = false;
   std::optional<Effort> effort;      // overrides `search` when set
   double budget_seconds = 0;         // > 0: stop searching after this long (a budgeted search unless
                                      // `search` or effort=full says otherwise)
@@ -127,6 +132,7 @@ class Tuner {
   static std::optional<Config> choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
                                       const LaunchLimits& limits);
   static constexpr double kMaxTieWindow = 0.03;
+  static constexpr int kMaxRemeasures = 3;
 
 
   // The default tolerances for comparing outputs of dtype `t`.

@@ -300,11 +300,13 @@ Binary CpuBackend::compile(const CompileRequest& req, const std::string& key) {
   argv.insert(argv.end(), {"-o", out.string(), src.string()});
 
   ProcessResult r = run_process(argv, opts_.compile_timeout_s);
-  // A compiler that dies by a signal or runs past its deadline may be
-  // flaky (memory pressure, a killed process): tried once more, as a
-  // compile in a worker is (docs/workers.md). A compile error is not retried.
+  // A compiler that dies by a signal may be flaky (memory pressure, a
+  // process killed from outside): tried once more, as a compile in a
+  // worker is (docs/workers.md). A compile error is not retried, nor a
+  // compiler past its deadline (in a worker, the pool's own deadline
+  // handles a hang).
   bool retried = false;
-  if (!r.ok() && (r.signal != 0 || r.timed_out)) {
+  if (!r.ok() && r.signal != 0 && !r.timed_out) {
     log::info("kernel '{}' (config {}): the compiler {}; compiling once more", req.kernel, req.config_text,
               r.describe());
     r = run_process(argv, opts_.compile_timeout_s);
