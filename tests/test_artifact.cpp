@@ -105,6 +105,38 @@ TEST_F(ArtifactTest, APackedShapeCompilesAndTunesNothing) {
   }
 }
 
+// A record packed on a busy machine stays flagged noisy, but an application
+// does not re-measure what it ships with: nothing compiled, nothing timed,
+// however strict its own noise bound.
+TEST_F(ArtifactTest, ANoisyPackedRecordIsNotReMeasuredByTheApplication) {
+  const fs::path noisy = dir.path() / "noisy.kiln";
+  ProcessResult r = run_process(
+      {"bash", "-c",
+       fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 KILN_NOISE_BOUND=0 {} pack {} --hints -o {} 2>&1",
+                   (dir.path() / "packer-noisy").string(), test::kiln_exe(), (dir.path() / "src" / "k.toml").string(),
+                   noisy.string())},
+      120);
+  ASSERT_TRUE(r.ok()) << r.describe() << "\n" << r.output;
+  ASSERT_NE(r.output.find("timed on a busy machine, packed as it is"), std::string::npos) << r.output;
+  Options o = fresh("run-noisy");
+  o.artifact = noisy;
+  o.noise_bound = 0;
+  o.first_call = FirstCall::swap;
+  Runtime rt(o);
+  TempDir sources{"kiln-test-src"};
+  Kernel k(rt, Artifact::read(noisy).spec("twice", sources.path()));
+  for (int64_t n : {256, 4096}) {
+    std::vector<float> x(n, 1.0f), y(n, -1);
+    k(x.data(), y.data(), n);
+    ASSERT_EQ(y[n - 1], 2.0f);
+  }
+  ASSERT_TRUE(rt.wait_tuned(60));
+  Runtime::Stats st = rt.stats();
+  EXPECT_EQ(st.compiled, 0u);
+  EXPECT_EQ(st.configs_timed, 0u);
+  EXPECT_EQ(st.records_artifact, 2u);
+}
+
 TEST_F(ArtifactTest, AFlippedByteATruncationOrAnotherFormatLoadsNothing) {
   std::string good = read_file(packed).value();
   Options o = fresh("bad");

@@ -120,7 +120,7 @@ class Runtime {
   struct Stats {
     uint64_t compiled = 0;           // compiles run (not answered by a cache or an artifact)
     uint64_t compile_cache_hits = 0; // binaries from the disk cache or an artifact
-    uint64_t configs_timed = 0;      // configs benchmarked by tunings
+    uint64_t configs_timed = 0;      // configs benchmarked by tunings, re-timings included
     uint64_t records_local = 0, records_artifact = 0, records_remote = 0;  // tuning records answered from each
     uint64_t serving_misses = 0;
     uint64_t background_tunings = 0;  // background tunings finished (KILN_FIRST_CALL=swap)

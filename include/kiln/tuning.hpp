@@ -116,6 +116,9 @@ struct TuningRecord {
   // whose timings replace these only if they are quieter.
   bool noisy = false;
   int remeasured = 0;  // times a noisy record was re-measured
+  // Set when the record was read from a packed artifact (never stored): an
+  // application does not re-measure what it ships with, noisy or not.
+  bool from_artifact = false;
   SearchMethod method = SearchMethod::exhaustive;
   std::string start;      // coordesc: where it started and why
   std::string reference;  // the config whose outputs the others matched

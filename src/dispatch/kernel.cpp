@@ -159,7 +159,9 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   m.memo.insert(key, c);
   // A record timed on a busy machine answers now and is re-measured behind
   // the calls; the re-measured choice replaces it if its timings are quieter.
-  if (o.from_cache && o.record.noisy && mode == FirstCall::swap)
+  // A packed artifact's record is what the application ships with: it is
+  // not re-measured (kiln pack re-measured it, and said so if it stayed noisy).
+  if (o.from_cache && o.record.noisy && !o.record.from_artifact && mode == FirstCall::swap)
     tune_behind(params, shape_key, stream, c, "its record was timed on a busy machine: re-measuring it");
   return c;
 }

@@ -332,7 +332,7 @@ TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const Tun
   benchmarker(spec.backend);
   Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
   TuneOutcome out = t.tune(spec, params, o);
-  configs_timed_.fetch_add(out.timed_now, std::memory_order_relaxed);
+  configs_timed_.fetch_add(out.timed_now + out.retimed_now, std::memory_order_relaxed);
   if (cache && out.choice) cache->note_used(out.record);
   return out;
 }

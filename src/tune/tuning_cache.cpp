@@ -485,6 +485,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     if (auto it = d.artifact.find(slot); it != d.artifact.end())
       if (auto r = record_from_text(it->second, key)) {
         ++d.stats.artifact_hits;
+        r->from_artifact = true;
         return r;
       }
     remote = d.remote.remote;
