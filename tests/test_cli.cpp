@@ -40,9 +40,12 @@ struct CliTest : ::testing::Test {
   }
 };
 
-std::set<std::string> tmp_entries(const std::string& prefix) {
+// The entries of a temporary folder whose names start with `prefix`. Each
+// test gives the kiln it runs a TMPDIR of its own, so what other processes
+// (another test run, a tool) leave in /tmp meanwhile cannot fail it.
+std::set<std::string> tmp_entries(const fs::path& tmp, const std::string& prefix) {
   std::set<std::string> out;
-  for (const auto& e : fs::directory_iterator(fs::temp_directory_path()))
+  for (const auto& e : fs::directory_iterator(tmp))
     if (e.path().filename().string().rfind(prefix, 0) == 0) out.insert(e.path().string());
   return out;
 }
@@ -150,12 +153,17 @@ TEST_F(CliTest, AConfigSpaceTooLargeToCountIsASpecError) {
 
 // Tuning leaves nothing in /tmp: binaries load from memory.
 TEST_F(CliTest, TuningLeavesNoTemporaryFolders) {
-  auto before = tmp_entries("kiln-so-");
-  auto cc_before = tmp_entries("kiln-cc-");
-  Out r = kiln("tune " + fill_spec() + " --set N=100");
+  const fs::path tmp = dir.path() / "tmp", args = dir.path() / "cxx-args", cxx = dir.path() / "logging-cxx";
+  fs::create_directories(tmp);
+  // A compiler that notes its arguments, to show the compiles ran in that TMPDIR.
+  test::write(cxx, "#!/bin/sh\necho \"$@\" >> " + args.string() + "\nexec c++ \"$@\"\n");
+  ::chmod(cxx.c_str(), 0755);
+  Out r = kiln("tune " + fill_spec() + " --set N=100", "TMPDIR=" + tmp.string() + " KILN_CXX=" + cxx.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(tmp_entries("kiln-so-"), before);
-  EXPECT_EQ(tmp_entries("kiln-cc-"), cc_before);
+  EXPECT_NE(read_file(args).value_or("").find(tmp.string() + "/kiln-cc-"), std::string::npos)
+      << "the compiles did not run in the TMPDIR given";
+  EXPECT_EQ(tmp_entries(tmp, "kiln-so-"), std::set<std::string>{});
+  EXPECT_EQ(tmp_entries(tmp, "kiln-cc-"), std::set<std::string>{});
 }
 
 // SIGTERM (or Ctrl-C) during a compile: the compilers die with kiln, and its
@@ -167,8 +175,9 @@ TEST_F(CliTest, InterruptingACompileLeavesNoCompilersOrFolders) {
                        "\nsleep 60\n");
   ::chmod(cxx.c_str(), 0755);
   std::string spec = fill_spec();
-  auto cc_before = tmp_entries("kiln-cc-");
-  std::string cmd = env() + "KILN_NO_CACHE=1 KILN_CXX=" + cxx.string() + " exec " + test::kiln_exe() + " compile " + spec;
+  const fs::path tmp = dir.path() / "tmp";
+  fs::create_directories(tmp);
+  std::string cmd = env() + "TMPDIR=" + tmp.string() + " KILN_NO_CACHE=1 KILN_CXX=" + cxx.string() + " exec " + test::kiln_exe() + " compile " + spec;
   pid_t pid = -1;
   {
     // Started as a child of ours, so we can signal and reap it.
@@ -182,6 +191,7 @@ TEST_F(CliTest, InterruptingACompileLeavesNoCompilersOrFolders) {
   ASSERT_GT(pid, 0);
   for (int i = 0; i < 500 && !(fs::exists(pids) && fs::file_size(pids) > 0); ++i) std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(fs::exists(pids)) << "no compiler started";
+  EXPECT_FALSE(tmp_entries(tmp, "kiln-cc-").empty()) << "the compile did not run in the TMPDIR given";
   std::this_thread::sleep_for(200ms);
   ::kill(pid, SIGTERM);
   int status = 0;
@@ -200,7 +210,7 @@ TEST_F(CliTest, InterruptingACompileLeavesNoCompilersOrFolders) {
     start = end + 1;
   }
   EXPECT_GE(seen, 1);
-  EXPECT_EQ(tmp_entries("kiln-cc-"), cc_before) << "temporary compile folders left behind";
+  EXPECT_EQ(tmp_entries(tmp, "kiln-cc-"), std::set<std::string>{}) << "temporary compile folders left behind";
 }
 
 // The main job, small: every row of its table is there, the result checks
