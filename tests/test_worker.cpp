@@ -340,6 +340,19 @@ TEST_F(WorkerTest, ARuntimeGoingAwayAbandonsTheCompilesNothingWaitsFor) {
 }
 
 TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
+  // A TMPDIR of this test's own: a killed worker's compile folders must go
+  // with it (each worker's TMPDIR is a folder the pool removes on reaping it).
+  const fs::path tmp = dir.path() / "tmp";
+  fs::create_directories(tmp);
+  struct TmpDirGuard {
+    std::string old;
+    bool had;
+    explicit TmpDirGuard(const fs::path& p) : had(std::getenv("TMPDIR") != nullptr) {
+      if (had) old = std::getenv("TMPDIR");
+      ::setenv("TMPDIR", p.c_str(), 1);
+    }
+    ~TmpDirGuard() { had ? (void)::setenv("TMPDIR", old.c_str(), 1) : (void)::unsetenv("TMPDIR"); }
+  } tmp_guard(tmp);
   std::string params = "X = [";
   for (int i = 0; i < 50; ++i) params += std::to_string(i) + (i < 49 ? ", " : "]");
   test::write(dir.path() / "x.cpp", "void x(kiln::program_id, int64_t* out) { out[0] = X; }\n");
@@ -417,6 +430,15 @@ TEST_F(WorkerTest, FiftyCompilesWhileWorkersAreKilledAtRandom) {
   auto reply = pool->call(ping);
   EXPECT_TRUE(reply["ok"].get<bool>());
   expect_children_are(pool->pids());
+  size_t worker_dirs = 0;
+  std::vector<std::string> left;
+  for (const auto& e : fs::recursive_directory_iterator(tmp)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("kiln-worker-", 0) == 0) ++worker_dirs;
+    if (name.rfind("kiln-cc-", 0) == 0) left.push_back(e.path().string());
+  }
+  EXPECT_GE(worker_dirs, 1u) << "the workers did not get a TMPDIR of the pool's";
+  EXPECT_EQ(left, std::vector<std::string>{}) << "compile folders of killed workers were left behind";
 }
 
 TEST_F(WorkerTest, WarmQuiesceWakeupAndNoProcessOutlivesThePool) {
@@ -446,8 +468,9 @@ TEST_F(WorkerTest, WorkersExitWhenTheirOwnerEndsHoweverItEnds) {
   std::string owner = std::string(KILN_BINARY_DIR) + "/tests/kiln_test_owner";
   for (std::string mode : {"exit", "throw", "hang"}) {
     SCOPED_TRACE(mode);
-    fs::path pidfile = dir.path() / ("pids-" + mode);
-    SpawnedChild c = spawn_with_socket({owner, mode, pidfile.string()});
+    fs::path pidfile = dir.path() / ("pids-" + mode), tmp = dir.path() / ("tmp-" + mode);
+    fs::create_directories(tmp);
+    SpawnedChild c = spawn_with_socket({owner, mode, pidfile.string()}, {"TMPDIR=" + tmp.string()});
     auto t0 = std::chrono::steady_clock::now();
     while (!fs::exists(pidfile) && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(10ms);
     std::vector<pid_t> workers;
@@ -475,6 +498,10 @@ TEST_F(WorkerTest, WorkersExitWhenTheirOwnerEndsHoweverItEnds) {
       }
       EXPECT_TRUE(ended) << "worker " << w << " outlived its owner (" << mode << ")";
     }
+    // The TMPDIR folders the pool made for its workers went with them.
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(tmp)) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{});
   }
   expect_children_are({});
 }

@@ -189,7 +189,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   return r;
 }
 
-SpawnedChild spawn_with_socket(const std::vector<std::string>& argv) {
+SpawnedChild spawn_with_socket(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     fail(Errc::worker, "socketpair: {}", errno_text(errno));
@@ -203,9 +203,18 @@ SpawnedChild spawn_with_socket(const std::vector<std::string>& argv) {
   posix_spawnattr_setpgroup(&attr.at, 0);
   pid_t pid = -1;
   auto args = c_argv(argv);
+  std::vector<std::string> vars;
+  for (char** e = environ; *e; ++e) {
+    std::string_view v(*e);
+    bool replaced = false;
+    for (const auto& x : env) replaced = replaced || v.substr(0, v.find('=') + 1) == x.substr(0, x.find('=') + 1);
+    if (!replaced) vars.emplace_back(v);
+  }
+  vars.insert(vars.end(), env.begin(), env.end());
+  auto envp = c_argv(vars);
   {
     SpawnGuard guard;
-    int rc = ::posix_spawn(&pid, args[0], &fa.fa, &attr.at, args.data(), environ);
+    int rc = ::posix_spawn(&pid, args[0], &fa.fa, &attr.at, args.data(), envp.data());
     if (rc != 0) fail(Errc::worker, "cannot start worker '{}': {}", argv[0], errno_text(rc));
     register_child_group(pid);
   }

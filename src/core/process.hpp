@@ -68,7 +68,8 @@ struct SpawnedChild {
 // process group of its own (so that whatever it forks can be killed with
 // it). stdin is /dev/null; stdout goes to the parent's stderr, so nothing the
 // child prints can mix into the parent's standard output; stderr is inherited.
-SpawnedChild spawn_with_socket(const std::vector<std::string>& argv);
+// `env` entries (NAME=VALUE) replace or join the parent's environment.
+SpawnedChild spawn_with_socket(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 
 // A descriptor that becomes readable when `pid` ends; -1 when unsupported.
 int open_pidfd(pid_t pid);

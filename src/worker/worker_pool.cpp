@@ -57,7 +57,10 @@ WorkerPool::~WorkerPool() {
 }
 
 void WorkerPool::spawn(Slot& s) {
-  SpawnedChild c = spawn_with_socket({exe_.string(), "--socket-fd", "3"});
+  auto tmp = std::make_unique<TempDir>("kiln-worker");
+  SpawnedChild c = spawn_with_socket({exe_.string(), "--socket-fd", "3", "--tmp-dir", tmp->path().string()},
+                                     {"TMPDIR=" + tmp->path().string()});
+  s.tmp = std::move(tmp);
   s.pid = c.pid;
   s.sock = std::move(c.sock);
   s.pidfd = std::move(c.pidfd);
@@ -84,6 +87,7 @@ void WorkerPool::kill_and_reap(Slot& s, int* status) {
   s.pid = -1;
   s.sock.reset();
   s.pidfd.reset();
+  s.tmp.reset();
 }
 
 void WorkerPool::stop(Slot& s, bool polite) {
@@ -103,6 +107,7 @@ void WorkerPool::stop(Slot& s, bool polite) {
         unregister_child_group(s.pid);
         s.pid = -1;
         s.pidfd.reset();
+        s.tmp.reset();
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -126,6 +131,7 @@ bool WorkerPool::alive(Slot& s) {
   s.pid = -1;
   s.sock.reset();
   s.pidfd.reset();
+  s.tmp.reset();
   return false;
 }
 

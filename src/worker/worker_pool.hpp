@@ -21,11 +21,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/error.hpp"
 
@@ -86,6 +88,9 @@ class WorkerPool {
     pid_t signal_pid = -1;       // what abandon() may signal: set after a spawn, cleared before a reap (pid_m_)
     UniqueFd sock;
     UniqueFd pidfd;
+    // The worker's TMPDIR, made by the pool and removed once the worker is
+    // reaped: the compile folders of a worker killed mid-compile go with it.
+    std::unique_ptr<TempDir> tmp;
     bool busy = false;
   };
   void spawn(Slot& s);
