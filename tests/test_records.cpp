@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/fsutil.hpp"
@@ -311,7 +312,7 @@ TEST_F(RecordTest, RecordsThatDoNotValidateAreMisses) {
     return record_from_text(head + body, key).has_value();
   };
   EXPECT_TRUE(rebuilt("\"when\"", "\"when\""));
-  EXPECT_FALSE(rebuilt("\"schema\": 2", "\"schema\": 1"));
+  EXPECT_FALSE(rebuilt("\"schema\": 3", "\"schema\": 2")) << "a record of the schema before";
   EXPECT_FALSE(rebuilt("\"kiln_version\": \"" KILN_VERSION "\"", "\"kiln_version\": \"9.0.0\""));
   EXPECT_FALSE(rebuilt("\"MODE\": 1", "\"MODE\": 9")) << "not a point of the record's space";
   EXPECT_FALSE(rebuilt(key.semantics, "0123"));
@@ -495,4 +496,67 @@ TEST_F(RecordTest, RankedLibraryChoicesAndTheirDetailRoundTrip) {
   // A malformed rank is not a name kiln reads.
   r.best->library = r.configs.back().config.library = "cublaslt_bf16_nt#x";
   EXPECT_FALSE(record_from_text(record_to_text(r), r.key));
+}
+
+// Configs pruned before compiling are written by their index in the space,
+// grouped by reason, and read back as they were; an index list that names a
+// config twice, leaves the space or is not ascending makes the record a miss.
+TEST_F(RecordTest, PrunedConfigsAreWrittenByIndexAndReadBackWhole) {
+  Runtime rt(opts);
+  KernelSpec s = spec(kSpec);
+  TuneOutcome o = tune(rt, s, 1000);
+  ASSERT_TRUE(o.choice);
+  TuningRecord r = o.record;
+  Param a{"A", {}}, b{"B", {}};
+  for (int64_t v = 1; v <= 40; ++v) a.values.push_back(v);
+  for (int64_t v = 1; v <= 25; ++v) b.values.push_back(v);
+  r.space.params = {a, b};  // 1000 configs
+  r.configs.clear();
+  ConfigResult best;
+  best.config = r.space.at(500);
+  best.binary = std::string(32, 'a');
+  best.ns = 10.0;
+  best.reps = 5;
+  r.configs.push_back(best);
+  r.best = best.config;
+  r.best_ns = 10.0;
+  std::set<size_t> pruned;
+  for (size_t i = 0; i < 1000; ++i) {
+    if (i == 500 || (i % 7 != 0 && i % 3 != 0)) continue;
+    ConfigResult c;
+    c.config = r.space.at(i);
+    c.kind = FailKind::pruned;
+    c.error = i % 7 == 0 ? "pruned: constraint 'A % 7 == 1' is false" : "pruned: the grid is too large";
+    if (i == 21) c.detail = "a pruned config with a detail is written whole";
+    r.configs.push_back(c);
+    pruned.insert(i);
+  }
+  const std::string text = record_to_text(r);
+  EXPECT_LT(text.size(), 8000u) << "pruned configs are not written by index";
+  std::optional<TuningRecord> back = record_from_text(text, r.key);
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->configs.size(), r.configs.size());
+  for (const ConfigResult& c : r.configs) {
+    const ConfigResult* got = back->find(c.config);
+    ASSERT_TRUE(got) << c.config.str();
+    EXPECT_EQ(got->kind, c.kind);
+    EXPECT_EQ(got->error, c.error);
+    EXPECT_EQ(got->detail, c.detail);
+    EXPECT_EQ(got->ns, c.ns);
+  }
+  auto rebuilt = [&](const std::string& from, const std::string& to) {
+    std::string body = text.substr(text.find('\n') + 1);
+    size_t at = body.find(from);
+    if (at == std::string::npos) throw std::runtime_error("no " + from);
+    body.replace(at, from.size(), to);
+    std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
+                                   hash64(body.data(), body.size()), body.size());
+    return record_from_text(head + body, r.key).has_value();
+  };
+  EXPECT_TRUE(rebuilt("\"at\": \"0 ", "\"at\": \"0 "));
+  EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"0 0 ")) << "a config twice";
+  EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"1000 ")) << "outside the space";
+  EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"5-2 ")) << "a range that runs backwards";
+  EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"x ")) << "not a number";
+  EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"99999999999999999999 ")) << "a number past any space";
 }

@@ -99,7 +99,7 @@ struct ConfigResult {
 };
 
 struct TuningRecord {
-  static constexpr int kSchema = 2;
+  static constexpr int kSchema = 3;  // 3: configs pruned before compiling written by index
 
   std::string kernel;
   TuningKey key;

@@ -242,9 +242,70 @@ std::string utc_now() {
   return buf;
 }
 
+namespace {
+
+// A config pruned before compiling, with nothing measured: written as its
+// index in the record's space, grouped by reason (a search space of 12,000
+// configs prunes thousands, and a warm first call reads them all).
+bool written_by_index(const ConfigResult& c) {
+  return c.kind == FailKind::pruned && c.config.library.empty() && c.binary.empty() && !c.ns && c.min_ns == 0 &&
+         c.max_ns == 0 && c.reps == 0 && c.detail.empty();
+}
+
+// Sorted indices as ranges: "0-3 7 9-12".
+std::string ranges_text(const std::vector<size_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ' ';
+    out += std::to_string(v[i]);
+    if (j > i) out += '-' + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// The indices of ranges_text, each below `limit`, ascending and each once;
+// nullopt for anything else.
+std::optional<std::vector<size_t>> ranges_from(std::string_view t, size_t limit) {
+  std::vector<size_t> out;
+  auto number = [&](size_t& pos, size_t& v) {
+    size_t start = pos;
+    v = 0;
+    while (pos < t.size() && t[pos] >= '0' && t[pos] <= '9') {
+      if (v > limit) return false;
+      v = v * 10 + static_cast<size_t>(t[pos++] - '0');
+    }
+    return pos > start && pos - start <= 7;
+  };
+  size_t pos = 0;
+  while (pos < t.size()) {
+    if (!out.empty() && t[pos++] != ' ') return std::nullopt;
+    size_t a = 0, b = 0;
+    if (!number(pos, a)) return std::nullopt;
+    b = a;
+    if (pos < t.size() && t[pos] == '-') {
+      ++pos;
+      if (!number(pos, b) || b <= a) return std::nullopt;
+    }
+    if (b >= limit || (!out.empty() && a <= out.back())) return std::nullopt;
+    for (size_t i = a; i <= b; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string record_to_json(const TuningRecord& r) {
   json configs = json::array();
+  std::map<std::string, std::vector<size_t>> pruned;  // reason -> indices in the space
   for (const auto& c : r.configs) {
+    if (written_by_index(c))
+      if (std::optional<size_t> at = r.space.index_of(c.config)) {
+        pruned[c.error].push_back(*at);
+        continue;
+      }
     configs.push_back({{"params", config_json(c.config)},
                        {"binary", c.binary},
                        {"ns", c.ns ? json(*c.ns) : json(nullptr)},
@@ -286,6 +347,12 @@ std::string record_to_json(const TuningRecord& r) {
             {"timed", r.timed},
             {"peak_device_bytes", r.peak_device_bytes},
             {"configs", configs}};
+  json by_reason = json::array();
+  for (auto& [error, at] : pruned) {
+    std::sort(at.begin(), at.end());
+    by_reason.push_back({{"error", error}, {"at", ranges_text(at)}});
+  }
+  j["pruned"] = by_reason;
   return dump_json(j, 1);
 }
 
@@ -358,6 +425,21 @@ std::optional<TuningRecord> record_from_text(std::string_view text, const Tuning
         return std::nullopt;
       if (cr.kind != FailKind::none && cr.ns) return std::nullopt;
       r.configs.push_back(std::move(cr));
+    }
+    std::vector<bool> seen(r.space.size(), false);
+    for (const auto& group : j.at("pruned")) {
+      std::string error = group.at("error").get<std::string>();
+      auto at = ranges_from(group.at("at").get<std::string>(), r.space.size());
+      if (!at || at->empty()) return std::nullopt;
+      for (size_t i : *at) {
+        if (seen[i]) return std::nullopt;  // each config once
+        seen[i] = true;
+        ConfigResult cr;
+        cr.config = r.space.at(i);
+        cr.kind = FailKind::pruned;
+        cr.error = error;
+        r.configs.push_back(std::move(cr));
+      }
     }
     if (r.best && !r.find(*r.best)) return std::nullopt;
     return r;
