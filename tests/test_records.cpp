@@ -559,4 +559,27 @@ TEST_F(RecordTest, PrunedConfigsAreWrittenByIndexAndReadBackWhole) {
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"5-2 ")) << "a range that runs backwards";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"x ")) << "not a number";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"99999999999999999999 ")) << "a number past any space";
+  {
+    // The group's reason (its last mention: the config with a detail, written whole, comes first).
+    std::string body = text.substr(text.find('\n') + 1);
+    const std::string reason = "pruned: constraint 'A % 7 == 1' is false";
+    body.replace(body.rfind(reason), reason.size(), std::string(2000, 'x'));
+    std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
+                                   hash64(body.data(), body.size()), body.size());
+    EXPECT_FALSE(record_from_text(head + body, r.key))
+        << "a reason that long would be copied into every config of its group";
+  }
+
+  // A config listed twice is written once; a long reason is written whole.
+  TuningRecord twice = r;
+  twice.configs.push_back(twice.configs.back());
+  ConfigResult wordy;
+  wordy.config = r.space.at(1);
+  wordy.kind = FailKind::pruned;
+  wordy.error = std::string(2000, 'w');
+  twice.configs.push_back(wordy);
+  std::optional<TuningRecord> again = record_from_text(record_to_text(twice), r.key);
+  ASSERT_TRUE(again) << "a repeated pruned config made the record unreadable";
+  ASSERT_TRUE(again->find(wordy.config));
+  EXPECT_EQ(again->find(wordy.config)->error, wordy.error);
 }

@@ -247,7 +247,11 @@ namespace {
 // A config pruned before compiling, with nothing measured: written as its
 // index in the record's space, grouped by reason (a search space of 12,000
 // configs prunes thousands, and a warm first call reads them all).
+constexpr size_t kMaxPrunedReason = 1024;
+constexpr size_t kMaxExpandedBytes = size_t{64} << 20;
+
 bool written_by_index(const ConfigResult& c) {
+  if (c.error.size() > kMaxPrunedReason) return false;  // written whole
   return c.kind == FailKind::pruned && c.config.library.empty() && c.binary.empty() && !c.ns && c.min_ns == 0 &&
          c.max_ns == 0 && c.reps == 0 && c.detail.empty();
 }
@@ -300,10 +304,12 @@ std::optional<std::vector<size_t>> ranges_from(std::string_view t, size_t limit)
 std::string record_to_json(const TuningRecord& r) {
   json configs = json::array();
   std::map<std::string, std::vector<size_t>> pruned;  // reason -> indices in the space
+  std::vector<bool> indexed(r.space.size(), false);
   for (const auto& c : r.configs) {
     if (written_by_index(c))
       if (std::optional<size_t> at = r.space.index_of(c.config)) {
-        pruned[c.error].push_back(*at);
+        if (!indexed[*at]) pruned[c.error].push_back(*at);  // each once: the reader refuses a repeat
+        indexed[*at] = true;
         continue;
       }
     configs.push_back({{"params", config_json(c.config)},
@@ -427,10 +433,17 @@ std::optional<TuningRecord> record_from_text(std::string_view text, const Tuning
       r.configs.push_back(std::move(cr));
     }
     std::vector<bool> seen(r.space.size(), false);
+    // What the pruned configs expand to is bounded, whatever the text says:
+    // a short reason, and at most kMaxExpandedBytes of reasons and names.
+    size_t names_bytes = 0, expanded = 0;
+    for (const auto& p : r.space.params) names_bytes += p.name.size() + 16;
     for (const auto& group : j.at("pruned")) {
       std::string error = group.at("error").get<std::string>();
+      if (error.size() > kMaxPrunedReason) return std::nullopt;
       auto at = ranges_from(group.at("at").get<std::string>(), r.space.size());
       if (!at || at->empty()) return std::nullopt;
+      expanded += at->size() * (error.size() + names_bytes);
+      if (expanded > kMaxExpandedBytes) return std::nullopt;
       for (size_t i : *at) {
         if (seen[i]) return std::nullopt;  // each config once
         seen[i] = true;
@@ -532,9 +545,19 @@ void TuningCache::attach_remote(RemoteSettings r) {
 }
 
 void TuningCache::add_artifact_records(const std::vector<std::string>& texts) {
-  std::lock_guard<std::mutex> g(dirs_->m);
-  for (const auto& t : texts)
-    if (auto k = stated_key(t)) dirs_->artifact[slot_of(*k)] = t;
+  size_t other_schema = 0;
+  {
+    std::lock_guard<std::mutex> g(dirs_->m);
+    const std::string head = fmt::format("{} {} ", kMagic, TuningRecord::kSchema);
+    for (const auto& t : texts) {
+      if (t.rfind(head, 0) != 0) ++other_schema;
+      if (auto k = stated_key(t)) dirs_->artifact[slot_of(*k)] = t;
+    }
+  }
+  if (other_schema)
+    log::warn("the packed artifact holds {} tuning records of another record format than this kiln's (schema {}): "
+              "they are not used, and their shapes compile and tune here; pack the artifact again with this kiln",
+              other_schema, TuningRecord::kSchema);
 }
 
 TuningCache::Stats TuningCache::stats() const {

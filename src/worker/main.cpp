@@ -136,7 +136,10 @@ int main(int argc, char** argv) {
       // The TMPDIR its pool made for it: removed when it leaves (the pool
       // removes it too once it has reaped a worker that was killed).
       std::filesystem::path t = argv[++i];
-      if (t.is_absolute() && t.filename().string().rfind("kiln-worker-", 0) == 0) register_temp_dir(t);
+      const char* env = std::getenv("TMPDIR");
+      if (t.is_absolute() && env && t == std::filesystem::path(env) &&
+          t.lexically_normal() == t && t.filename().string().rfind("kiln-worker-", 0) == 0)
+        register_temp_dir(t);
     } else if (std::strcmp(argv[i], "--help") == 0) {
       std::printf("kiln-worker: started by kiln to compile and benchmark kernels in a process of their own.\n"
                   "It is not meant to be run by hand. Usage: kiln-worker --socket-fd N [--tmp-dir PATH]\n");

@@ -57,9 +57,21 @@ WorkerPool::~WorkerPool() {
 }
 
 void WorkerPool::spawn(Slot& s) {
-  auto tmp = std::make_unique<TempDir>("kiln-worker");
-  SpawnedChild c = spawn_with_socket({exe_.string(), "--socket-fd", "3", "--tmp-dir", tmp->path().string()},
-                                     {"TMPDIR=" + tmp->path().string()});
+  std::unique_ptr<TempDir> tmp;
+  try {
+    tmp = std::make_unique<TempDir>("kiln-worker");
+  } catch (const Error& e) {
+    // No folder of its own (a full or read-only /tmp): it runs with the
+    // environment's TMPDIR, as a compile in this process would.
+    log::debug("worker: no temporary folder of its own: {}", e.what());
+  }
+  std::vector<std::string> argv{exe_.string(), "--socket-fd", "3"}, env;
+  if (tmp) {
+    const std::string dir = fs::absolute(tmp->path()).string();
+    argv.insert(argv.end(), {"--tmp-dir", dir});
+    env.push_back("TMPDIR=" + dir);
+  }
+  SpawnedChild c = spawn_with_socket(argv, env);
   s.tmp = std::move(tmp);
   s.pid = c.pid;
   s.sock = std::move(c.sock);
