@@ -161,6 +161,9 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   for (const TuningRecord& r : cache->journaled()) {
     art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
     ++records;
+    if (r.noisy)
+      std::fprintf(stderr, "%s at %s: timed on a busy machine, packed as it is (`kiln tune` re-measures it)\n",
+                   r.kernel.c_str(), r.key.values_text().c_str());
     auto it = specs.find(r.kernel);
     if (it == specs.end() || !r.best) continue;  // a multi-kernel's own record: it names variants, not binaries
     std::vector<Config> want{*r.best};
