@@ -52,14 +52,18 @@ struct ArtifactTest : ::testing::Test {
     test::write(dir.path() / "src" / "scale.h", "#define SCALE 2.0f\n");
     test::write(dir.path() / "src" / "twice.cpp", kSource);
     test::write(dir.path() / "src" / "k.toml", kSpec);
-    // Packed by the tool, in a process of its own, from its own cache.
-    ProcessResult r = run_process(
-        {"bash", "-c",
-         fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 {} -q pack {} --hints -o {} --unpacked {}",
-                     (dir.path() / "packer").string(), test::kiln_exe(), (dir.path() / "src" / "k.toml").string(),
-                     packed.string(), (dir.path() / "unpacked").string())},
-        120);
+    ProcessResult r = pack("packer", "", "-q", "-o " + packed.string() + " --unpacked " + (dir.path() / "unpacked").string());
     ASSERT_TRUE(r.ok()) << r.describe() << "\n" << r.output;
+  }
+  // Packed by the tool, in a process of its own, from its own cache (named
+  // `cache` in the test's folder), at the spec's hints; stderr into output.
+  ProcessResult pack(const std::string& cache, const std::string& env, const std::string& flags,
+                     const std::string& out) {
+    return run_process({"bash", "-c",
+                        fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 {} {} {} pack {} --hints {} 2>&1",
+                                    (dir.path() / cache).string(), env, test::kiln_exe(), flags,
+                                    (dir.path() / "src" / "k.toml").string(), out)},
+                       120);
   }
   Options fresh(const std::string& name) {
     Options o = test::options_in(dir.path() / name);
@@ -110,12 +114,7 @@ TEST_F(ArtifactTest, APackedShapeCompilesAndTunesNothing) {
 // however strict its own noise bound.
 TEST_F(ArtifactTest, ANoisyPackedRecordIsNotReMeasuredByTheApplication) {
   const fs::path noisy = dir.path() / "noisy.kiln";
-  ProcessResult r = run_process(
-      {"bash", "-c",
-       fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 KILN_NOISE_BOUND=0 {} pack {} --hints -o {} 2>&1",
-                   (dir.path() / "packer-noisy").string(), test::kiln_exe(), (dir.path() / "src" / "k.toml").string(),
-                   noisy.string())},
-      120);
+  ProcessResult r = pack("packer-noisy", "KILN_NOISE_BOUND=0", "", "-o " + noisy.string());
   ASSERT_TRUE(r.ok()) << r.describe() << "\n" << r.output;
   ASSERT_NE(r.output.find("timed on a busy machine, packed as it is"), std::string::npos) << r.output;
   Options o = fresh("run-noisy");

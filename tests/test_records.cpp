@@ -48,6 +48,20 @@ struct RecordTest : ::testing::Test {
   }
 };
 
+// A record's text with one edit to its body (the first mention of `from`,
+// or the last), its header's checksum and length made to fit: it reads back
+// only if what the edit made still validates.
+bool reads_after_edit(const std::string& text, const TuningKey& key, const std::string& from, const std::string& to,
+                      bool last = false) {
+  std::string body = text.substr(text.find('\n') + 1);
+  size_t at = last ? body.rfind(from) : body.find(from);
+  if (at == std::string::npos) throw std::runtime_error("no " + from);
+  body.replace(at, from.size(), to);
+  std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
+                                 hash64(body.data(), body.size()), body.size());
+  return record_from_text(head + body, key).has_value();
+}
+
 }  // namespace
 
 // Every field that can change which config wins, or whether one is valid,
@@ -302,15 +316,7 @@ TEST_F(RecordTest, RecordsThatDoNotValidateAreMisses) {
   EXPECT_FALSE(tampered("\"MODE\": 1", "\"MODE\": 2")) << "an edit the checksum must catch";
   EXPECT_FALSE(record_from_text(text.substr(0, text.size() / 2), key));
   // A consistent record (checksum recomputed) that does not validate.
-  auto rebuilt = [&](const std::string& from, const std::string& to) {
-    std::string body = text.substr(text.find('\n') + 1);
-    size_t at = body.find(from);
-    if (at == std::string::npos) throw std::runtime_error("no " + from);
-    body.replace(at, from.size(), to);
-    std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
-                                   hash64(body.data(), body.size()), body.size());
-    return record_from_text(head + body, key).has_value();
-  };
+  auto rebuilt = [&](const std::string& from, const std::string& to) { return reads_after_edit(text, key, from, to); };
   EXPECT_TRUE(rebuilt("\"when\"", "\"when\""));
   EXPECT_FALSE(rebuilt("\"schema\": 3", "\"schema\": 2")) << "a record of the schema before";
   EXPECT_FALSE(rebuilt("\"kiln_version\": \"" KILN_VERSION "\"", "\"kiln_version\": \"9.0.0\""));
@@ -544,31 +550,16 @@ TEST_F(RecordTest, PrunedConfigsAreWrittenByIndexAndReadBackWhole) {
     EXPECT_EQ(got->detail, c.detail);
     EXPECT_EQ(got->ns, c.ns);
   }
-  auto rebuilt = [&](const std::string& from, const std::string& to) {
-    std::string body = text.substr(text.find('\n') + 1);
-    size_t at = body.find(from);
-    if (at == std::string::npos) throw std::runtime_error("no " + from);
-    body.replace(at, from.size(), to);
-    std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
-                                   hash64(body.data(), body.size()), body.size());
-    return record_from_text(head + body, r.key).has_value();
-  };
+  auto rebuilt = [&](const std::string& from, const std::string& to) { return reads_after_edit(text, r.key, from, to); };
   EXPECT_TRUE(rebuilt("\"at\": \"0 ", "\"at\": \"0 "));
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"0 0 ")) << "a config twice";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"1000 ")) << "outside the space";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"5-2 ")) << "a range that runs backwards";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"x ")) << "not a number";
   EXPECT_FALSE(rebuilt("\"at\": \"0 ", "\"at\": \"99999999999999999999 ")) << "a number past any space";
-  {
-    // The group's reason (its last mention: the config with a detail, written whole, comes first).
-    std::string body = text.substr(text.find('\n') + 1);
-    const std::string reason = "pruned: constraint 'A % 7 == 1' is false";
-    body.replace(body.rfind(reason), reason.size(), std::string(2000, 'x'));
-    std::string head = fmt::format("kiln-tuning-record {} {:016x} {}\n", TuningRecord::kSchema,
-                                   hash64(body.data(), body.size()), body.size());
-    EXPECT_FALSE(record_from_text(head + body, r.key))
-        << "a reason that long would be copied into every config of its group";
-  }
+  // The group's reason (its last mention: the config with a detail, written whole, comes first).
+  EXPECT_FALSE(reads_after_edit(text, r.key, "pruned: constraint 'A % 7 == 1' is false", std::string(2000, 'x'), true))
+      << "a reason that long would be copied into every config of its group";
 
   // A config listed twice is written once; a long reason is written whole.
   TuningRecord twice = r;
