@@ -14,6 +14,7 @@ rank() {  # the layer of a source file or an included header
     src/worker/*|worker/*) echo 2 ;;
     src/compile/*|compile/*|kiln/ext/binary_key.hpp|include/kiln/ext/binary_key.hpp) echo 3 ;;
     src/tune/*|tune/*|kiln/ext/tuner.hpp|kiln/tuning.hpp|include/kiln/ext/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;
+    kiln/ext/call_view.hpp|include/kiln/ext/call_view.hpp) echo 4 ;;
     kiln/plan.hpp|include/kiln/plan.hpp) echo 4 ;;
     src/dispatch/*|dispatch/*|kiln/kernel.hpp|kiln/multi_kernel.hpp|kiln/runtime.hpp|kiln/artifact.hpp) echo 5 ;;
     include/kiln/kernel.hpp|include/kiln/multi_kernel.hpp|include/kiln/runtime.hpp|include/kiln/artifact.hpp) echo 5 ;;

@@ -3,6 +3,10 @@
 #include <algorithm>
 
 #include "core/format.hpp"
+#include "kiln/ext/call_view.hpp"
+#include "kiln/ext/tuner.hpp"
+#include "kiln/hash.hpp"
+#include "tune/record_io.hpp"
 #include "tune/surrogate.hpp"
 
 #include <cmath>
@@ -269,6 +273,35 @@ class Budgeted final : public SearchStrategy {
 
 std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled) {
   return std::make_unique<Budgeted>(start, seed, until_settled);
+}
+
+std::unique_ptr<SearchStrategy> make_search(SearchKind kind, bool settle, const CallView& call,
+                                            const std::vector<std::string>& pruned, TuningCache* cache) {
+  const KernelSpec& spec = call.spec;
+  std::optional<size_t> start;
+  if (spec.tuning.default_config) start = spec.space.index_of(*spec.tuning.default_config);
+  if (kind == SearchKind::exhaustive) return make_exhaustive_search();
+  if (kind == SearchKind::budgeted)
+    return make_budgeted_search(start, hash64(call.key.values_hex().data(), call.key.values_hex().size()), settle);
+  std::string why = start ? "the spec's default" : "";
+  if ((!start || !pruned[*start].empty()) && cache) {
+    start.reset();
+    why.clear();
+    double best_d = INFINITY;
+    for (const auto& r : cache->all(call.key)) {
+      if (r.key.values == call.key.values) continue;
+      auto c = Tuner::choose(r, spec, call.slot_data(), call.limits);
+      if (!c) continue;
+      double d = log2_distance(r.key.values, call.key.values);
+      auto idx = spec.space.index_of(*c);
+      if (idx && pruned[*idx].empty() && d < best_d) {
+        best_d = d;
+        start = idx;
+        why = "the best of the nearest cached key, " + r.key.values_text();
+      }
+    }
+  }
+  return make_coordesc_search(start, why);
 }
 
 }  // namespace kiln

@@ -17,6 +17,9 @@
 
 namespace kiln {
 
+struct CallView;
+class TuningCache;
+
 // What a strategy sees.
 struct SearchState {
   const ConfigSpace& space;
@@ -59,5 +62,14 @@ std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start
 // in a row have not improved the best by 1%. Without XGBoost the rounds are
 // random draws (its start() says so).
 std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled);
+
+// The strategy of one tuning of `call`. `pruned`: per candidate, why it
+// cannot run the call ("" when it can). A budgeted search starts from the
+// spec's default config; coordinate descent from the spec's default config,
+// else (absent, or it cannot run the call) from the choice of the nearest
+// cached key (L1 over log2 of the key values) that can. `settle`: a
+// budgeted search stops once it settles.
+std::unique_ptr<SearchStrategy> make_search(SearchKind kind, bool settle, const CallView& call,
+                                            const std::vector<std::string>& pruned, TuningCache* cache);
 
 }  // namespace kiln

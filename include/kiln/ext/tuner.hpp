@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/call_view.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
@@ -83,7 +84,7 @@ struct SafeChoice {
   std::string how;
   // Checked already: a library choice (what tunings trust), or a config that
   // ran and agreed at a nearby key. Others are run once in a worker before
-  // their result is given (Runtime::try_config).
+  // their result is given (try_config, dispatch/first_call.hpp).
   bool proven = false;
 };
 // The safe choices for a call, best first (docs/dispatch.md): the choices of
@@ -99,6 +100,8 @@ struct SafeChoice {
 // `libraries` false (TuneOptions::libraries), no library choice is listed.
 std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,
                                      const TuningCache* cache, bool libraries = true);
+std::vector<SafeChoice> safe_choices(const CallView& call, Backend& backend, const TuningCache* cache,
+                                     bool libraries = true);
 
 class Tuner {
  public:
@@ -119,6 +122,8 @@ class Tuner {
   // twice, a disk error): such faults are not the configs', and nothing is
   // stored.
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o);
+  // The same for a call decoded already (its view's spec is the one tuned).
+  TuneOutcome tune(const CallView& call, const TuneOptions& o);
 
   // Why `config` cannot run a call whose integer scalars are `slots` (a
   // constraint is false, the grid is empty, the launch exceeds `limits`),
