@@ -144,11 +144,6 @@ class Kernel : public detail::TypedCall<Kernel> {
 
  private:
   const Choice* decide(void* const* params, const int64_t* key, Stream stream);
-  const Choice* first_call(void* const* params, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
-  // Tunes the call's shape on a thread of the runtime's, on a copy of the
-  // call's arguments, while `running` answers its calls; the winner replaces it.
-  void tune_behind(void* const* params, const std::vector<int64_t>& shape_key, Stream stream, const Choice* running,
-                   const std::string& why);
   struct Impl;
   std::shared_ptr<Impl> impl_;  // shared with its background tunings
 };

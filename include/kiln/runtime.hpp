@@ -54,26 +54,10 @@ class Runtime {
   // serving mode (Options::serving) nothing is benchmarked: the cached
   // choice, else the nearest tuned key's, else the spec's default.
   TuneOutcome tune(const KernelSpec& spec, void* const* params, const TuneOptions& o = {});
+  // The same for a call decoded already.
+  TuneOutcome tune(const CallView& call, const TuneOptions& o = {});
   // The benchmarker of a backend (in a worker, or in-process with KILN_TUNE_IN_PROCESS).
   Benchmarker& benchmarker(const std::string& backend);
-
-  // Runs `config` once on a call's arguments (read, never written), in a
-  // worker unless KILN_TUNE_IN_PROCESS=1, as a tuning's checking run does:
-  // "" when it ran cleanly, wrote every output and no input; else why not.
-  // How a safe choice that nothing has checked yet is checked before it
-  // runs on the caller's buffers. Throws Error(Errc::compile) when it does
-  // not compile, and for faults that are not the config's.
-  // `outputs`, when given, receives what each argument holds after the run
-  // (empty for inputs and scalars), for comparing two configs where there
-  // is no reference.
-  // `checked`, when given, says whether the outputs were compared with a
-  // reference (false where there is none, or it did not run).
-  std::string try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
-                         std::vector<std::vector<std::byte>>* outputs = nullptr, bool* checked = nullptr);
-  // What try_config compares `config` with for this call: the spec's
-  // reference config where it can run the call, else its first library
-  // choice available here; nullopt when there is neither.
-  std::optional<Config> reference_for(const KernelSpec& spec, const Config& config, void* const* params);
 
   // Background tunings (KILN_FIRST_CALL=swap): handles queue them; they run
   // one at a time, in order, on a thread of the runtime's, so their timings
@@ -103,7 +87,7 @@ class Runtime {
   std::set<std::string> missed_;  // keys a serving miss was logged for (under m_)
   std::string cache_off_;          // why the cache folder is not used, when it cannot be written (under m_)
   void without_cache(const std::string& why);
-  TuneOutcome serve(const KernelSpec& spec, void* const* params, bool libraries);
+  TuneOutcome serve(const CallView& call, bool libraries);
 
  public:
   // Counts a call answered with no tuned choice of its own (serving mode, or

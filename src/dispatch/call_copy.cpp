@@ -8,9 +8,18 @@
 namespace kiln {
 
 CallCopy::CallCopy(const KernelSpec& spec, void* const* params, Device& dev, Stream stream) : dev_(dev) {
-  const size_t n = spec.args.size();
-  std::vector<int64_t> slots(n, 0);
+  std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
+  init(spec, params, slots.data(), stream);
+}
+
+CallCopy::CallCopy(const CallView& call, Device& dev, Stream stream) : dev_(dev) {
+  init(call.spec, call.params, call.slot_data(), stream);
+}
+
+void CallCopy::init(const KernelSpec& spec, void* const* params, const int64_t* slots, Stream stream) {
+  Device& dev = dev_;
+  const size_t n = spec.args.size();
   ptrs_.assign(n, nullptr);
   scalars_.assign(n, 0);
   params_.assign(n, nullptr);
@@ -26,7 +35,7 @@ CallCopy::CallCopy(const KernelSpec& spec, void* const* params, Device& dev, Str
       for (size_t j = 0; j < i && !ptrs_[i]; ++j)
         if (spec.args[j].pointer && *static_cast<void* const*>(params[j]) == orig) ptrs_[i] = ptrs_[j];
       if (!ptrs_[i]) {
-        const int64_t count = compile_expr(spec, a.size, nullptr).eval(slots.data());
+        const int64_t count = compile_expr(spec, a.size, nullptr).eval(slots);
         const size_t bytes = buffer_bytes(a.dtype, count, fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
         const size_t offset = reinterpret_cast<uintptr_t>(orig) % 256;
         std::byte* base = static_cast<std::byte*>(dev.alloc(bytes + 256));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/call_view.hpp"
 
 namespace kiln {
 
@@ -17,6 +18,8 @@ class CallCopy {
  public:
   // Throws what the device throws (Error(Errc::io) when memory runs out).
   CallCopy(const KernelSpec& spec, void* const* params, Device& dev, Stream stream);
+  // The same for a call decoded already.
+  CallCopy(const CallView& call, Device& dev, Stream stream);
   ~CallCopy();
   CallCopy(const CallCopy&) = delete;
   CallCopy& operator=(const CallCopy&) = delete;
@@ -24,6 +27,7 @@ class CallCopy {
   void* const* params() const { return params_.data(); }
 
  private:
+  void init(const KernelSpec& spec, void* const* params, const int64_t* slots, Stream stream);
   Device& dev_;
   std::vector<void*> allocs_;     // what to free
   std::vector<void*> ptrs_;       // per argument: the copy's address (buffers)

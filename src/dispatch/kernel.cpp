@@ -32,9 +32,7 @@ struct Kernel::Impl {
   std::vector<std::unique_ptr<Choice>> choices;  // one per (config, source): bounded by the space
   std::vector<BinaryFuture> background;
   bool started = false;
-  // Shape keys tuning in the background (KILN_FIRST_CALL=swap), with the
-  // safe choice their calls run meanwhile; under memo.mutex().
-  std::map<std::vector<int64_t>, const Choice*> pending;
+  Swaps<Choice> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
 
   // `asked`: prepare() was called, so compile even with background compiling off.
   void start_background(bool asked) {
@@ -66,10 +64,16 @@ struct Kernel::Impl {
     choices.push_back(std::move(x));
     return choices.back().get();
   }
+
+  const Choice* first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
+  void tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, const Choice* running,
+                   const std::string& why);
+  std::weak_ptr<Impl> self;  // what a background tuning keeps alive
 };
 
 Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
+  impl_->self = impl_;
   impl_->start_background(false);
 }
 
@@ -120,27 +124,28 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   const Choice* found;
   if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
   std::vector<int64_t> shape_key(key, key + m.shape.key_size());
-  if (auto it = m.pending.find(shape_key); it != m.pending.end()) {
-    m.memo.insert(key, it->second);  // evicted while its tuning runs: the safe choice again
-    return it->second;
+  if (const Choice* safe = m.swaps.running(shape_key)) {
+    m.memo.insert(key, safe);  // evicted while its tuning runs: the safe choice again
+    return safe;
   }
+  const CallView call(m.spec, m.rt.backend(m.spec.backend), params);
   TuneOptions to = m.tune;
   to.stream = stream;
   // A record (local, artifact, remote) answers with no need of the whole
   // space compiled: only the chosen config is compiled, ahead of the rest.
   to.cached_only = true;
-  TuneOutcome o = m.rt.tune(m.spec, params, to);
-  const FirstCall mode = m.rt.options().serving ? FirstCall::wait : m.rt.options().first_call;
+  TuneOutcome o = m.rt.tune(call, to);
+  const FirstCall mode = first_call_mode(m.rt);
   // A record that answered without a choice (no config survived, or the
   // reference disagreed with all) is the answer: no safe choice overrides it.
   if (!o.choice && !o.from_cache && mode != FirstCall::wait) {
-    if (const Choice* c = first_call(params, shape_key, stream, mode)) {
+    if (const Choice* c = m.first_call(call, shape_key, stream, mode)) {
       m.memo.insert(key, c);
       return c;
     }
     if (mode == FirstCall::serve)
       fail(Errc::tune, "kernel '{}' at {}: KILN_FIRST_CALL=serve, and no config can run this call without tuning",
-           m.spec.name, o.record.key.values_text());
+           m.spec.name, call.key.values_text());
   }
   if (!o.choice) {
     // Tuning: wait for what the background compile has left (none was started with it off).
@@ -151,103 +156,76 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
     }
     for (const auto& f : fs) f.wait();
     to.cached_only = false;
-    o = m.rt.tune(m.spec, params, to);
+    o = m.rt.tune(call, to);
   }
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
   const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
-  log::info("kernel '{}' at {}: {} ({})", m.spec.name, o.record.key.values_text(), c->config.str(), c->source);
+  log::info("kernel '{}' at {}: {} ({})", m.spec.name, call.key.values_text(), c->config.str(), c->source);
   m.memo.insert(key, c);
   // A record timed on a busy machine answers now and is re-measured behind
   // the calls; the re-measured choice replaces it if its timings are quieter.
   // A packed artifact's record is what the application ships with: it is
   // not re-measured (kiln pack re-measured it, and said so if it stayed noisy).
   if (o.from_cache && o.record.noisy && !o.record.from_artifact && mode == FirstCall::swap)
-    tune_behind(params, shape_key, stream, c, "its record was timed on a busy machine: re-measuring it");
+    m.tune_behind(call, shape_key, stream, c, "its record was timed on a busy machine: re-measuring it");
   return c;
 }
 
 // A shape with no record, under KILN_FIRST_CALL=swap or serve: the first
 // safe choice that compiles, loads and (unless proven) runs cleanly in a
-// worker runs now; with swap, the shape is tuned behind it on a copy of the
-// call's arguments and the winner replaces it in the memo. nullptr when no
+// worker runs now; with swap, the shape is tuned behind it. nullptr when no
 // safe choice can run the call (the caller then tunes it as with wait).
 // Holds memo.mutex().
-const Choice* Kernel::first_call(void* const* params, const std::vector<int64_t>& shape_key, Stream stream,
-                                 FirstCall mode) {
-  Impl& m = *impl_;
-  Backend& be = m.rt.backend(m.spec.backend);
+const Choice* Kernel::Impl::first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream,
+                                       FirstCall mode) {
   std::string failures;
-  std::optional<SafeChoice> safe =
-      first_safe_choice(m.rt, m.spec, params, stream, m.tune.libraries,
-                        [&](const Config& cfg) -> const LoadedKernel& { return *m.choice_for(cfg, "safe")->kernel; },
-                        &failures);
+  std::optional<SafeChoice> safe = first_safe_choice(
+      rt, call, stream, tune.libraries,
+      [&](const Config& cfg) -> const LoadedKernel& { return *choice_for(cfg, "safe")->kernel; }, &failures);
   if (!safe) {
-    log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", m.spec.name,
+    log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", spec.name,
               failures);
     return nullptr;
   }
-  const Choice* c = m.choice_for(safe->config, "safe");
-  const std::string how = safe->how;
-  TuningKey tkey = make_tuning_key(m.spec, be, params);
-  if (mode == FirstCall::serve) {
-    m.rt.note_miss(m.spec, tkey, c->config.str(), how);
-    return c;
-  }
-  tune_behind(params, shape_key, stream, c, how);
+  const Choice* c = choice_for(safe->config, "safe");
+  if (mode == FirstCall::serve) rt.note_miss(spec, call.key, c->config.str(), safe->how);
+  else tune_behind(call, shape_key, stream, c, safe->how);
   return c;
 }
 
-// Holds memo.mutex().
-void Kernel::tune_behind(void* const* params, const std::vector<int64_t>& shape_key, Stream stream,
-                         const Choice* running, const std::string& why) {
-  Impl& m = *impl_;
-  Backend& be = m.rt.backend(m.spec.backend);
-  TuningKey tkey = make_tuning_key(m.spec, be, params);
-  log::info("kernel '{}' at {}: {} ({}) runs while the shape is tuned in the background", m.spec.name,
-            tkey.values_text(), running->config.str(), why);
-  auto copy = std::make_shared<CallCopy>(m.spec, params, be.device(), stream);
-  m.pending[shape_key] = running;
-  std::shared_ptr<Impl> self = impl_;
+// Tunes the call's shape on the runtime's background thread, on a copy of
+// the call's arguments, while `running` answers its calls; the winner
+// replaces it (Swaps). Holds memo.mutex().
+void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream,
+                               const Choice* running, const std::string& why) {
+  const std::string at = call.key.values_text();
+  log::info("kernel '{}' at {}: {} ({}) runs while the shape is tuned in the background", spec.name, at,
+            running->config.str(), why);
+  auto copy = std::make_shared<CallCopy>(call, rt.backend(spec.backend).device(), stream);
   const Config safe_config = running->config;
-  m.rt.run_in_background(
-      fmt::format("kernel '{}' at {}", m.spec.name, tkey.values_text()),
-      [self, copy, shape_key, safe_config](const std::atomic<bool>& stop) mutable {
-        Impl& m = *self;
-        auto forget = [&] {
-          std::lock_guard<std::mutex> g(m.memo.mutex());
-          m.pending.erase(shape_key);
-        };
-        TuneOutcome o;
-        try {
-          TuneOptions to = m.tune;
-          to.stream = nullptr;
-          to.show_progress = false;
-          to.remeasure_noisy = true;  // a noisy record answered meanwhile is re-measured here
-          to.cancel = &stop;
-          o = m.rt.tune(m.spec, copy->params(), to);
-        } catch (...) {
-          forget();  // the safe choice stays; a later process tunes the shape
-          throw;
-        }
-        copy.reset();
-        if (const ConfigResult* r = o.record.find(safe_config); r && !r->ok() && r->kind != FailKind::pruned)
-          log::warn("kernel '{}' at {}: the calls before the swap ran {}, which the tuning found {}: {}", m.spec.name,
-                    o.record.key.values_text(), safe_config.str(), fail_kind_name(r->kind), r->error);
-        if (!o.choice) {
-          log::warn("kernel '{}' at {}: the background tuning chose nothing; the safe choice {} stays: {}",
-                    m.spec.name, o.record.key.values_text(), safe_config.str(), o.record.all_failed_message());
-          forget();
-          return;
-        }
-        const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
-        {
-          std::lock_guard<std::mutex> g(m.memo.mutex());
-          m.memo.insert(shape_key.data(), c);
-          m.pending.erase(shape_key);
-        }
-        log::info("kernel '{}' at {}: tuned in the background: {} replaces {}", m.spec.name,
-                  o.record.key.values_text(), c->config.str(), safe_config.str());
-      });
+  swaps.start(rt, memo, self.lock(), shape_key, running, fmt::format("kernel '{}' at {}", spec.name, at),
+              [this, copy, call = call.on(copy->params()), safe_config, at](const std::atomic<bool>& stop) mutable
+              -> const Choice* {
+                TuneOptions to = tune;
+                to.stream = nullptr;
+                to.show_progress = false;
+                to.remeasure_noisy = true;  // a noisy record answered meanwhile is re-measured here
+                to.cancel = &stop;
+                TuneOutcome o = rt.tune(call, to);
+                copy.reset();
+                if (const ConfigResult* r = o.record.find(safe_config); r && !r->ok() && r->kind != FailKind::pruned)
+                  log::warn("kernel '{}' at {}: the calls before the swap ran {}, which the tuning found {}: {}",
+                            spec.name, at, safe_config.str(), fail_kind_name(r->kind), r->error);
+                if (!o.choice) {
+                  log::warn("kernel '{}' at {}: the background tuning chose nothing; the safe choice {} stays: {}",
+                            spec.name, at, safe_config.str(), o.record.all_failed_message());
+                  return nullptr;
+                }
+                const Choice* c = choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
+                log::info("kernel '{}' at {}: tuned in the background: {} replaces {}", spec.name, at,
+                          c->config.str(), safe_config.str());
+                return c;
+              });
 }
 
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }

@@ -148,8 +148,40 @@ struct MultiKernel::Impl {
   std::mutex m;                          // guards chosen
   std::vector<std::unique_ptr<Chosen>> chosen;  // one per (variant, config, source)
   std::weak_ptr<Impl> self;                     // what a background tuning holds
-  // Shape keys tuning in the background, with what their calls run meanwhile; under memo.mutex().
-  std::map<std::vector<int64_t>, const Chosen*> pending;
+  Swaps<Chosen> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
+
+  // The scratch buffers of one call, on the device, for deciding (the call
+  // path uses per-thread scratch); freed with it.
+  struct Scratch {
+    Scratch(const Impl& m, void* const* params) : dev(m.rt.backend(m.spec.backend).device()) {
+      int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+      m.shape.read(params, slots, unused);
+      try {
+        for (size_t k = 0; k < m.spec.scratch.size(); ++k) {
+          const int64_t n = m.scratch_sizes[k].eval(slots);
+          ptrs.push_back(
+              dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m.spec.scratch[k].dtype) + 64));
+        }
+      } catch (...) {
+        for (void* x : ptrs) dev.free(x);
+        throw;
+      }
+    }
+    ~Scratch() {
+      for (void* x : ptrs) dev.free(x);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    Device& dev;
+    std::vector<void*> ptrs;
+  };
+
+  // Variant v's params array for a call with our `params`, its scratch in `scratch`.
+  std::vector<void*> variant_params(size_t v, void* const* params, Scratch& scratch) const {
+    std::vector<void*> out(maps[v].size());
+    map_params(v, params, scratch.ptrs.data(), out.data());
+    return out;
+  }
 
   // The variant's params array from ours; scratch from `scratch_ptrs`.
   void map_params(size_t v, void* const* params, void** scratch_ptrs, void** out) const {
@@ -185,32 +217,14 @@ struct MultiKernel::Impl {
     std::lock_guard<std::mutex> g(memo.mutex());
     const Chosen* found;
     if (memo.find(key, &found)) return found;
-    int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
-    shape.read(params, slots, unused);
-    // Scratch for deciding (the call path uses per-thread scratch), on the device.
-    Device& dev = rt.backend(spec.backend).device();
-    std::vector<void*> scratch_ptrs;
-    struct Free {
-      Device& d;
-      std::vector<void*>& p;
-      ~Free() {
-        for (void* x : p) d.free(x);
-      }
-    } free_scratch{dev, scratch_ptrs};
-    for (size_t k = 0; k < spec.scratch.size(); ++k) {
-      int64_t n = scratch_sizes[k].eval(slots);
-      scratch_ptrs.push_back(dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(spec.scratch[k].dtype) + 64));
-    }
-    auto vparams = [&](size_t v) {
-      std::vector<void*> out(maps[v].size());
-      map_params(v, params, scratch_ptrs.data(), out.data());
-      return out;
-    };
+    Scratch scratch(*this, params);
+    auto vparams = [&](size_t v) { return variant_params(v, params, scratch); };
     TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend), params);
 
     size_t variant = 0;
     std::string source;
     std::optional<TuningRecord> rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey) : std::nullopt;
+    const FirstCall mode = first_call_mode(rt);
     if (forced) {
       variant = *forced;
       source = "forced";
@@ -220,19 +234,16 @@ struct MultiKernel::Impl {
       variant = static_cast<size_t>(*rec->best->get("VARIANT"));
       source = "cache";
       rt.tuning_cache()->note_used(*rec);
-    } else if (const FirstCall mode = rt.options().serving ? FirstCall::wait : rt.options().first_call;
-               mode != FirstCall::wait) {
-      if (const Chosen* c = first_call(params, key, stream, tkey, mode, vparams)) {
-        memo.insert(key, c);
-        return c;
-      }
-      if (mode == FirstCall::serve)
-        fail(Errc::tune, "multi-kernel '{}' at {}: KILN_FIRST_CALL=serve, and no variant can run this call "
-             "without tuning", spec.name, tkey.values_text());
-      TuningRecord fresh = benchmark(tkey, vparams, stream);
-      variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
-      source = "benchmarked";
     } else {
+      if (mode != FirstCall::wait) {
+        if (const Chosen* c = first_call(params, key, stream, tkey, mode, vparams)) {
+          memo.insert(key, c);
+          return c;
+        }
+        if (mode == FirstCall::serve)
+          fail(Errc::tune, "multi-kernel '{}' at {}: KILN_FIRST_CALL=serve, and no variant can run this call "
+               "without tuning", spec.name, tkey.values_text());
+      }
       TuningRecord fresh = benchmark(tkey, vparams, stream);
       variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
       source = "benchmarked";
@@ -252,42 +263,48 @@ struct MultiKernel::Impl {
     return c;
   }
 
-  // A shape with no record under KILN_FIRST_CALL=swap or serve: the first
-  // variant with a choice that can run the call now (its record's, else its
-  // first safe choice); with swap, the variants are tuned and benchmarked
-  // behind it on a copy of the call's arguments, and the winner replaces it.
-  // nullptr when no variant can run the call untuned. Holds memo.mutex().
+  // The first variant with a choice that can run the call now: its record's,
+  // else its first safe choice. nullptr when none can.
   template <class VParams>
-  const Chosen* first_call(void* const* params, const int64_t* key, Stream stream, const TuningKey& tkey,
-                           FirstCall mode, VParams&& vparams) {
-    std::vector<int64_t> shape_key(key, key + shape.key_size());
-    if (auto it = pending.find(shape_key); it != pending.end()) return it->second;
-    const Chosen* c = nullptr;
-    std::string failures, how;
-    for (size_t vi = 0; vi < spec.variants.size() && !c; ++vi) {
+  const Chosen* safe_variant(Stream stream, VParams&& vparams, std::string* how, std::string* failures) {
+    for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
       const VariantSpec& v = spec.variants[vi];
       std::vector<void*> vp = vparams(vi);
+      const CallView call(v.kernel, rt.backend(spec.backend), vp.data());
       TuneOptions to = tune;
       to.stream = stream;
       to.cached_only = true;
-      TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
+      TuneOutcome o = rt.tune(call, to);
       if (o.choice) {
-        c = chosen_for(vi, *o.choice, "safe");
-        how = "the variant's own record";
-        break;
+        *how = "the variant's own record";
+        return chosen_for(vi, *o.choice, "safe");
       }
       if (o.from_cache) continue;  // its record says nothing of it runs
       std::string f;
       std::optional<SafeChoice> s = first_safe_choice(
-          rt, v.kernel, vp.data(), stream, tune.libraries,
+          rt, call, stream, tune.libraries,
           [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, "safe")->kernel; }, &f);
       if (s) {
-        c = chosen_for(vi, s->config, "safe");
-        how = s->how;
-      } else {
-        failures += fmt::format("\n variant {} ('{}'):{}", vi, v.kernel.name, f);
+        *how = s->how;
+        return chosen_for(vi, s->config, "safe");
       }
+      *failures += fmt::format("\n variant {} ('{}'):{}", vi, v.kernel.name, f);
     }
+    return nullptr;
+  }
+
+  // A shape with no record under KILN_FIRST_CALL=swap or serve: the first
+  // variant that can run the call now (safe_variant); with swap, the
+  // variants are tuned and benchmarked behind it on a copy of the call's
+  // arguments, and the winner replaces it (Swaps). nullptr when no variant
+  // can run the call untuned. Holds memo.mutex().
+  template <class VParams>
+  const Chosen* first_call(void* const* params, const int64_t* key, Stream stream, const TuningKey& tkey,
+                           FirstCall mode, VParams&& vparams) {
+    std::vector<int64_t> shape_key(key, key + shape.key_size());
+    if (const Chosen* running = swaps.running(shape_key)) return running;
+    std::string failures, how;
+    const Chosen* c = safe_variant(stream, vparams, &how, &failures);
     if (!c) {
       log::info("multi-kernel '{}': no variant can run this call untuned; it is tuned before it returns:{}",
                 spec.name, failures);
@@ -299,60 +316,23 @@ struct MultiKernel::Impl {
     }
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}: {}) runs while the variants are tuned in the background",
               spec.name, tkey.values_text(), c->variant, spec.variants[c->variant].kernel.name, c->config.str(), how);
-    Device& dev = rt.backend(spec.backend).device();
-    auto copy = std::make_shared<CallCopy>(as_kernel, params, dev, stream);
-    pending[shape_key] = c;
-    std::shared_ptr<Impl> me = self.lock();
-    rt.run_in_background(
-        fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
-        [me, copy, shape_key, tkey](const std::atomic<bool>& stop) mutable {
-          Impl& m = *me;
-          auto forget = [&] {
-            std::lock_guard<std::mutex> g(m.memo.mutex());
-            m.pending.erase(shape_key);
-          };
-          try {
-            Device& d = m.rt.backend(m.spec.backend).device();
-            int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
-            m.shape.read(copy->params(), slots, unused);
-            std::vector<void*> scratch;
-            struct Free {
-              Device& d;
-              std::vector<void*>& p;
-              ~Free() {
-                for (void* x : p) d.free(x);
-              }
-            } free_scratch{d, scratch};
-            for (size_t k = 0; k < m.spec.scratch.size(); ++k) {
-              int64_t n = m.scratch_sizes[k].eval(slots);
-              scratch.push_back(
-                  d.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m.spec.scratch[k].dtype) + 64));
-            }
-            auto vp_of = [&](size_t v) {
-              std::vector<void*> out(m.maps[v].size());
-              m.map_params(v, copy->params(), scratch.data(), out.data());
-              return out;
-            };
-            TuningRecord rec = m.benchmark(tkey, vp_of, nullptr, &stop);
-            const size_t variant = static_cast<size_t>(*rec.best->get("VARIANT"));
-            std::vector<void*> vp = vp_of(variant);
-            TuneOptions to = m.tune;
-            to.cancel = &stop;
-            TuneOutcome o = m.rt.tune(m.spec.variants[variant].kernel, vp.data(), to);
-            if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-            const Chosen* c = m.chosen_for(variant, *o.choice, "tuned");
-            {
-              std::lock_guard<std::mutex> g(m.memo.mutex());
-              m.memo.insert(shape_key.data(), c);
-              m.pending.erase(shape_key);
-            }
-            log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", m.spec.name,
-                      tkey.values_text(), variant, c->config.str());
-          } catch (...) {
-            forget();
-            throw;
-          }
-        });
+    auto copy = std::make_shared<CallCopy>(as_kernel, params, rt.backend(spec.backend).device(), stream);
+    swaps.start(rt, memo, self.lock(), shape_key, c, fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
+                [this, copy, tkey](const std::atomic<bool>& stop) -> const Chosen* {
+                  Scratch scratch(*this, copy->params());
+                  auto vp_of = [&](size_t v) { return variant_params(v, copy->params(), scratch); };
+                  TuningRecord rec = benchmark(tkey, vp_of, nullptr, &stop);
+                  const size_t variant = static_cast<size_t>(*rec.best->get("VARIANT"));
+                  std::vector<void*> vp = vp_of(variant);
+                  TuneOptions to = tune;
+                  to.cancel = &stop;
+                  TuneOutcome o = rt.tune(spec.variants[variant].kernel, vp.data(), to);
+                  if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+                  const Chosen* won = chosen_for(variant, *o.choice, "tuned");
+                  log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", spec.name,
+                            tkey.values_text(), variant, won->config.str());
+                  return won;
+                });
     return c;
   }
 

@@ -255,25 +255,24 @@ Benchmarker& Runtime::benchmarker(const std::string& backend) {
 // the first of its safe choices (safe_choices: the nearest tuned key's
 // choice that can run it, the spec's default, the cheap rule); the miss is
 // counted, logged once per key and kept for `kiln report --misses`.
-TuneOutcome Runtime::serve(const KernelSpec& spec, void* const* params, bool libraries) {
+TuneOutcome Runtime::serve(const CallView& call, bool libraries) {
+  const KernelSpec& spec = call.spec;
   Backend& be = backend(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();
-  TuningKey key = make_tuning_key(spec, be, params);
+  const TuningKey& key = call.key;
   TuneOutcome out;
   out.record.kernel = spec.name;
   out.record.key = key;
   if (cache)
     if (auto rec = cache->get(key)) {
-      std::vector<int64_t> slots(spec.args.size(), 0);
-      read_int_slots(spec, params, slots.data());
-      if (auto c = Tuner::choose(*rec, spec, slots.data(), be.limits())) {
+      if (auto c = Tuner::choose(*rec, spec, call.slot_data(), call.limits)) {
         out.choice = c;
         out.from_cache = true;
         out.record = std::move(*rec);
         return out;
       }
     }
-  std::vector<SafeChoice> safe = safe_choices(spec, params, be, cache.get(), libraries);
+  std::vector<SafeChoice> safe = safe_choices(call, be, cache.get(), libraries);
   if (!safe.empty()) out.choice = safe.front().config;
   note_miss(spec, key, out.choice ? out.choice->str() : std::string("nothing"),
             safe.empty() ? std::string("no config can run it") : safe.front().how);
@@ -325,114 +324,24 @@ Runtime::Stats Runtime::stats() {
 uint64_t Runtime::serving_misses() const { return serving_misses_.load(std::memory_order_relaxed); }
 
 TuneOutcome Runtime::tune(const KernelSpec& spec, void* const* params, const TuneOptions& o) {
-  if (opts_.serving) return serve(spec, params, o.libraries);
+  return tune(CallView(spec, backend(spec.backend), params), o);
+}
+
+TuneOutcome Runtime::tune(const CallView& call, const TuneOptions& o) {
+  const KernelSpec& spec = call.spec;
+  if (opts_.serving) return serve(call, o.libraries);
   BackendState& st = state(spec.backend);
   CompilePool& pool = compile_pool(spec.backend);
   std::shared_ptr<TuningCache> cache = tuning_cache();
   benchmarker(spec.backend);
   Tuner t({st.backend.get(), &pool, st.bench.get(), cache.get(), [this](const Binary& b) { return load(b); }, opts_});
-  TuneOutcome out = t.tune(spec, params, o);
+  TuneOutcome out = t.tune(call, o);
   configs_timed_.fetch_add(out.timed_now + out.retimed_now, std::memory_order_relaxed);
   if (cache && out.choice) cache->note_used(out.record);
   return out;
 }
 
 std::shared_ptr<RemoteCache> Runtime::remote_cache() { return remote_; }
-
-std::optional<Config> Runtime::reference_for(const KernelSpec& spec, const Config& config, void* const* params) {
-  Backend& be = backend(spec.backend);
-  std::vector<int64_t> slots(spec.args.size(), 0);
-  read_int_slots(spec, params, slots.data());
-  // The spec's reference config, else its first library choice that is here (what a tuning trusts).
-  if (spec.tuning.reference_config && !(*spec.tuning.reference_config == config) &&
-      Tuner::why_not(spec, *spec.tuning.reference_config, slots.data(), be.limits()).empty())
-    return spec.tuning.reference_config;
-  for (const auto& lib : spec.libraries)
-    if (lib != config.library && be.library_unavailable(lib).empty()) {
-      Config c;
-      c.library = lib;
-      return c;
-    }
-  return std::nullopt;
-}
-
-std::string Runtime::try_config(const KernelSpec& spec, const Config& config, void* const* params, Stream stream,
-                                std::vector<std::vector<std::byte>>* outputs, bool* checked) {
-  if (checked) *checked = false;
-  Backend& be = backend(spec.backend);
-  Benchmarker& bench = benchmarker(spec.backend);
-  std::vector<int64_t> slots(spec.args.size(), 0);
-  read_int_slots(spec, params, slots.data());
-  const LaunchLimits limits = be.limits();
-  // What its outputs are compared with (reference_for); else nothing here (a
-  // crash, a hang, an unwritten output or a written input still fail it, and
-  // the caller may compare `outputs` with another config's).
-  std::optional<Config> ref = reference_for(spec, config, params);
-  BenchInputs in(spec, params, be.device(), bench.in_process(), stream);
-  BenchSettings st = bench.settings();
-  st.time = false;
-  // One checking run: "" or why it failed; throws for faults that are not the config's.
-  auto run = [&](const Config& c) -> std::string {
-    std::shared_ptr<const Binary> bin = compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
-    LaunchDims dims = c.library.empty() ? LaunchPlan(spec, c, limits).eval(slots.data()) : LaunchDims{};
-    if (c.library.empty())
-      if (std::string why = be.check_resources(bin->meta, dims); !why.empty()) return "pruned: " + why;
-    std::shared_ptr<LoadedKernel> loaded = bench.in_process() ? load(*bin) : nullptr;
-    const std::string what = fmt::format("kernel '{}' (config {})", spec.name, c.str());
-    try {
-      BenchResult r = bench.run(*bin, loaded.get(), in, dims, what, st, opts_.bench_timeout_s);
-      for (size_t i = 0; i < r.unwritten.size() && i < spec.args.size(); ++i)
-        if (r.unwritten[i] > 0)
-          return fmt::format("it left {} elements of '{}' unwritten", r.unwritten[i], spec.args[i].name);
-    } catch (const WorkerError& e) {
-      if (!e.fault().of_request) throw;
-      return e.what();
-    } catch (const Error& e) {
-      if (e.code() != Errc::launch) throw;
-      return e.what();
-    }
-    return "";
-  };
-  std::vector<std::vector<std::byte>> expect;
-  if (ref) {
-    std::string why;
-    try {
-      why = run(*ref);
-    } catch (const Error& e) {
-      if (e.code() != Errc::compile) throw;
-      why = e.what();
-    }
-    if (why.empty()) {
-      for (size_t i = 0; i < spec.args.size(); ++i) {
-        auto out = in.result(i);
-        expect.emplace_back(out.begin(), out.end());
-      }
-    } else {
-      log::info("kernel '{}': the reference {} did not run ({}); {} is checked without it", spec.name, ref->str(),
-                why, config.str());
-      ref.reset();
-    }
-  }
-  if (std::string why = run(config); !why.empty()) return why;
-  if (outputs) {
-    outputs->clear();
-    for (size_t i = 0; i < spec.args.size(); ++i) {
-      auto out = in.result(i);
-      outputs->emplace_back(out.begin(), out.end());
-    }
-  }
-  const int64_t reduction =
-      spec.tuning.reduction ? compile_expr(spec, *spec.tuning.reduction, nullptr).eval(slots.data()) : 0;
-  if (ref)
-    for (size_t i = 0; i < spec.args.size(); ++i) {
-      auto out = in.result(i);
-      if (out.empty()) continue;
-      if (auto bad = Tuner::compare(spec.args[i].dtype, out, expect[i], spec.tuning, reduction))
-        return fmt::format("wrong result in '{}' against {}: {}", spec.args[i].name, ref->str(), *bad);
-    }
-  if (checked) *checked = ref.has_value();
-  return "";
-}
 
 std::shared_ptr<LoadedKernel> Runtime::load(const Binary& bin) {
   BackendState& st = state(bin.backend);

@@ -268,10 +268,19 @@ BenchResult BenchExecutor::run(LoadedKernel& k, const BenchPlan& plan, std::byte
 // ---- BenchInputs ----
 
 BenchInputs::BenchInputs(const KernelSpec& spec, void* const* params, Device& dev, bool in_process, Stream stream) {
-  static std::atomic<uint64_t> next_id{1};
-  id_ = (static_cast<uint64_t>(::getpid()) << 32) ^ next_id.fetch_add(1);
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
+  init(spec, params, slots.data(), dev, in_process, stream);
+}
+
+BenchInputs::BenchInputs(const CallView& call, Device& dev, bool in_process, Stream stream) {
+  init(call.spec, call.params, call.slot_data(), dev, in_process, stream);
+}
+
+void BenchInputs::init(const KernelSpec& spec, void* const* params, const int64_t* slots, Device& dev,
+                       bool in_process, Stream stream) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = (static_cast<uint64_t>(::getpid()) << 32) ^ next_id.fetch_add(1);
   dev.sync(stream);  // the caller's data must be there before it is read
   const bool host = dev.host_addressable();
   uint64_t off = 0;
@@ -287,7 +296,7 @@ BenchInputs::BenchInputs(const KernelSpec& spec, void* const* params, Device& de
       args_.push_back(std::move(b));
       continue;
     }
-    b.elements = compile_expr(spec, a.size, nullptr).eval(slots.data());
+    b.elements = compile_expr(spec, a.size, nullptr).eval(slots);
     buffer_bytes(a.dtype, b.elements, fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
     // A buffer passed twice (an in-place variant) is one buffer, read and written.
     for (size_t j = 0; j < i; ++j)

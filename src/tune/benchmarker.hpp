@@ -26,6 +26,7 @@
 #include <string>
 
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/call_view.hpp"
 #include "kiln/spec.hpp"
 #include "worker/arena.hpp"
 #include "worker/protocol.hpp"
@@ -78,6 +79,8 @@ class BenchInputs {
   // `params` as the kernel takes them (params[i] points to argument i), on
   // `dev`; `stream` is the caller's, synchronised before its buffers are read.
   BenchInputs(const KernelSpec& spec, void* const* params, Device& dev, bool in_process, Stream stream = nullptr);
+  // The same for a call decoded already.
+  BenchInputs(const CallView& call, Device& dev, bool in_process, Stream stream = nullptr);
 
   BenchPlan plan(const LaunchDims& dims, const BenchSettings& settings) const;
   // The checking run's output of buffer argument `arg` (out or inout).
@@ -89,6 +92,8 @@ class BenchInputs {
   const std::string& copied_because() const { return copied_because_; }
 
  private:
+  void init(const KernelSpec& spec, void* const* params, const int64_t* slots, Device& dev, bool in_process,
+            Stream stream);
   std::vector<BenchArg> args_;
   SharedArena arena_;
   uint64_t id_ = 0;

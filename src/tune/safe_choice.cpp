@@ -13,9 +13,14 @@ namespace kiln {
 
 std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params, Backend& backend,
                                      const TuningCache* cache, bool libraries) {
-  std::vector<int64_t> slots(spec.args.size(), 0);
-  read_int_slots(spec, params, slots.data());
-  const LaunchLimits limits = backend.limits();
+  return safe_choices(CallView(spec, backend, params), backend, cache, libraries);
+}
+
+std::vector<SafeChoice> safe_choices(const CallView& call, Backend& backend, const TuningCache* cache,
+                                     bool libraries) {
+  const KernelSpec& spec = call.spec;
+  const int64_t* slots = call.slot_data();
+  const LaunchLimits& limits = call.limits;
   std::vector<SafeChoice> out;
   std::set<std::string> seen, failed_nearby;
   auto add = [&](const Config& c, std::string how, bool proven = false) {
@@ -24,7 +29,7 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
     if (!c.library.empty()) {
       if (!libraries) return;
       if (std::find(spec.libraries.begin(), spec.libraries.end(), c.library) == spec.libraries.end()) return;
-    } else if (!spec.space.index_of(c) || !Tuner::why_not(spec, c, slots.data(), limits).empty()) {
+    } else if (!spec.space.index_of(c) || !Tuner::why_not(spec, c, slots, limits).empty()) {
       return;
     }
     seen.insert(text);
@@ -33,7 +38,7 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
 
   // 1. The nearest tuned keys' choices.
   if (cache) {
-    TuningKey key = make_tuning_key(spec, backend, params);
+    const TuningKey& key = call.key;
     std::vector<std::pair<double, TuningRecord>> near;
     for (auto& r : cache->all(key)) {
       if (!r.best || r.key.values.size() != key.values.size() || r.key.values == key.values) continue;
@@ -47,7 +52,7 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
             c.kind == FailKind::launch)
           failed_nearby.insert(c.config.str());
     for (size_t i = 0; i < near.size() && out.size() < 3; ++i)
-      if (auto c = Tuner::choose(near[i].second, spec, slots.data(), limits))
+      if (auto c = Tuner::choose(near[i].second, spec, slots, limits))
         add(*c, fmt::format("the choice of the nearest tuned key {}", near[i].second.key.values_text()), true);
   }
   // 2. A library choice: nothing to compile, nothing to check first (it is
@@ -66,10 +71,10 @@ std::vector<SafeChoice> safe_choices(const KernelSpec& spec, void* const* params
   int64_t pick_programs = 0;
   for (size_t i = 0; i < spec.space.size(); ++i) {
     const Config c = spec.space.at(i);
-    if (!statically_pruned(spec, c, limits).empty() || !Tuner::why_not(spec, c, slots.data(), limits).empty()) continue;
+    if (!statically_pruned(spec, c, limits).empty() || !Tuner::why_not(spec, c, slots, limits).empty()) continue;
     int64_t programs = 0;
     try {
-      programs = LaunchPlan(spec, c, limits).eval(slots.data()).grid.total();
+      programs = LaunchPlan(spec, c, limits).eval(slots).grid.total();
     } catch (const Error&) {
       continue;
     }

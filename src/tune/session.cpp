@@ -43,7 +43,7 @@ ConfigResult failed(ConfigResult r, FailKind kind, std::string error) {
 }  // namespace
 
 Session::Session(Tuner::Parts& p, const CallView& call, const TuneOptions& o)
-    : p_(p), call_(call), inputs_(call.spec, call.params, p.backend->device(), p.bench->in_process(), o.stream),
+    : p_(p), call_(call), inputs_(call, p.backend->device(), p.bench->in_process(), o.stream),
       keyer_(call.spec, *p.backend), show_(o.show_progress) {}
 
 BinaryFuture Session::compile(const Config& c) {
