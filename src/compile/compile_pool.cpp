@@ -184,106 +184,113 @@ BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& k
   std::unique_lock<std::mutex> g(m_);
   ++counters_.submitted;
   auto it = futures_.find(key);
-  if (it == futures_.end() && hit) {
-    std::promise<std::shared_ptr<const Binary>> p;
-    p.set_value(std::make_shared<const Binary>(std::move(*hit)));
-    BinaryFuture f = p.get_future().share();
-    futures_.emplace(key, f);
-    ++counters_.cache_hits;
-    CompileRecord r;
-    r.kernel = req.kernel;
-    r.config = req.config_text;
-    r.key = key;
-    r.ok = r.cache_hit = true;
-    r.bytes = f.get()->bytes.size();
-    records_.push_back(std::move(r));
-    if (records_.size() > kKeepRecords) records_.pop_front();
-    finished(key, true);
-    return f;
-  }
-  if (it != futures_.end()) {
-    ++counters_.deduped;
-    if (urgent)
-      for (auto q = queue_.begin(); q != queue_.end(); ++q)
-        if (q->first == key) {
-          auto task = std::move(*q);
-          queue_.erase(q);
-          urgent_.push_back(std::move(task));
-          ++urgent_pending_;
-          cv_.notify_all();
-          break;
-        }
-    CompileRecord r;
-    r.kernel = req.kernel;
-    r.config = req.config_text;
-    r.key = key;
-    r.deduped = true;
-    BinaryFuture f = it->second;
-    if (f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      try {
-        r.bytes = f.get()->bytes.size();
-        r.ok = true;
-        r.cache_hit = true;
-      } catch (const std::exception& e) {
-        r.error = e.what();
-      }
-    } else {
-      r.ok = true;  // shares a compile in flight; its own record tells how that went
-    }
-    records_.push_back(std::move(r));
-    if (records_.size() > kKeepRecords) records_.pop_front();
-    return f;
-  }
+  if (it == futures_.end() && hit) return answer_cached(req, key, std::move(*hit));
+  if (it != futures_.end()) return share(req, key, it->second, urgent);
   auto promise = std::make_shared<std::promise<std::shared_ptr<const Binary>>>();
   BinaryFuture fut = promise->get_future().share();
   futures_.emplace(key, fut);
-  auto task = [this, req, key, promise] {
-    auto t0 = std::chrono::steady_clock::now();
-    CompileRecord r;
-    r.kernel = req.kernel;
-    r.config = req.config_text;
-    r.key = key;
-    try {
-      if (cancel_) throw Error(Errc::cancelled, fmt::format("kernel '{}' (config {}): not compiled: the runtime that "
-                                                            "asked for it is going away", req.kernel, req.config_text));
-      auto b = std::make_shared<const Binary>(compiler_->compile(req, key));
-      r.ok = true;
-      r.cache_hit = b->from_cache;
-      r.bytes = b->bytes.size();
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      {
-        // Recorded before the future is fulfilled: a waiter reads the records next.
-        std::lock_guard<std::mutex> g(m_);
-        (r.cache_hit ? counters_.cache_hits : counters_.compiled)++;
-        records_.push_back(r);
-        if (records_.size() > kKeepRecords) records_.pop_front();
-        finished(key, true);
-      }
-      promise->set_value(std::move(b));
-    } catch (const std::exception& e) {
-      r.error = e.what();
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> g(m_);
-        ++counters_.failed;
-        records_.push_back(r);
-        if (records_.size() > kKeepRecords) records_.pop_front();
-        finished(key, false);
-      }
-      promise->set_exception(std::current_exception());
-    }
-  };
+  auto task = [this, req, key, promise] { compile(req, key, *promise); };
   if (urgent) {
     urgent_.emplace_back(key, std::move(task));
     ++urgent_pending_;
-    g.unlock();
-    cv_.notify_all();
   } else {
     queue_.emplace_back(key, std::move(task));
-    g.unlock();
-    cv_.notify_all();
   }
+  g.unlock();
+  cv_.notify_all();
   return fut;
+}
+
+void CompilePool::record(CompileRecord r) {
+  records_.push_back(std::move(r));
+  if (records_.size() > kKeepRecords) records_.pop_front();
+}
+
+BinaryFuture CompilePool::answer_cached(const CompileRequest& req, const std::string& key, Binary hit) {
+  std::promise<std::shared_ptr<const Binary>> p;
+  p.set_value(std::make_shared<const Binary>(std::move(hit)));
+  BinaryFuture f = p.get_future().share();
+  futures_.emplace(key, f);
+  ++counters_.cache_hits;
+  CompileRecord r;
+  r.kernel = req.kernel;
+  r.config = req.config_text;
+  r.key = key;
+  r.ok = r.cache_hit = true;
+  r.bytes = f.get()->bytes.size();
+  record(std::move(r));
+  finished(key, true);
+  return f;
+}
+
+// An identical request submitted before: its future. An urgent one still
+// queued moves to the urgent thread.
+BinaryFuture CompilePool::share(const CompileRequest& req, const std::string& key, BinaryFuture f, bool urgent) {
+  ++counters_.deduped;
+  if (urgent)
+    for (auto q = queue_.begin(); q != queue_.end(); ++q)
+      if (q->first == key) {
+        auto task = std::move(*q);
+        queue_.erase(q);
+        urgent_.push_back(std::move(task));
+        ++urgent_pending_;
+        cv_.notify_all();
+        break;
+      }
+  CompileRecord r;
+  r.kernel = req.kernel;
+  r.config = req.config_text;
+  r.key = key;
+  r.deduped = true;
+  if (f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    try {
+      r.bytes = f.get()->bytes.size();
+      r.ok = true;
+      r.cache_hit = true;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+  } else {
+    r.ok = true;  // shares a compile in flight; its own record tells how that went
+  }
+  record(std::move(r));
+  return f;
+}
+
+void CompilePool::compile(const CompileRequest& req, const std::string& key,
+                          std::promise<std::shared_ptr<const Binary>>& promise) {
+  auto t0 = std::chrono::steady_clock::now();
+  CompileRecord r;
+  r.kernel = req.kernel;
+  r.config = req.config_text;
+  r.key = key;
+  try {
+    if (cancel_) throw Error(Errc::cancelled, fmt::format("kernel '{}' (config {}): not compiled: the runtime that "
+                                                          "asked for it is going away", req.kernel, req.config_text));
+    auto b = std::make_shared<const Binary>(compiler_->compile(req, key));
+    r.ok = true;
+    r.cache_hit = b->from_cache;
+    r.bytes = b->bytes.size();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      // Recorded before the future is fulfilled: a waiter reads the records next.
+      std::lock_guard<std::mutex> g(m_);
+      (r.cache_hit ? counters_.cache_hits : counters_.compiled)++;
+      record(std::move(r));
+      finished(key, true);
+    }
+    promise.set_value(std::move(b));
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> g(m_);
+      ++counters_.failed;
+      record(std::move(r));
+      finished(key, false);
+    }
+    promise.set_exception(std::current_exception());
+  }
 }
 
 void CompilePool::finished(const std::string& key, bool ok) {

@@ -127,6 +127,13 @@ class CompilePool {
   void run();
   void run_urgent();
   void work(bool urgent_only);
+  // Parts of submit(), holding m_: a binary the code cache held; an
+  // identical request's future; the compile itself (on a pool thread).
+  BinaryFuture answer_cached(const CompileRequest& req, const std::string& key, Binary hit);
+  BinaryFuture share(const CompileRequest& req, const std::string& key, BinaryFuture f, bool urgent);
+  void compile(const CompileRequest& req, const std::string& key,
+               std::promise<std::shared_ptr<const Binary>>& promise);
+  void record(CompileRecord r);  // holds m_
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<Compiler> compiler_;
   mutable std::mutex m_;

@@ -376,6 +376,112 @@ std::string ProgramSpec::str() const {
   return s;
 }
 
+namespace {
+
+std::vector<ProgramTensor> read_tensors(Reader& r, const toml::table& root, const char* key) {
+  std::vector<ProgramTensor> out;
+  const toml::node* n = root.get(key);
+  if (!n) return out;
+  const toml::array& a = r.array(*n, key);
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::string where = fmt::format("{}[{}]", key, i);
+    const toml::table& t = r.table(a[i], where);
+    r.only(t, {"name", "dtype", "shape"}, where);
+    ProgramTensor x;
+    const toml::node* nm = t.get("name");
+    const toml::node* dt = t.get("dtype");
+    const toml::node* sh = t.get("shape");
+    if (!nm || !dt || !sh) r.error(a[i], fmt::format("{} needs name, dtype and shape", where));
+    x.name = r.str(*nm, where + ".name");
+    auto d = dtype_from_name(r.str(*dt, where + ".dtype"));
+    if (!d) r.error(*dt, fmt::format("{}.dtype: '{}' is not f32, f64, f16, bf16, i32 or i64", where, dt->as_string()->get()));
+    x.dtype = *d;
+    for (const auto& e : r.array(*sh, where + ".shape")) x.shape.push_back(r.expr(e, where + ".shape"));
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// [kernels]: name = "spec.toml", or name = { spec = "...", kind = "..." }; paths from the program's folder.
+void read_kernels(Reader& r, const toml::node& ks, const fs::path& dir, ProgramSpec& p) {
+  for (const auto& [k, v] : r.table(ks, "kernels")) {
+    std::string spec, kind;
+    if (v.is_string()) {
+      spec = v.as_string()->get();
+    } else {
+      const toml::table& t = r.table(v, "kernels." + std::string(k.str()));
+      r.only(t, {"spec", "kind"}, "kernels." + std::string(k.str()));
+      const toml::node* s = t.get("spec");
+      if (!s) r.error(v, fmt::format("kernels.{}: no spec", k.str()));
+      spec = r.str(*s, "spec");
+      if (const toml::node* kd = t.get("kind")) kind = r.str(*kd, "kind");
+    }
+    fs::path sp = fs::path(spec).is_absolute() ? fs::path(spec) : dir / spec;
+    try {
+      p.kernels.push_back(load_kernel_ref(std::string(k.str()), sp, kind));
+    } catch (const Error& e) {
+      r.error(v, e.what());
+    }
+  }
+}
+
+void read_steps(Reader& r, const toml::node& ss, ProgramSpec& p) {
+  const toml::array& a = r.array(ss, "steps");
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::string where = fmt::format("steps[{}]", i);
+    const toml::table& t = r.table(a[i], where);
+    r.only(t, {"launch", "args"}, where);
+    ProgramStep st;
+    const toml::node* l = t.get("launch");
+    if (!l) r.error(a[i], fmt::format("{}: a step says which kernel it launches (launch = \"name\")", where));
+    st.kernel = r.str(*l, where + ".launch");
+    if (const toml::node* ar = t.get("args"))
+      for (const auto& e : r.array(*ar, where + ".args")) {
+        ProgramArg x;
+        if (e.is_string()) x.text = e.as_string()->get();
+        else if (e.is_integer()) x.text = std::to_string(e.as_integer()->get());
+        else if (e.is_floating_point()) x.text = fmt::format("{}", e.as_floating_point()->get());
+        else r.error(e, fmt::format("{}.args: a buffer's name, an expression or a number", where));
+        st.args.push_back(std::move(x));
+      }
+    st.line = static_cast<int>(a[i].source().begin.line);
+    p.steps.push_back(std::move(st));
+  }
+}
+
+void read_check(Reader& r, const toml::node& c, const fs::path& dir, ProgramSpec& p) {
+  const toml::table& t = r.table(c, "check");
+  r.only(t, {"reference", "sample", "max_rows", "reduction", "rtol", "atol"}, "check");
+  ProgramCheckSpec& k = p.check;
+  if (const toml::node* n = t.get("reference")) {
+    const std::string ref = r.str(*n, "check.reference");
+    k.reference = fs::path(ref).is_absolute() ? fs::path(ref) : dir / ref;
+    std::error_code ec;
+    if (!fs::is_regular_file(k.reference, ec)) r.error(*n, fmt::format("check.reference: no file {}", k.reference.string()));
+  } else {
+    r.error(c, "check: a reference program is what a result is checked against (reference = \"file.toml\")");
+  }
+  if (const toml::node* n = t.get("sample")) {
+    k.sample = r.str(*n, "check.sample");
+    if (std::find(p.symbols.begin(), p.symbols.end(), k.sample) == p.symbols.end())
+      r.error(*n, fmt::format("check.sample: '{}' is not a symbol of the program", k.sample));
+  }
+  if (const toml::node* n = t.get("max_rows")) {
+    if (!n->is_integer() || n->as_integer()->get() < 1 || n->as_integer()->get() > (int64_t{1} << 30))
+      r.error(*n, "check.max_rows: a whole number from 1 to 2^30");
+    k.max_rows = n->as_integer()->get();
+  }
+  if (const toml::node* n = t.get("reduction")) k.reduction = r.expr(*n, "check.reduction");
+  for (const char* key : {"rtol", "atol"})
+    if (const toml::node* n = t.get(key)) {
+      if (!n->is_number() || n->value<double>().value_or(-1) < 0)
+        r.error(*n, fmt::format("check.{}: a number, 0 or more", key));
+      (std::string(key) == "rtol" ? k.rtol : k.atol) = *n->value<double>();
+    }
+}
+
+}  // namespace
+
 ProgramSpec parse_program(std::string_view text, const fs::path& path) {
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
@@ -409,106 +515,14 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
     for (const auto& el : r.array(*s, "symbols")) p.symbols.push_back(r.str(el, "symbols"));
   if (const toml::node* g = root.get("guards"))
     for (const auto& el : r.array(*g, "guards")) p.guards.push_back(r.expr(el, "guards"));
-  auto tensors = [&](const char* key, std::vector<ProgramTensor>& out) {
-    const toml::node* n = root.get(key);
-    if (!n) return;
-    const toml::array& a = r.array(*n, key);
-    for (size_t i = 0; i < a.size(); ++i) {
-      std::string where = fmt::format("{}[{}]", key, i);
-      const toml::table& t = r.table(a[i], where);
-      r.only(t, {"name", "dtype", "shape"}, where);
-      ProgramTensor x;
-      const toml::node* nm = t.get("name");
-      const toml::node* dt = t.get("dtype");
-      const toml::node* sh = t.get("shape");
-      if (!nm || !dt || !sh) r.error(a[i], fmt::format("{} needs name, dtype and shape", where));
-      x.name = r.str(*nm, where + ".name");
-      auto d = dtype_from_name(r.str(*dt, where + ".dtype"));
-      if (!d) r.error(*dt, fmt::format("{}.dtype: '{}' is not f32, f64, f16, bf16, i32 or i64", where, dt->as_string()->get()));
-      x.dtype = *d;
-      for (const auto& e : r.array(*sh, where + ".shape")) x.shape.push_back(r.expr(e, where + ".shape"));
-      out.push_back(std::move(x));
-    }
-  };
-  tensors("inputs", p.inputs);
-  tensors("outputs", p.outputs);
-  tensors("buffers", p.buffers);
+  p.inputs = read_tensors(r, root, "inputs");
+  p.outputs = read_tensors(r, root, "outputs");
+  p.buffers = read_tensors(r, root, "buffers");
   const fs::path dir = path.parent_path();
-  if (const toml::node* ks = root.get("kernels"))
-    for (const auto& [k, v] : r.table(*ks, "kernels")) {
-      std::string spec, kind;
-      if (v.is_string()) {
-        spec = v.as_string()->get();
-      } else {
-        const toml::table& t = r.table(v, "kernels." + std::string(k.str()));
-        r.only(t, {"spec", "kind"}, "kernels." + std::string(k.str()));
-        const toml::node* s = t.get("spec");
-        if (!s) r.error(v, fmt::format("kernels.{}: no spec", k.str()));
-        spec = r.str(*s, "spec");
-        if (const toml::node* kd = t.get("kind")) kind = r.str(*kd, "kind");
-      }
-      fs::path sp = fs::path(spec).is_absolute() ? fs::path(spec) : dir / spec;
-      try {
-        p.kernels.push_back(load_kernel_ref(std::string(k.str()), sp, kind));
-      } catch (const Error& e) {
-        r.error(v, e.what());
-      }
-    }
-  std::vector<int> lines;
-  if (const toml::node* ss = root.get("steps")) {
-    const toml::array& a = r.array(*ss, "steps");
-    for (size_t i = 0; i < a.size(); ++i) {
-      std::string where = fmt::format("steps[{}]", i);
-      const toml::table& t = r.table(a[i], where);
-      r.only(t, {"launch", "args"}, where);
-      ProgramStep st;
-      const toml::node* l = t.get("launch");
-      if (!l) r.error(a[i], fmt::format("{}: a step says which kernel it launches (launch = \"name\")", where));
-      st.kernel = r.str(*l, where + ".launch");
-      if (const toml::node* ar = t.get("args"))
-        for (const auto& e : r.array(*ar, where + ".args")) {
-          ProgramArg x;
-          if (e.is_string()) x.text = e.as_string()->get();
-          else if (e.is_integer()) x.text = std::to_string(e.as_integer()->get());
-          else if (e.is_floating_point()) x.text = fmt::format("{}", e.as_floating_point()->get());
-          else r.error(e, fmt::format("{}.args: a buffer's name, an expression or a number", where));
-          st.args.push_back(std::move(x));
-        }
-      st.line = static_cast<int>(a[i].source().begin.line);
-      p.steps.push_back(std::move(st));
-    }
-  }
+  if (const toml::node* ks = root.get("kernels")) read_kernels(r, *ks, dir, p);
+  if (const toml::node* ss = root.get("steps")) read_steps(r, *ss, p);
   if (p.steps.empty()) r.error("the program has no steps");
-  if (const toml::node* c = root.get("check")) {
-    const toml::table& t = r.table(*c, "check");
-    r.only(t, {"reference", "sample", "max_rows", "reduction", "rtol", "atol"}, "check");
-    ProgramCheckSpec& k = p.check;
-    if (const toml::node* n = t.get("reference")) {
-      const std::string ref = r.str(*n, "check.reference");
-      k.reference = fs::path(ref).is_absolute() ? fs::path(ref) : dir / ref;
-      std::error_code ec;
-      if (!fs::is_regular_file(k.reference, ec)) r.error(*n, fmt::format("check.reference: no file {}", k.reference.string()));
-    } else {
-      r.error(*c, "check: a reference program is what a result is checked against (reference = \"file.toml\")");
-    }
-    if (const toml::node* n = t.get("sample")) {
-      k.sample = r.str(*n, "check.sample");
-      if (std::find(p.symbols.begin(), p.symbols.end(), k.sample) == p.symbols.end())
-        r.error(*n, fmt::format("check.sample: '{}' is not a symbol of the program", k.sample));
-    }
-    if (const toml::node* n = t.get("max_rows")) {
-      if (!n->is_integer() || n->as_integer()->get() < 1 || n->as_integer()->get() > (int64_t{1} << 30))
-        r.error(*n, "check.max_rows: a whole number from 1 to 2^30");
-      k.max_rows = n->as_integer()->get();
-    }
-    if (const toml::node* n = t.get("reduction")) k.reduction = r.expr(*n, "check.reduction");
-    for (const char* key : {"rtol", "atol"})
-      if (const toml::node* n = t.get(key)) {
-        if (!n->is_number() || n->value<double>().value_or(-1) < 0)
-          r.error(*n, fmt::format("check.{}: a number, 0 or more", key));
-        (std::string(key) == "rtol" ? k.rtol : k.atol) = *n->value<double>();
-      }
-  }
+  if (const toml::node* c = root.get("check")) read_check(r, *c, dir, p);
   check_program(p, [&](size_t i) {
     return fmt::format("{}:{}: step {} ({})", path.string(), p.steps[i].line, i + 1, p.steps[i].kernel);
   });

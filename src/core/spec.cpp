@@ -562,28 +562,52 @@ class SpecReader {
     return path_.parent_path() / p;
   }
 
+  const toml::node& required(const toml::table& root, const char* key) const {
+    const toml::node* n = root.get(key);
+    if (!n) error(toml::source_region{}, fmt::format("missing required key '{}'", key));
+    return *n;
+  }
+
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target"},
               "");
     KernelSpec s;
     s.spec_path = path_;
-    auto required = [&](const char* key) -> const toml::node& {
-      const toml::node* n = root.get(key);
-      if (!n) error(toml::source_region{}, fmt::format("missing required key '{}'", key));
-      return *n;
-    };
+    read_identity(s, root);
+    read_args(s, required(root, "args"));
+    if (const toml::node* p = root.get("params")) read_params(s, *p);
+    read_source(s, required(root, "source"));
+    check_arg_sizes(s);
+    read_launch(s, root);
+    read_zero(s, root);
+    if (const toml::node* c = root.get("constraints")) s.constraints = exprs(s, *c, "constraints", 0, SIZE_MAX);
+    if (const toml::node* lib = root.get("library"))
+      for (const auto& el : array(*lib, "library")) read_library(s, el);
+    if (const toml::node* t = root.get("tuning")) read_tuning(s, *t);
+    if (!s.tuning.key_given) s.tuning.key = scalars_used(s, true);
+    if (s.tuning.key.size() > 8) {
+      const toml::node* t = root.get("tuning");
+      error(t ? t->source() : toml::source_region{},
+            fmt::format("{} integer scalars would select a tuning record ({}); kiln takes at most 8: give "
+                        "[tuning] key",
+                        s.tuning.key.size(), fmt::join(s.tuning.key, ", ")));
+    }
+    return s;
+  }
 
-    const toml::node& name = required("name");
+  // name, backend, entry, description, include_dirs, cflags, target.
+  void read_identity(KernelSpec& s, const toml::table& root) const {
+    const toml::node& name = required(root, "name");
     s.name = str(name, "name");
     if (!is_identifier(s.name)) error(name, fmt::format("name '{}' is not an identifier", s.name));
 
-    const toml::node& backend = required("backend");
+    const toml::node& backend = required(root, "backend");
     s.backend = str(backend, "backend");
     if (s.backend != "cpu" && s.backend != "cuda")
       error(backend, fmt::format("unknown backend '{}' (known: cpu, cuda)", s.backend));
 
-    const toml::node& entry = required("entry");
+    const toml::node& entry = required(root, "entry");
     s.entry = str(entry, "entry");
     if (!is_identifier(s.entry)) error(entry, fmt::format("entry '{}' is not an identifier", s.entry));
 
@@ -606,11 +630,9 @@ class SpecReader {
       if (!ok) error(*t, fmt::format("target: '{}' is not a GPU architecture such as sm_90a", v));
       s.cflags.push_back("--gpu-architecture=" + v);
     }
+  }
 
-    read_args(s, required("args"));
-    if (const toml::node* p = root.get("params")) read_params(s, *p);
-
-    const toml::node& source = required("source");
+  void read_source(KernelSpec& s, const toml::node& source) {
     const std::string& src = str(source, "source");
     if (src.empty()) error(source, "'source' is empty");
     s.source_path = resolve(src);
@@ -618,9 +640,26 @@ class SpecReader {
     if (!text)
       error(source, fmt::format("source file '{}' not found (looked at {})", src, s.source_path.string()));
     s.source_text = std::move(*text);
+  }
 
-    // Symbols known to expressions: integer scalar args, params, and the
-    // alignment of a buffer argument (align_<name>).
+  // Checks an expression's symbols: integer scalar args, params, and the
+  // alignment of a buffer argument (align_<name>); errors point into it.
+  void check(const KernelSpec& s, const toml::node& n, const std::string& key, const Expr& e) const {
+    for (const auto& sym : e.symbols()) {
+      int i = s.arg_index(sym);
+      if (i >= 0 && (s.args[i].pointer || dtype_is_float(s.args[i].dtype))) {
+        // Find the column of the symbol for the error.
+        try {
+          e.check_symbols([&](std::string_view x) { return x != sym; }, "");
+        } catch (const ExprError& err) {
+          expr_error(n, key,
+                     ExprError(err.column(),
+                               fmt::format("'{}' is {} argument; expressions use integer scalars and params", sym,
+                                           s.args[i].pointer ? "a pointer" : "a float"),
+                               e.str()));
+        }
+      }
+    }
     auto known = [&](std::string_view sym) {
       int i = s.arg_index(sym);
       if (i >= 0) return !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
@@ -630,36 +669,35 @@ class SpecReader {
       }
       return s.space.find(sym) != nullptr;
     };
-    std::string known_list = known_symbols(s);
-    auto check = [&](const toml::node& n, const std::string& key, const Expr& e) {
-      for (const auto& sym : e.symbols()) {
-        int i = s.arg_index(sym);
-        if (i >= 0 && (s.args[i].pointer || dtype_is_float(s.args[i].dtype))) {
-          // Find the column of the symbol for the error.
-          try {
-            e.check_symbols([&](std::string_view x) { return x != sym; }, "");
-          } catch (const ExprError& err) {
-            expr_error(n, key,
-                       ExprError(err.column(),
-                                 fmt::format("'{}' is {} argument; expressions use integer scalars and params",
-                                             sym, s.args[i].pointer ? "a pointer" : "a float"),
-                                 e.str()));
-          }
-        }
-      }
-      try {
-        e.check_symbols(known, known_list);
-      } catch (const ExprError& err) {
-        expr_error(n, key, err);
-      }
-    };
+    try {
+      e.check_symbols(known, known_symbols(s));
+    } catch (const ExprError& err) {
+      expr_error(n, key, err);
+    }
+  }
 
+  // An array of `min`..`max` checked expressions under `key`.
+  std::vector<Expr> exprs(const KernelSpec& s, const toml::node& n, const char* key, size_t min, size_t max) const {
+    const toml::array& arr = array(n, key);
+    if (arr.size() < min || arr.size() > max)
+      error(n, fmt::format("'{}' needs {} to {} expressions, got {}", key, min, max, arr.size()));
+    std::vector<Expr> out;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      std::string k = fmt::format("{}[{}]", key, i);
+      Expr e = expr(arr[i], k);
+      check(s, arr[i], k, e);
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  // The caller allocates arguments before any config is chosen: sizes use scalars only.
+  void check_arg_sizes(const KernelSpec& s) const {
     for (size_t i = 0; i < s.args.size(); ++i) {
       if (!s.args[i].pointer) continue;
       const toml::node& sz = *arg_tables_[i]->get("size");
       std::string key = fmt::format("args[{}].size", i);
-      check(sz, key, s.args[i].size);
-      // The caller allocates arguments before any config is chosen.
+      check(s, sz, key, s.args[i].size);
       try {
         s.args[i].size.check_symbols([&](std::string_view x) {
           return s.space.find(x) == nullptr && align_target(x).empty(); }, "");
@@ -671,40 +709,28 @@ class SpecReader {
                              s.args[i].size.str()));
       }
     }
+  }
 
-    const toml::node& grid = required("grid");
-    const toml::array& g = array(grid, "grid");
-    if (g.empty() || g.size() > 3)
-      error(grid, fmt::format("'grid' needs 1 to 3 expressions, got {}", g.size()));
-    for (size_t i = 0; i < g.size(); ++i) {
-      std::string key = fmt::format("grid[{}]", i);
-      Expr e = expr(g[i], key);
-      check(g[i], key, e);
-      s.grid.push_back(std::move(e));
-    }
-
+  // grid, block, shared.
+  void read_launch(KernelSpec& s, const toml::table& root) const {
+    s.grid = exprs(s, required(root, "grid"), "grid", 1, 3);
     if (const toml::node* b = root.get("block")) {
       if (s.backend != "cuda")
         error(*b, "'block' (threads per block) is for the cuda backend; a cpu kernel runs one program "
                   "instance per grid point");
-      const toml::array& arr = array(*b, "block");
-      if (arr.empty() || arr.size() > 3)
-        error(*b, fmt::format("'block' needs 1 to 3 expressions, got {}", arr.size()));
-      for (size_t i = 0; i < arr.size(); ++i) {
-        std::string key = fmt::format("block[{}]", i);
-        Expr e = expr(arr[i], key);
-        check(arr[i], key, e);
-        s.block.push_back(std::move(e));
-      }
+      s.block = exprs(s, *b, "block", 1, 3);
     }
     if (const toml::node* sh = root.get("shared")) {
       if (s.backend != "cuda")
         error(*sh, "'shared' (dynamic shared memory per block) is for the cuda backend");
       Expr e = expr(*sh, "shared");
-      check(*sh, "shared", e);
+      check(s, *sh, "shared", e);
       s.shared = std::move(e);
     }
+  }
 
+  // zero, zero_when.
+  void read_zero(KernelSpec& s, const toml::table& root) const {
     if (const toml::node* z = root.get("zero")) {
       for (const auto& el : array(*z, "zero")) {
         const std::string& name = str(el, "zero");
@@ -720,75 +746,67 @@ class SpecReader {
     if (const toml::node* zw = root.get("zero_when")) {
       if (s.zero.empty()) error(*zw, "zero_when without zero");
       Expr e = expr(*zw, "zero_when");
-      check(*zw, "zero_when", e);
+      check(s, *zw, "zero_when", e);
       s.zero_when = std::move(e);
     }
+  }
 
-    if (const toml::node* c = root.get("constraints")) {
-      const toml::array& arr = array(*c, "constraints");
-      for (size_t i = 0; i < arr.size(); ++i) {
-        std::string key = fmt::format("constraints[{}]", i);
-        Expr e = expr(arr[i], key);
-        check(arr[i], key, e);
-        s.constraints.push_back(std::move(e));
+  // One library entry: a call kiln knows, or "name#a-b", the choices name#a
+  // to name#b (ranked algorithms of a library); its arguments must be the spec's.
+  void read_library(KernelSpec& s, const toml::node& el) const {
+    std::vector<std::string> names = {str(el, "library")};
+    if (auto hash = names[0].rfind('#'), dash = names[0].rfind('-');
+        hash != std::string::npos && dash != std::string::npos && dash > hash) {
+      int a = -1, b = -1;
+      std::string_view sa(names[0].data() + hash + 1, dash - hash - 1), sb(names[0].data() + dash + 1);
+      auto ra = std::from_chars(sa.data(), sa.data() + sa.size(), a);
+      auto rb = std::from_chars(sb.data(), sb.data() + sb.size(), b);
+      if (sa.empty() || sb.empty() || ra.ptr != sa.data() + sa.size() || rb.ptr != sb.data() + sb.size() || a < 0 ||
+          b < a || b >= kLibraryRanks)
+        error(el, fmt::format("library: '{}': a range is name#a-b with 0 <= a <= b < {}", names[0], kLibraryRanks));
+      std::string base = names[0].substr(0, hash);
+      names.clear();
+      for (int k = a; k <= b; ++k) names.push_back(fmt::format("{}#{}", base, k));
+    }
+    for (const std::string& name : names) {
+      const LibraryCall* call = find_library_call(name);
+      if (!call) {
+        std::string known;
+        for (const auto& c : library_calls()) known += (known.empty() ? "" : ", ") + std::string(c.name);
+        error(el, fmt::format("library: '{}' is not a library call kiln knows (known: {})", name, known));
       }
-    }
-
-    if (const toml::node* lib = root.get("library")) {
-      for (const auto& el : array(*lib, "library")) {
-       // "name#a-b": the choices name#a to name#b (ranked algorithms of a library).
-       std::vector<std::string> names = {str(el, "library")};
-       if (auto hash = names[0].rfind('#'), dash = names[0].rfind('-');
-           hash != std::string::npos && dash != std::string::npos && dash > hash) {
-         int a = -1, b = -1;
-         std::string_view sa(names[0].data() + hash + 1, dash - hash - 1), sb(names[0].data() + dash + 1);
-         auto ra = std::from_chars(sa.data(), sa.data() + sa.size(), a);
-         auto rb = std::from_chars(sb.data(), sb.data() + sb.size(), b);
-         if (sa.empty() || sb.empty() || ra.ptr != sa.data() + sa.size() || rb.ptr != sb.data() + sb.size() || a < 0 ||
-             b < a || b >= kLibraryRanks)
-           error(el, fmt::format("library: '{}': a range is name#a-b with 0 <= a <= b < {}", names[0], kLibraryRanks));
-         std::string base = names[0].substr(0, hash);
-         names.clear();
-         for (int k = a; k <= b; ++k) names.push_back(fmt::format("{}#{}", base, k));
-       }
-       for (const std::string& name : names) {
-        const LibraryCall* call = find_library_call(name);
-        if (!call) {
-          std::string known;
-          for (const auto& c : library_calls()) known += (known.empty() ? "" : ", ") + std::string(c.name);
-          error(el, fmt::format("library: '{}' is not a library call kiln knows (known: {})", name, known));
-        }
-        if (s.backend != call->backend)
-          error(el, fmt::format("library: '{}' is a {} library call; this kernel's backend is {}", name, call->backend,
-                                s.backend));
-        if (call->args.size() != s.args.size())
-          error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, call->args.size(),
-                                call->what, s.args.size()));
-        for (size_t i = 0; i < s.args.size(); ++i) {
-          const ArgSpec& a = s.args[i];
-          const auto& [type, intent] = call->args[i];
-          if (a.type_text() != type || (a.pointer && a.intent != intent))
-            error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
-                                  a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),
-                                  a.pointer ? std::string(" ") + intent_name(a.intent) : ""));
-        }
-        if (std::find(s.libraries.begin(), s.libraries.end(), name) != s.libraries.end())
-          error(el, fmt::format("library: '{}' appears twice", name));
-        s.libraries.push_back(name);
-       }
+      if (s.backend != call->backend)
+        error(el, fmt::format("library: '{}' is a {} library call; this kernel's backend is {}", name, call->backend,
+                              s.backend));
+      if (call->args.size() != s.args.size())
+        error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, call->args.size(),
+                              call->what, s.args.size()));
+      for (size_t i = 0; i < s.args.size(); ++i) {
+        const ArgSpec& a = s.args[i];
+        const auto& [type, intent] = call->args[i];
+        if (a.type_text() != type || (a.pointer && a.intent != intent))
+          error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
+                                a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),
+                                a.pointer ? std::string(" ") + intent_name(a.intent) : ""));
       }
+      if (std::find(s.libraries.begin(), s.libraries.end(), name) != s.libraries.end())
+        error(el, fmt::format("library: '{}' appears twice", name));
+      s.libraries.push_back(name);
     }
+  }
 
-    if (const toml::node* t = root.get("tuning")) read_tuning(s, *t);
-    if (!s.tuning.key_given) s.tuning.key = scalars_used(s, true);
-    if (s.tuning.key.size() > 8) {
-      const toml::node* t = root.get("tuning");
-      error(t ? t->source() : toml::source_region{},
-            fmt::format("{} integer scalars would select a tuning record ({}); kiln takes at most 8: give "
-                        "[tuning] key",
-                        s.tuning.key.size(), fmt::join(s.tuning.key, ", ")));
+  static bool is_int_scalar(const KernelSpec& s, std::string_view sym) {
+    int i = s.arg_index(sym);
+    return i >= 0 && !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+  }
+
+  // An expression of the multi-kernel's integer scalars only.
+  void check_scalars_only(const KernelSpec& s, const toml::node& n, const std::string& key, const Expr& e) const {
+    try {
+      e.check_symbols([&](std::string_view sym) { return is_int_scalar(s, sym); }, known_symbols(s));
+    } catch (const ExprError& err) {
+      expr_error(n, key, err);
     }
-    return s;
   }
 
   MultiKernelSpec read_multi(const toml::table& root,
@@ -798,59 +816,18 @@ class SpecReader {
     m.spec_path = path_;
     // Arguments are read as a kernel's are (names, types, sizes, intents).
     KernelSpec s;
-    const toml::node* name = root.get("name");
-    if (!name) error(toml::source_region{}, "missing required key 'name'");
-    m.name = str(*name, "name");
-    if (!is_identifier(m.name)) error(*name, fmt::format("name '{}' is not an identifier", m.name));
+    const toml::node& name = required(root, "name");
+    m.name = str(name, "name");
+    if (!is_identifier(m.name)) error(name, fmt::format("name '{}' is not an identifier", m.name));
     if (const toml::node* d = root.get("description")) str(*d, "description");
-    const toml::node* args = root.get("args");
-    if (!args) error(toml::source_region{}, "missing required key 'args'");
-    read_args(s, *args);
-    std::string known = known_symbols(s);
-    auto int_scalar = [&](std::string_view sym) {
-      int i = s.arg_index(sym);
-      return i >= 0 && !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
-    };
-    for (size_t i = 0; i < s.args.size(); ++i) {
-      if (!s.args[i].pointer) continue;
-      const toml::node& sz = *arg_tables_[i]->get("size");
-      try {
-        s.args[i].size.check_symbols(int_scalar, known);
-      } catch (const ExprError& e) {
-        expr_error(sz, fmt::format("args[{}].size", i), e);
-      }
-    }
+    read_args(s, required(root, "args"));
+    for (size_t i = 0; i < s.args.size(); ++i)
+      if (s.args[i].pointer)
+        check_scalars_only(s, *arg_tables_[i]->get("size"), fmt::format("args[{}].size", i), s.args[i].size);
     m.args = s.args;
     if (const toml::node* sc = root.get("scratch")) {
       const toml::array& arr = array(*sc, "scratch");
-      for (size_t i = 0; i < arr.size(); ++i) {
-        std::string where = fmt::format("scratch[{}]", i);
-        const toml::table& t = table(arr[i], where);
-        only_keys(t, {"name", "type", "size"}, " in " + where);
-        ScratchSpec x;
-        const toml::node* n = t.get("name");
-        const toml::node* ty = t.get("type");
-        const toml::node* sz = t.get("size");
-        if (!n || !ty || !sz) error(arr[i], fmt::format("{} needs name, type and size", where));
-        x.name = str(*n, where + ".name");
-        check_new_name(s, *n, x.name, "scratch");
-        for (const auto& other : m.scratch)
-          if (other.name == x.name) error(*n, fmt::format("duplicate name '{}'", x.name));
-        std::string type = str(*ty, where + ".type");
-        bool found = false;
-        for (DType d : kAllDTypes)
-          if (type == std::string(dtype_name(d)) + "*") x.dtype = d, found = true;
-        if (!found)
-          error(*ty, fmt::format("{}: unknown type '{}' (scratch buffers are f32*, f64*, i32*, i64*, f16* or bf16*)",
-                                 where, type));
-        x.size = expr(*sz, where + ".size");
-        try {
-          x.size.check_symbols(int_scalar, known);
-        } catch (const ExprError& e) {
-          expr_error(*sz, where + ".size", e);
-        }
-        m.scratch.push_back(std::move(x));
-      }
+      for (size_t i = 0; i < arr.size(); ++i) m.scratch.push_back(read_scratch(m, s, arr[i], i));
     }
     if (const toml::node* t = root.get("tuning")) {
       const toml::table& tt = table(*t, "tuning");
@@ -858,63 +835,91 @@ class SpecReader {
       if (const toml::node* k = tt.get("key")) {
         for (const auto& el : array(*k, "tuning.key")) {
           const std::string& kn = str(el, "tuning.key");
-          if (!int_scalar(kn)) error(el, fmt::format("tuning.key: '{}' is not an integer scalar argument", kn));
+          if (!is_int_scalar(s, kn)) error(el, fmt::format("tuning.key: '{}' is not an integer scalar argument", kn));
           if (std::find(m.key.begin(), m.key.end(), kn) != m.key.end())
             error(el, fmt::format("tuning.key: '{}' appears twice", kn));
           m.key.push_back(kn);
         }
       }
     }
-    const toml::node* vs = root.get("variants");
-    if (!vs) error(toml::source_region{}, "missing required key 'variants'");
-    const toml::array& varr = array(*vs, "variants");
-    if (varr.empty()) error(*vs, "'variants' is empty");
-    for (size_t i = 0; i < varr.size(); ++i) {
-      std::string where = fmt::format("variants[{}]", i);
-      const toml::table& t = table(varr[i], where);
-      only_keys(t, {"spec", "args"}, " in " + where);
-      const toml::node* sp = t.get("spec");
-      const toml::node* va = t.get("args");
-      if (!sp || !va) error(varr[i], fmt::format("{} needs spec and args", where));
-      VariantSpec v;
-      v.kernel = load_variant(resolve(str(*sp, where + ".spec")));
-      if (m.backend.empty()) m.backend = v.kernel.backend;
-      if (v.kernel.backend != m.backend)
-        error(*sp, fmt::format("{}: backend {} differs from the first variant's ({})", where, v.kernel.backend, m.backend));
-      const toml::array& names = array(*va, where + ".args");
-      if (names.size() != v.kernel.args.size())
-        error(*va, fmt::format("{}: {} names for the {} arguments of kernel '{}'", where, names.size(),
-                               v.kernel.args.size(), v.kernel.name));
-      for (size_t j = 0; j < names.size(); ++j) {
-        const std::string& an = str(names[j], where + ".args");
-        const ArgSpec& want = v.kernel.args[j];
-        int ai = s.arg_index(an);
-        const ScratchSpec* sc = nullptr;
-        for (const auto& x : m.scratch)
-          if (x.name == an) sc = &x;
-        if (ai < 0 && !sc)
-          error(names[j], fmt::format("{}: '{}' is neither an argument nor a scratch buffer", where, an));
-        if (sc) {
-          if (!want.pointer || want.dtype != sc->dtype)
-            error(names[j], fmt::format("{}: scratch '{}' ({}*) passed as '{}' ({})", where, an, dtype_name(sc->dtype),
-                                        want.name, want.type_text()));
-          if (want.intent == Intent::in)
-            error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the variant only reads; scratch starts "
-                                        "undefined", where, an, want.name));
-        } else {
-          const ArgSpec& have = s.args[ai];
-          if (have.pointer != want.pointer || have.dtype != want.dtype)
-            error(names[j], fmt::format("{}: '{}' ({}) passed as '{}' ({})", where, an, have.type_text(), want.name,
-                                        want.type_text()));
-          if (have.pointer && have.intent == Intent::in && want.intent != Intent::in)
-            error(names[j], fmt::format("{}: the variant writes '{}' (as '{}'), which the multi-kernel declares "
-                                        "intent = \"in\"", where, an, want.name));
-        }
-        v.args.push_back(an);
-      }
-      m.variants.push_back(std::move(v));
-    }
+    const toml::node& vs = required(root, "variants");
+    const toml::array& varr = array(vs, "variants");
+    if (varr.empty()) error(vs, "'variants' is empty");
+    for (size_t i = 0; i < varr.size(); ++i) m.variants.push_back(read_variant(m, s, varr[i], i, load_variant));
     return m;
+  }
+
+  ScratchSpec read_scratch(const MultiKernelSpec& m, const KernelSpec& s, const toml::node& node, size_t i) const {
+    std::string where = fmt::format("scratch[{}]", i);
+    const toml::table& t = table(node, where);
+    only_keys(t, {"name", "type", "size"}, " in " + where);
+    ScratchSpec x;
+    const toml::node* n = t.get("name");
+    const toml::node* ty = t.get("type");
+    const toml::node* sz = t.get("size");
+    if (!n || !ty || !sz) error(node, fmt::format("{} needs name, type and size", where));
+    x.name = str(*n, where + ".name");
+    check_new_name(s, *n, x.name, "scratch");
+    for (const auto& other : m.scratch)
+      if (other.name == x.name) error(*n, fmt::format("duplicate name '{}'", x.name));
+    std::string type = str(*ty, where + ".type");
+    bool found = false;
+    for (DType d : kAllDTypes)
+      if (type == std::string(dtype_name(d)) + "*") x.dtype = d, found = true;
+    if (!found)
+      error(*ty, fmt::format("{}: unknown type '{}' (scratch buffers are f32*, f64*, i32*, i64*, f16* or bf16*)",
+                             where, type));
+    x.size = expr(*sz, where + ".size");
+    check_scalars_only(s, *sz, where + ".size", x.size);
+    return x;
+  }
+
+  // A variant: a kernel spec and, per its argument, one of ours or a scratch buffer of the same type.
+  VariantSpec read_variant(MultiKernelSpec& m, const KernelSpec& s, const toml::node& node, size_t i,
+                           const std::function<KernelSpec(const fs::path&)>& load_variant) const {
+    std::string where = fmt::format("variants[{}]", i);
+    const toml::table& t = table(node, where);
+    only_keys(t, {"spec", "args"}, " in " + where);
+    const toml::node* sp = t.get("spec");
+    const toml::node* va = t.get("args");
+    if (!sp || !va) error(node, fmt::format("{} needs spec and args", where));
+    VariantSpec v;
+    v.kernel = load_variant(resolve(str(*sp, where + ".spec")));
+    if (m.backend.empty()) m.backend = v.kernel.backend;
+    if (v.kernel.backend != m.backend)
+      error(*sp, fmt::format("{}: backend {} differs from the first variant's ({})", where, v.kernel.backend, m.backend));
+    const toml::array& names = array(*va, where + ".args");
+    if (names.size() != v.kernel.args.size())
+      error(*va, fmt::format("{}: {} names for the {} arguments of kernel '{}'", where, names.size(),
+                             v.kernel.args.size(), v.kernel.name));
+    for (size_t j = 0; j < names.size(); ++j) {
+      const std::string& an = str(names[j], where + ".args");
+      const ArgSpec& want = v.kernel.args[j];
+      int ai = s.arg_index(an);
+      const ScratchSpec* sc = nullptr;
+      for (const auto& x : m.scratch)
+        if (x.name == an) sc = &x;
+      if (ai < 0 && !sc)
+        error(names[j], fmt::format("{}: '{}' is neither an argument nor a scratch buffer", where, an));
+      if (sc) {
+        if (!want.pointer || want.dtype != sc->dtype)
+          error(names[j], fmt::format("{}: scratch '{}' ({}*) passed as '{}' ({})", where, an, dtype_name(sc->dtype),
+                                      want.name, want.type_text()));
+        if (want.intent == Intent::in)
+          error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the variant only reads; scratch starts "
+                                      "undefined", where, an, want.name));
+      } else {
+        const ArgSpec& have = s.args[ai];
+        if (have.pointer != want.pointer || have.dtype != want.dtype)
+          error(names[j], fmt::format("{}: '{}' ({}) passed as '{}' ({})", where, an, have.type_text(), want.name,
+                                      want.type_text()));
+        if (have.pointer && have.intent == Intent::in && want.intent != Intent::in)
+          error(names[j], fmt::format("{}: the variant writes '{}' (as '{}'), which the multi-kernel declares "
+                                      "intent = \"in\"", where, an, want.name));
+      }
+      v.args.push_back(an);
+    }
+    return v;
   }
 
   static std::string known_symbols(const KernelSpec& s) {

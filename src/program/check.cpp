@@ -156,117 +156,143 @@ std::string ProgramCheck::str() const {
   return s;
 }
 
-ProgramCheck check_against_reference(Runtime& rt, const ProgramSpec& spec, const std::map<std::string, int64_t>& symbols,
-                                     const std::vector<std::vector<std::byte>>& inputs,
-                                     const std::vector<std::vector<std::byte>>& outputs) {
-  const ProgramCheckSpec& cs = spec.check;
-  ProgramSpec ref = load_program(cs.reference);
-  ProgramCheck out;
-  out.program = spec.name;
-  out.reference = fmt::format("'{}' ({})", ref.name, cs.reference.filename().string());
+namespace {
 
-  // The rows compared: all, or at most max_rows of the sampled symbol's.
-  std::vector<int64_t> rows;
-  if (!cs.sample.empty()) {
-    const int64_t n = symbols.at(cs.sample);
-    if (n > cs.max_rows) rows = spread_rows(n, cs.max_rows);
-    if (rows.empty()) {
-      out.rows = fmt::format("all {} rows of {}", n, cs.sample);
-    } else {
-      std::string list;
-      for (size_t k = 0; k < rows.size(); ++k)
-        if (k < 3 || k + 1 == rows.size()) list += fmt::format("{}{}", list.empty() ? "" : ", ", rows[k]);
-        else if (k == 3) list += ", ...";
-      out.rows = fmt::format("{} of the {} rows of {} ({})", rows.size(), n, cs.sample, list);
-    }
-  } else {
-    out.rows = "every element";
+size_t find_tensor(const std::vector<ProgramTensor>& ts, const std::string& name) {
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].name == name) return i;
+  return ts.size();
+}
+
+// The rows compared: all (empty), or at most max_rows of the sampled
+// symbol's, spread over them; `text` says which.
+std::vector<int64_t> rows_compared(const ProgramCheckSpec& cs, const std::map<std::string, int64_t>& symbols,
+                                   std::string* text) {
+  if (cs.sample.empty()) {
+    *text = "every element";
+    return {};
   }
-  auto sampled = [&](const ProgramTensor& t) {
-    return !rows.empty() && !t.shape.empty() && t.shape[0].root().op == ExprOp::Var &&
-           t.shape[0].root().name == cs.sample;
-  };
-  auto find = [](const std::vector<ProgramTensor>& ts, const std::string& name) -> size_t {
-    for (size_t i = 0; i < ts.size(); ++i)
-      if (ts[i].name == name) return i;
-    return ts.size();
-  };
+  std::vector<int64_t> rows;
+  const int64_t n = symbols.at(cs.sample);
+  if (n > cs.max_rows) rows = spread_rows(n, cs.max_rows);
+  if (rows.empty()) {
+    *text = fmt::format("all {} rows of {}", n, cs.sample);
+    return rows;
+  }
+  std::string list;
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (k < 3 || k + 1 == rows.size()) list += fmt::format("{}{}", list.empty() ? "" : ", ", rows[k]);
+    else if (k == 3) list += ", ...";
+  *text = fmt::format("{} of the {} rows of {} ({})", rows.size(), n, cs.sample, list);
+  return rows;
+}
 
-  // The reference's inputs: the program's of the same names, their rows sampled, in the reference's dtypes.
-  Device& rdev = rt.backend(ref.backend).device();
-  std::vector<DeviceBuffer> held;
-  held.reserve(ref.inputs.size() + ref.outputs.size());
-  std::vector<Tensor> rin, rout;
-  for (const auto& ri : ref.inputs) {
-    const size_t pi = find(spec.inputs, ri.name);
-    if (pi == spec.inputs.size())
-      fail(Errc::usage, "the reference {} takes an input '{}', which program '{}' has not", out.reference, ri.name,
-           spec.name);
-    const ProgramTensor& pt = spec.inputs[pi];
-    std::vector<int64_t> dims = spec.dims(pt, symbols);
+// One run of the reference program on the program's inputs (their rows
+// sampled, in the reference's dtypes), and its outputs compared with the
+// program's by the tuning's tolerance rules.
+class ReferenceRun {
+ public:
+  ReferenceRun(Runtime& rt, const ProgramSpec& spec, const std::map<std::string, int64_t>& symbols, ProgramCheck& out)
+      : rt_(rt), spec_(spec), ref_(load_program(spec.check.reference)), symbols_(symbols), out_(out),
+        dev_(rt.backend(ref_.backend).device()) {
+    out.program = spec.name;
+    out.reference = fmt::format("'{}' ({})", ref_.name, spec.check.reference.filename().string());
+    rows_ = rows_compared(spec.check, symbols, &out.rows);
+    held_.reserve(ref_.inputs.size() + ref_.outputs.size());
+  }
+
+  void run(const std::vector<std::vector<std::byte>>& inputs) {
+    std::vector<Tensor> rin;
+    for (const auto& ri : ref_.inputs) rin.push_back(input(ri, inputs));
+    ProgramOptions po;
+    po.plain = true;
+    Program rp(rt_, ref_, po);
+    const std::map<std::string, int64_t> rsym = rp.bind(rin);
+    for (const auto& ro : ref_.outputs) {
+      const size_t pi = find_tensor(spec_.outputs, ro.name);
+      if (pi == spec_.outputs.size())
+        fail(Errc::usage, "the reference {} computes an output '{}', which program '{}' has not", out_.reference,
+             ro.name, spec_.name);
+      which_.push_back(pi);
+      const std::vector<int64_t> dims = ref_.dims(ro, rsym);
+      held_.emplace_back(dev_, std::max<size_t>(1, buffer_bytes(ro.dtype, ref_.elements(ro, rsym), ro.name)));
+      rout_.push_back({held_.back().get(), dims});
+    }
+    rp.run(rin, rout_, nullptr);
+    dev_.sync(nullptr);
+  }
+
+  void compare(const std::vector<std::vector<std::byte>>& outputs) {
+    TuningSpec ts;
+    ts.rtol = spec_.check.rtol;
+    ts.atol = spec_.check.atol;
+    const int64_t reduction = reduction_length();
+    for (size_t k = 0; k < ref_.outputs.size(); ++k)
+      out_.outputs.push_back(compare_one(ref_.outputs[k], spec_.outputs[which_[k]], rout_[k], outputs[which_[k]], ts,
+                                         reduction));
+  }
+
+ private:
+  bool sampled(const ProgramTensor& t) const {
+    return !rows_.empty() && !t.shape.empty() && t.shape[0].root().op == ExprOp::Var &&
+           t.shape[0].root().name == spec_.check.sample;
+  }
+
+  // The reference's input `ri`: the program's of the same name, converted, on the reference's device.
+  Tensor input(const ProgramTensor& ri, const std::vector<std::vector<std::byte>>& inputs) {
+    const size_t pi = find_tensor(spec_.inputs, ri.name);
+    if (pi == spec_.inputs.size())
+      fail(Errc::usage, "the reference {} takes an input '{}', which program '{}' has not", out_.reference, ri.name,
+           spec_.name);
+    const ProgramTensor& pt = spec_.inputs[pi];
+    std::vector<int64_t> dims = spec_.dims(pt, symbols_);
     if (ri.shape.size() != dims.size())
-      fail(Errc::usage, "the reference {} takes '{}' with {} dimensions; program '{}' has {}", out.reference, ri.name,
-           ri.shape.size(), spec.name, dims.size());
+      fail(Errc::usage, "the reference {} takes '{}' with {} dimensions; program '{}' has {}", out_.reference,
+           ri.name, ri.shape.size(), spec_.name, dims.size());
     const int64_t row_elems = product(dims, 1);
     const bool sub = sampled(pt);
     std::vector<int64_t> rdims = dims;
-    if (sub) rdims[0] = static_cast<int64_t>(rows.size());
-    const int64_t n = product(rdims);
-    std::vector<std::byte> host(buffer_bytes(ri.dtype, n, ri.name));
+    if (sub) rdims[0] = static_cast<int64_t>(rows_.size());
+    std::vector<std::byte> host(buffer_bytes(ri.dtype, product(rdims), ri.name));
     const int64_t nrows = dims.empty() ? 1 : rdims[0];
     for (int64_t k = 0; k < nrows; ++k) {
-      const int64_t r = sub ? rows[static_cast<size_t>(k)] : k;
+      const int64_t r = sub ? rows_[static_cast<size_t>(k)] : k;
       for (int64_t j = 0; j < (dims.empty() ? 1 : row_elems); ++j)
         convert(ri.dtype, host.data(), static_cast<size_t>(k * row_elems + j), pt.dtype, inputs[pi].data(),
                 static_cast<size_t>(r * row_elems + j));
     }
-    held.emplace_back(rdev, host.empty() ? 1 : host.size());
-    if (!host.empty()) rdev.to_device(held.back().get(), host.data(), host.size(), nullptr);
-    rin.push_back({held.back().get(), rdims});
+    held_.emplace_back(dev_, host.empty() ? 1 : host.size());
+    if (!host.empty()) dev_.to_device(held_.back().get(), host.data(), host.size(), nullptr);
+    return {held_.back().get(), rdims};
   }
-  ProgramOptions po;
-  po.plain = true;
-  Program rp(rt, ref, po);
-  const std::map<std::string, int64_t> rsym = rp.bind(rin);
-  std::vector<size_t> which;  // per reference output: the program's output of its name
-  for (const auto& ro : ref.outputs) {
-    const size_t pi = find(spec.outputs, ro.name);
-    if (pi == spec.outputs.size())
-      fail(Errc::usage, "the reference {} computes an output '{}', which program '{}' has not", out.reference,
-           ro.name, spec.name);
-    which.push_back(pi);
-    const std::vector<int64_t> dims = ref.dims(ro, rsym);
-    held.emplace_back(rdev, std::max<size_t>(1, buffer_bytes(ro.dtype, ref.elements(ro, rsym), ro.name)));
-    rout.push_back({held.back().get(), dims});
-  }
-  rp.run(rin, rout, nullptr);
-  rdev.sync(nullptr);
 
-  // Each output of the reference against the program's, by tuning's tolerance rules.
-  int64_t reduction = 0;
-  if (cs.reduction) {
+  // The check's [check] reduction for these sizes (0: not given).
+  int64_t reduction_length() const {
+    if (!spec_.check.reduction) return 0;
     KernelSpec scope;
     std::vector<int64_t> slots;
-    for (const auto& [n, v] : spec.constants) scope.args.push_back(ArgSpec{}), scope.args.back().name = n, slots.push_back(v);
-    for (const auto& [n, v] : symbols) scope.args.push_back(ArgSpec{}), scope.args.back().name = n, slots.push_back(v);
-    reduction = compile_expr(scope, *cs.reduction, nullptr).eval(slots.data());
+    auto add = [&](const std::string& n, int64_t v) {
+      scope.args.push_back(ArgSpec{});
+      scope.args.back().name = n;
+      slots.push_back(v);
+    };
+    for (const auto& [n, v] : spec_.constants) add(n, v);
+    for (const auto& [n, v] : symbols_) add(n, v);
+    return compile_expr(scope, *spec_.check.reduction, nullptr).eval(slots.data());
   }
-  TuningSpec ts;
-  ts.rtol = cs.rtol;
-  ts.atol = cs.atol;
-  for (size_t k = 0; k < ref.outputs.size(); ++k) {
-    const ProgramTensor& ro = ref.outputs[k];
-    const ProgramTensor& pt = spec.outputs[which[k]];
-    const std::vector<int64_t> dims = spec.dims(pt, symbols);
+
+  ProgramCheck::Output compare_one(const ProgramTensor& ro, const ProgramTensor& pt, const Tensor& computed,
+                                   const std::vector<std::byte>& got, const TuningSpec& ts, int64_t reduction) {
+    const std::vector<int64_t> dims = spec_.dims(pt, symbols_);
     const bool sub = sampled(pt);
     std::vector<int64_t> want = dims;
-    if (sub) want[0] = static_cast<int64_t>(rows.size());
-    if (rout[k].shape != want)
+    if (sub) want[0] = static_cast<int64_t>(rows_.size());
+    if (computed.shape != want)
       fail(Errc::usage, "the reference {} computes '{}' of another shape than program '{}' ({} elements against {})",
-           out.reference, ro.name, spec.name, product(rout[k].shape), product(want));
+           out_.reference, ro.name, spec_.name, product(computed.shape), product(want));
     std::vector<std::byte> refh(buffer_bytes(ro.dtype, product(want), ro.name));
-    if (!refh.empty()) rdev.to_host(refh.data(), rout[k].data, refh.size(), nullptr);
-    rdev.sync(nullptr);
+    if (!refh.empty()) dev_.to_host(refh.data(), computed.data, refh.size(), nullptr);
+    dev_.sync(nullptr);
     const size_t n = static_cast<size_t>(product(want));
     const int64_t row_elems = dims.empty() ? 1 : product(dims, 1);
     double max_ref = 0;
@@ -283,12 +309,12 @@ ProgramCheck check_against_reference(Runtime& rt, const ProgramSpec& spec, const
     o.atol = tol.atol;
     size_t worst_i = 0;
     double worst = -1, worst_got = 0, worst_ref = 0;
+    auto row_of = [&](size_t i) { return row_elems > 0 ? static_cast<int64_t>(i) / row_elems : 0; };
     for (size_t i = 0; i < n; ++i) {
-      const int64_t row = row_elems > 0 ? static_cast<int64_t>(i) / row_elems : 0;
-      const size_t at = sub ? static_cast<size_t>(rows[static_cast<size_t>(row)] * row_elems +
+      const size_t at = sub ? static_cast<size_t>(rows_[static_cast<size_t>(row_of(i))] * row_elems +
                                                   static_cast<int64_t>(i) % row_elems)
                             : i;
-      const double g = get(pt.dtype, outputs[which[k]].data(), at), r = get(ro.dtype, refh.data(), i);
+      const double g = get(pt.dtype, got.data(), at), r = get(ro.dtype, refh.data(), i);
       if (std::isnan(g) && std::isnan(r)) continue;
       const double err = (std::isnan(g) || std::isnan(r)) ? INFINITY : std::abs(g - r);
       if (err <= tol.atol + tol.rtol * std::abs(r)) continue;
@@ -297,13 +323,34 @@ ProgramCheck check_against_reference(Runtime& rt, const ProgramSpec& spec, const
     }
     if (o.bad) {
       o.max_error = worst;
-      const int64_t row = row_elems > 0 ? static_cast<int64_t>(worst_i) / row_elems : 0;
       o.worst = fmt::format("{} = {:.6g} where the reference has {:.6g}",
-                            index_text(pt.name, dims, worst_i, sub ? rows[static_cast<size_t>(row)] : -1), worst_got,
-                            worst_ref);
+                            index_text(pt.name, dims, worst_i, sub ? rows_[static_cast<size_t>(row_of(worst_i))] : -1),
+                            worst_got, worst_ref);
     }
-    out.outputs.push_back(std::move(o));
+    return o;
   }
+
+  Runtime& rt_;
+  const ProgramSpec& spec_;
+  ProgramSpec ref_;
+  const std::map<std::string, int64_t>& symbols_;
+  ProgramCheck& out_;
+  Device& dev_;
+  std::vector<int64_t> rows_;
+  std::vector<DeviceBuffer> held_;  // the reference's buffers
+  std::vector<Tensor> rout_;
+  std::vector<size_t> which_;  // per reference output: the program's output of its name
+};
+
+}  // namespace
+
+ProgramCheck check_against_reference(Runtime& rt, const ProgramSpec& spec, const std::map<std::string, int64_t>& symbols,
+                                     const std::vector<std::vector<std::byte>>& inputs,
+                                     const std::vector<std::vector<std::byte>>& outputs) {
+  ProgramCheck out;
+  ReferenceRun r(rt, spec, symbols, out);
+  r.run(inputs);
+  r.compare(outputs);
   return out;
 }
 

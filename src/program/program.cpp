@@ -2,6 +2,7 @@
 #include "kiln/program.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <list>
@@ -360,7 +361,6 @@ struct Program::Impl {
     auto sh = std::make_unique<Shape>();
     sh->slots = slots;
     // The dimensions every call of this shape must have; checked for this call before anything else.
-    std::vector<int64_t> in_elements, out_elements;
     for (size_t i = 0; i < in_dims.size(); ++i) {
       sh->in_dims.emplace_back();
       for (const auto& e : in_dims[i]) sh->in_dims.back().push_back(e.eval(slots.data()));
@@ -374,99 +374,16 @@ struct Program::Impl {
       if (guards[g].eval(slots.data()) == 0)
         fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
              sym_text(slots));
+    // Element counts by group: inputs (0), outputs (1), intermediates (2).
+    std::array<std::vector<int64_t>, 3> elements;
     for (size_t i = 0; i < spec.inputs.size(); ++i)
-      in_elements.push_back(elements_of(sh->in_dims[i], spec.inputs[i], slots));
+      elements[0].push_back(elements_of(sh->in_dims[i], spec.inputs[i], slots));
     for (size_t i = 0; i < spec.outputs.size(); ++i)
-      out_elements.push_back(elements_of(sh->out_dims[i], spec.outputs[i], slots));
-    std::vector<int64_t> bytes, elements;
-    for (size_t b = 0; b < spec.buffers.size(); ++b) {
-      std::vector<int64_t> dims;
-      for (const auto& d : buffer_dims[b]) dims.push_back(d.eval(slots.data()));
-      const int64_t n = elements_of(dims, spec.buffers[b], slots);
-      elements.push_back(n);
-      bytes.push_back(static_cast<int64_t>(buffer_bytes(spec.buffers[b].dtype, n, spec.buffers[b].name)));
-    }
-    sh->mem = plan_memory(bytes, live);
-    if (sh->mem.arena > arena_bytes) {
-      if (arena) {
-        dev->sync(stream);  // the work queued on the old arena is done before it goes
-        dev->sync(nullptr);
-        dev->free(arena);
-        arena = nullptr;
-        for (auto& s : shapes) s->graphs.clear();  // they point into the old arena
-      }
-      arena = dev->alloc(static_cast<size_t>(sh->mem.arena));
-      arena_bytes = sh->mem.arena;
-      // The shapes planned before keep their plans; their intermediates move to the new arena.
-      for (auto& s : shapes) rebase(*s);
-      graph_count = 0;
-    }
-    auto tensor_elements = [&](const Arg& a) -> int64_t {
-      return a.group == 2 ? elements[a.index] : a.group == 0 ? in_elements[a.index] : out_elements[a.index];
-    };
+      elements[1].push_back(elements_of(sh->out_dims[i], spec.outputs[i], slots));
+    elements[2] = place_intermediates(*sh, stream);
     sh->storage.resize(steps.size());
     sh->params.resize(steps.size());
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const Step& st = steps[i];
-      auto& store = sh->storage[i];
-      store.assign(st.args.size(), 0);
-      std::vector<int64_t> kslots(st.args.size(), 0);
-      for (size_t j = 0; j < st.args.size(); ++j) {
-        const Arg& a = st.args[j];
-        switch (a.kind) {
-          case ProgramArg::Kind::integer: {
-            int64_t v = a.value.eval(slots.data());
-            kslots[j] = v;
-            if (a.dtype == DType::i32) {
-              // The kernel would get the truncated value while the size checks below saw this one.
-              if (v < INT32_MIN || v > INT32_MAX)
-                fail(Errc::usage, "program '{}', step {} ({}): argument '{}' = {} is {}, which does not fit an i32 "
-                     "(with {})", spec.name, i + 1, st.kernel, (*st.kargs)[j].name,
-                     st.texts[j], v, sym_text(slots));
-              int32_t x = static_cast<int32_t>(v);
-              std::memcpy(&store[j], &x, 4);
-            } else {
-              std::memcpy(&store[j], &v, 8);
-            }
-            break;
-          }
-          case ProgramArg::Kind::real: {
-            if (a.dtype == DType::f64) std::memcpy(&store[j], &a.real, 8);
-            else if (a.dtype == DType::f32) {
-              float f = static_cast<float>(a.real);
-              std::memcpy(&store[j], &f, 4);
-            } else {
-              uint16_t h = a.dtype == DType::f16 ? f32_to_f16_bits(static_cast<float>(a.real))
-                                                 : f32_to_bf16_bits(static_cast<float>(a.real));
-              std::memcpy(&store[j], &h, 2);
-            }
-            break;
-          }
-          case ProgramArg::Kind::buffer:
-            if (a.group == 2) {
-              void* p = static_cast<std::byte*>(arena) + sh->mem.offset[a.index];
-              std::memcpy(&store[j], &p, sizeof p);
-            } else {
-              sh->io.push_back({i, j, a.group, a.index});
-            }
-            break;
-        }
-      }
-      // Each buffer must hold what the kernel's spec says it reads or writes.
-      for (size_t j = 0; j < st.args.size(); ++j)
-        if (st.args[j].kind == ProgramArg::Kind::buffer) {
-          const int64_t need = st.ksizes[j].eval(kslots.data());
-          const int64_t have = tensor_elements(st.args[j]);
-          if (need > have)
-            fail(Errc::usage,
-                 "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
-                 "buffer has {}",
-                 spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(slots),
-                 have);
-        }
-      sh->params[i].resize(st.args.size());
-      for (size_t j = 0; j < st.args.size(); ++j) sh->params[i][j] = &store[j];
-    }
+    for (size_t i = 0; i < steps.size(); ++i) bind_step(*sh, i, elements);
     ++st.plans;
     if (shapes.size() >= static_cast<size_t>(std::max(1, opts.plan_capacity))) {
       auto lru = std::min_element(shapes.begin(), shapes.end(), [](auto& a, auto& b) { return a->used < b->used; });
@@ -476,6 +393,100 @@ struct Program::Impl {
     sh->used = ++clock;
     shapes.push_back(std::move(sh));
     return *shapes.back();
+  }
+
+  // Plans the shape's intermediates by liveness and grows the arena to hold
+  // them; returns their element counts.
+  std::vector<int64_t> place_intermediates(Shape& sh, Stream stream) {
+    std::vector<int64_t> bytes, elements;
+    for (size_t b = 0; b < spec.buffers.size(); ++b) {
+      std::vector<int64_t> dims;
+      for (const auto& d : buffer_dims[b]) dims.push_back(d.eval(sh.slots.data()));
+      const int64_t n = elements_of(dims, spec.buffers[b], sh.slots);
+      elements.push_back(n);
+      bytes.push_back(static_cast<int64_t>(buffer_bytes(spec.buffers[b].dtype, n, spec.buffers[b].name)));
+    }
+    sh.mem = plan_memory(bytes, live);
+    if (sh.mem.arena > arena_bytes) {
+      if (arena) {
+        dev->sync(stream);  // the work queued on the old arena is done before it goes
+        dev->sync(nullptr);
+        dev->free(arena);
+        arena = nullptr;
+        for (auto& s : shapes) s->graphs.clear();  // they point into the old arena
+      }
+      arena = dev->alloc(static_cast<size_t>(sh.mem.arena));
+      arena_bytes = sh.mem.arena;
+      // The shapes planned before keep their plans; their intermediates move to the new arena.
+      for (auto& s : shapes) rebase(*s);
+      graph_count = 0;
+    }
+    return elements;
+  }
+
+  // Step i's arguments for the shape: scalars evaluated and stored, the
+  // arena's intermediates placed, the caller's tensors left to each call;
+  // each buffer must hold what the kernel's spec says it reads or writes.
+  void bind_step(Shape& sh, size_t i, const std::array<std::vector<int64_t>, 3>& elements) {
+    const std::vector<int64_t>& slots = sh.slots;
+    const Step& st = steps[i];
+    auto& store = sh.storage[i];
+    store.assign(st.args.size(), 0);
+    std::vector<int64_t> kslots(st.args.size(), 0);
+    for (size_t j = 0; j < st.args.size(); ++j) {
+      const Arg& a = st.args[j];
+      switch (a.kind) {
+        case ProgramArg::Kind::integer: {
+          int64_t v = a.value.eval(slots.data());
+          kslots[j] = v;
+          if (a.dtype == DType::i32) {
+            // The kernel would get the truncated value while the size checks below saw this one.
+            if (v < INT32_MIN || v > INT32_MAX)
+              fail(Errc::usage, "program '{}', step {} ({}): argument '{}' = {} is {}, which does not fit an i32 "
+                   "(with {})", spec.name, i + 1, st.kernel, (*st.kargs)[j].name,
+                   st.texts[j], v, sym_text(slots));
+            int32_t x = static_cast<int32_t>(v);
+            std::memcpy(&store[j], &x, 4);
+          } else {
+            std::memcpy(&store[j], &v, 8);
+          }
+          break;
+        }
+        case ProgramArg::Kind::real: {
+          if (a.dtype == DType::f64) std::memcpy(&store[j], &a.real, 8);
+          else if (a.dtype == DType::f32) {
+            float f = static_cast<float>(a.real);
+            std::memcpy(&store[j], &f, 4);
+          } else {
+            uint16_t h = a.dtype == DType::f16 ? f32_to_f16_bits(static_cast<float>(a.real))
+                                               : f32_to_bf16_bits(static_cast<float>(a.real));
+            std::memcpy(&store[j], &h, 2);
+          }
+          break;
+        }
+        case ProgramArg::Kind::buffer:
+          if (a.group == 2) {
+            void* p = static_cast<std::byte*>(arena) + sh.mem.offset[a.index];
+            std::memcpy(&store[j], &p, sizeof p);
+          } else {
+            sh.io.push_back({i, j, a.group, a.index});
+          }
+          break;
+      }
+    }
+    for (size_t j = 0; j < st.args.size(); ++j)
+      if (st.args[j].kind == ProgramArg::Kind::buffer) {
+        const int64_t need = st.ksizes[j].eval(kslots.data());
+        const int64_t have = elements[st.args[j].group][st.args[j].index];
+        if (need > have)
+          fail(Errc::usage,
+               "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
+               "buffer has {}",
+               spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(slots),
+               have);
+      }
+    sh.params[i].resize(st.args.size());
+    for (size_t j = 0; j < st.args.size(); ++j) sh.params[i][j] = &store[j];
   }
 
   // Points a planned shape's intermediates into the current arena.
