@@ -10,7 +10,6 @@ rank() {  # the layer of a source file or an included header
     include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
     include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
     src/backends/*|backends/*|kiln/ext/backend.hpp|include/kiln/ext/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
-    src/worker/main.cpp) echo 9 ;;  # the kiln-worker executable is a tool
     src/worker/*|worker/*) echo 2 ;;
     src/compile/*|compile/*|kiln/ext/binary_key.hpp|include/kiln/ext/binary_key.hpp) echo 3 ;;
     src/tune/*|tune/*|kiln/ext/tuner.hpp|kiln/tuning.hpp|include/kiln/ext/tuner.hpp|include/kiln/tuning.hpp) echo 4 ;;

@@ -6,18 +6,10 @@
 // (read, never written), or, in-process, the caller's buffer itself. The
 // checking run's outputs come back into the shared arena.
 //
-// The executor (BenchExecutor) runs in a kiln-worker process (default) or,
-// with KILN_TUNE_IN_PROCESS=1, in the caller's:
-//   1. restore in/inout buffers from the caller's data; poison outputs
-//      (a NaN with a payload of kiln's for floats, 0x5A bytes for integers);
-//   2. the checking run: its outputs are copied back and checksummed, the
-//      elements still poisoned are counted, and a kernel that wrote to an
-//      `in` buffer is an error;
-//   3. warm-up runs, then timed runs (the device's timer) until the budget is
-//      spent (at least min_reps); inout buffers are restored, and caches
-//      flushed when asked, before every run, outside the timing.
-// Output and inout buffers get device memory of the executor's own (one copy
-// each); in buffers are read where they are, when they can be.
+// The executor (BenchExecutor, worker/bench_executor.hpp) runs it in a
+// kiln-worker process (default) or, with KILN_TUNE_IN_PROCESS=1, in the
+// caller's. Output and inout buffers get device memory of the executor's own
+// (one copy each); in buffers are read where they are, when they can be.
 #pragma once
 
 #include <cstddef>
@@ -29,48 +21,12 @@
 #include "kiln/ext/call_view.hpp"
 #include "kiln/spec.hpp"
 #include "worker/arena.hpp"
+#include "worker/bench_executor.hpp"
 #include "worker/protocol.hpp"
 
 namespace kiln {
 
 class WorkerPool;
-
-// A result from timed runs: keeps them, with their median (the mean of the
-// middle two for an even count), minimum and maximum. No checksum.
-BenchResult summarize(std::vector<double> ns);
-
-// The bit pattern kiln poisons outputs of a dtype with, and the elements of
-// `bytes` still holding it.
-struct Poison {
-  uint32_t pattern;
-  int bytes;  // 1, 2 or 4: the pattern repeats to fill each element
-};
-Poison poison_of(DType t);
-int64_t count_poisoned(DType t, std::span<const std::byte> bytes);
-
-class BenchExecutor {
- public:
-  explicit BenchExecutor(Device& dev) : dev_(dev) {}
-  ~BenchExecutor();
-  BenchExecutor(const BenchExecutor&) = delete;
-  BenchExecutor& operator=(const BenchExecutor&) = delete;
-
-  // Throws Error(Errc::launch) for a kernel that wrote to an input or whose
-  // launch failed; device faults surface as the device reports them.
-  BenchResult run(LoadedKernel& k, const BenchPlan& plan, std::byte* arena, Stream stream = nullptr);
-
- private:
-  void release() noexcept;
-  void prepare(const BenchPlan& plan, std::byte* arena, Stream s);
-  void restore(const BenchPlan& plan, std::byte* arena, bool with_in, Stream s);
-  Device& dev_;
-  uint64_t id_ = 0;
-  std::vector<void*> work_;                         // per argument: the buffer the kernel runs on
-  std::vector<void*> pristine_;                     // shared inout arguments: a device copy to restore from
-  std::vector<bool> owned_, imported_;
-  std::vector<std::vector<std::byte>> snapshot_;    // in buffers read in place: their bytes at the start
-  int64_t device_bytes_ = 0;
-};
 
 // A call's arguments, described for benchmarking: the caller's buffers are
 // never written while tuning.

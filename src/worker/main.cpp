@@ -18,7 +18,7 @@
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
-#include "tune/benchmarker.hpp"
+#include "worker/bench_executor.hpp"
 #include "worker/arena.hpp"
 #include "worker/protocol.hpp"
 
