@@ -15,6 +15,8 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <vector>
 #include <thread>
 
 #include "core/format.hpp"
@@ -189,6 +191,51 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   return r;
 }
 
+namespace {
+// The session and state of process `pid` from /proc (false when it is gone).
+bool session_of(pid_t pid, pid_t* sid, char* state) {
+  std::optional<std::string> stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  // "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
+  const size_t close = stat->rfind(')');
+  if (close == std::string::npos) return false;
+  char st = 0;
+  long ppid = 0, pgrp = 0, session = 0;
+  if (std::sscanf(stat->c_str() + close + 1, " %c %ld %ld %ld", &st, &ppid, &pgrp, &session) != 4) return false;
+  *sid = static_cast<pid_t>(session);
+  *state = st;
+  return true;
+}
+}  // namespace
+
+void kill_session(pid_t sid, double wait_s) noexcept {
+  if (sid <= 1) return;
+  try {
+    std::vector<pid_t> killed;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(name));
+      pid_t s = 0;
+      char st = 0;
+      if (pid == ::getpid() || !session_of(pid, &s, &st) || s != sid) continue;
+      ::kill(pid, SIGKILL);
+      killed.push_back(pid);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    for (pid_t pid : killed) {
+      pid_t s = 0;
+      char st = 0;
+      // Gone, a zombie (it holds no files), or its pid taken by another session.
+      while (session_of(pid, &s, &st) && s == sid && st != 'Z' && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  } catch (...) {
+    // best effort: a folder left behind is what it costs
+  }
+}
+
 SpawnedChild spawn_with_socket(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -199,8 +246,7 @@ SpawnedChild spawn_with_socket(const std::vector<std::string>& argv, const std::
   posix_spawn_file_actions_adddup2(&fa.fa, 2, 1);           // stdout → our stderr
   posix_spawn_file_actions_adddup2(&fa.fa, child.get(), 3);  // dup2 clears close-on-exec
   SpawnAttr attr;
-  reset_signals(attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr.at, 0);
+  reset_signals(attr, POSIX_SPAWN_SETSID);
   pid_t pid = -1;
   auto args = c_argv(argv);
   std::vector<std::string> vars;

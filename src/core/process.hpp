@@ -65,11 +65,18 @@ struct SpawnedChild {
   UniqueFd pidfd;  // readable once the child has ended (-1 where the kernel has no pidfd)
 };
 // Spawns argv with one end of a new socketpair as fd 3 in the child, in a
-// process group of its own (so that whatever it forks can be killed with
-// it). stdin is /dev/null; stdout goes to the parent's stderr, so nothing the
+// session (and so a process group) of its own: whatever it forks can be
+// killed with its group, and what it starts in groups of their own (a
+// compiler, by run_process) with its session (kill_session). stdin is /dev/null; stdout goes to the parent's stderr, so nothing the
 // child prints can mix into the parent's standard output; stderr is inherited.
 // `env` entries (NAME=VALUE) replace or join the parent's environment.
 SpawnedChild spawn_with_socket(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+
+// SIGKILL to every process of session `sid` (a child spawned by
+// spawn_with_socket, and all it started, whatever process group), then
+// waits up to `wait_s` for them to be gone. For a child killed from outside:
+// the compilers it was running outlive it otherwise, writing into its folders.
+void kill_session(pid_t sid, double wait_s = 2.0) noexcept;
 
 // A descriptor that becomes readable when `pid` ends; -1 when unsupported.
 int open_pidfd(pid_t pid);

@@ -93,6 +93,7 @@ void WorkerPool::kill_and_reap(Slot& s, int* status) {
   }
   ::kill(-pid, SIGKILL);  // the worker and everything it started
   ::kill(pid, SIGKILL);
+  kill_session(pid);  // and the compilers it ran in groups of their own, before its folder goes
   int st = reap(pid);
   if (status) *status = st;
   unregister_child_group(pid);
@@ -133,8 +134,13 @@ bool WorkerPool::alive(Slot& s) {
   int status;
   {
     std::lock_guard<std::mutex> g(pid_m_);  // reaped and forgotten at once, as abandon() sees it
-    pid_t r = ::waitpid(s.pid, &status, WNOHANG);
-    if (r == 0) return true;
+    siginfo_t info{};
+    // Seen dead without reaping it: its pid cannot be reused while its
+    // session (the compilers it may have left running) is swept.
+    if (::waitid(P_PID, static_cast<id_t>(s.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+      return true;
+    kill_session(s.pid);
+    ::waitpid(s.pid, &status, 0);
     s.signal_pid = -1;
   }
   // Died while idle (or was killed from outside): reaped now, with its group.
