@@ -18,7 +18,9 @@ $(BUILD)/build.ninja: | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs the tool and its worker only: not the tests, benchmarks or library.
+demo: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target kiln kiln-worker
 	./$(BUILD)/kiln demo
 
 test-fast: build
