@@ -9,6 +9,8 @@ rank() {  # the layer of a source file or an included header
     kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp|kiln/version.hpp) echo 0 ;;
     include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
     include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
+    kiln/library.hpp|include/kiln/library.hpp) echo 0 ;;
+    kiln/ext/library.hpp|include/kiln/ext/library.hpp) echo 1 ;;
     src/backends/*|backends/*|kiln/ext/backend.hpp|include/kiln/ext/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
     src/worker/*|worker/*) echo 2 ;;
     src/compile/*|compile/*|kiln/ext/binary_key.hpp|include/kiln/ext/binary_key.hpp) echo 3 ;;

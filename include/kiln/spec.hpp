@@ -127,7 +127,7 @@ struct KernelSpec {
   std::vector<std::filesystem::path> include_dirs;  // resolved
   std::vector<std::string> cflags;
   // Library choices tuned beside the templates (calls into a vendor library
-  // that compute the same thing with the same arguments): see LibraryCall.
+  // that compute the same thing with the same arguments): kiln/library.hpp.
   std::vector<std::string> libraries;
   TuningSpec tuning;
 
@@ -151,24 +151,6 @@ bool is_identifier(std::string_view s);
 // A C++ keyword or alternative token (and, or, not, ...): never a name in kiln emit's C++.
 bool is_cpp_keyword(std::string_view s);
 
-// A library call kiln knows how to make with a kernel's arguments, and the
-// argument list it takes (types and intents, in order).
-struct LibraryCall {
-  const char* name;     // "cublas_sgemm"
-  const char* backend;  // "cuda"
-  std::vector<std::pair<std::string, Intent>> args;  // ("f32*", in), ..., ("i64", in)
-  const char* what;     // for messages and docs
-};
-const std::vector<LibraryCall>& library_calls();
-// The call a library choice names: its table entry's name, or that name
-// with a rank "#k" (the k-th algorithm a library's heuristic offers; k <
-// kLibraryRanks) for libraries that rank algorithms (cuBLASLt). nullptr when
-// kiln knows no such call.
-const LibraryCall* find_library_call(std::string_view name);
-constexpr int kLibraryRanks = 16;
-// A choice's name split into the call's name and its rank (0 without "#k";
-// -1 when the suffix is malformed).
-std::pair<std::string_view, int> library_rank(std::string_view name);
 // Expressions may use align_<buffer>: the largest power of two, at most 256,
 // that divides the buffer's address in the call (256 for a null pointer).
 // "align_A" → "A", or "" when `sym` is no alignment symbol.

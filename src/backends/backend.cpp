@@ -1,4 +1,5 @@
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/library.hpp"
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cuda/cuda_backend.hpp"
@@ -181,11 +182,51 @@ std::string Backend::check_resources(const KernelMeta& meta, const LaunchDims& d
   return "";
 }
 
-std::string Backend::library_unavailable(const std::string& name) {
-  return fmt::format("the {} backend makes no library call '{}'", this->name(), name);
+Library* Backend::library(const std::string& library_name) {
+  for (Library* l : libraries())
+    if (l->name() == library_name) return l;
+  return nullptr;
 }
 
-std::string Backend::library_identity(const std::string& name) { return name; }
+std::string Backend::library_unavailable(const std::string& name) {
+  std::string why;
+  std::optional<LibraryChoice> c = parse_library_choice(name, &why);
+  if (!c) return fmt::format("'{}' is no library choice: {}", name, why);
+  Library* l = library(c->library);
+  if (!l) {
+    std::string known;
+    for (Library* x : libraries()) known += (known.empty() ? "" : ", ") + x->name();
+    return fmt::format("the {} backend calls no library '{}' (it calls: {})", this->name(), c->library,
+                       known.empty() ? "none" : known);
+  }
+  if (c->rank >= 0 && !l->ranked()) return fmt::format("{} does not rank algorithms: '#{}' names none", l->name(), c->rank);
+  if (c->rank < 0 && l->ranked()) return fmt::format("{} ranks algorithms: name one as {}#k", l->name(), name);
+  if (std::string no = l->implements(c->problem); !no.empty()) return no;
+  return l->unavailable();
+}
+
+std::string Backend::library_identity(const std::string& name) {
+  std::optional<LibraryChoice> c = parse_library_choice(name);
+  Library* l = c ? library(c->library) : nullptr;
+  return l ? name + " " + l->identity() : name;
+}
+
+void Backend::check_libraries(const KernelSpec& spec) {
+  for (const auto& name : spec.libraries) {
+    std::optional<LibraryChoice> c = parse_library_choice(name);
+    if (c && library(c->library)) continue;
+    fail(Errc::spec, "{}: kernel '{}': library choice '{}': {}", spec.spec_path.string(), spec.name, name,
+         library_unavailable(name));
+  }
+}
+
+std::shared_ptr<LoadedKernel> Backend::load_library(const Binary& bin) {
+  const std::string name = bin.meta.symbol.substr(8);
+  if (std::string why = library_unavailable(name); !why.empty())
+    fail(Errc::launch, "kernel '{}': library choice '{}' is unavailable: {}", bin.kernel, name, why);
+  std::optional<LibraryChoice> c = parse_library_choice(name);
+  return library(c->library)->load(bin.key, bin.meta, *c);
+}
 
 Binary library_binary(const std::string& backend, const std::string& name, const std::string& kernel,
                       const std::string& key) {

@@ -1,4 +1,5 @@
 #include "kiln/spec.hpp"
+#include "kiln/library.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -258,74 +259,6 @@ std::vector<std::filesystem::path> include_dirs_in_flags(const std::vector<std::
   return out;
 }
 
-
-const std::vector<LibraryCall>& library_calls() {
-  static const std::vector<LibraryCall> calls = [] {
-    std::vector<LibraryCall> v = {
-        {"openblas_sgemm", "cpu",
-         {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
-          {"i64", Intent::in}},
-         "C[M,N] = A[M,K] @ B[K,N], row-major fp32, through OpenBLAS's cblas_sgemm (args A, B, C, M, N, K)"},
-        {"cublas_sgemm", "cuda",
-         {{"f32*", Intent::in}, {"f32*", Intent::in}, {"f32*", Intent::out}, {"i64", Intent::in}, {"i64", Intent::in},
-          {"i64", Intent::in}},
-         "C[M,N] = A[M,K] @ B[K,N], row-major fp32 (no TF32), through cuBLAS's cublasSgemm (args A, B, C, M, N, K)"},
-    };
-    // cuBLASLt: cublaslt_<dtype>_<nn|nt>[_<epilogue>], each name taking a
-    // suffix #k (k < kLibraryRanks): the k-th algorithm of cuBLASLt's
-    // heuristic for the call's problem.
-    static std::deque<std::string> text;  // what the table's pointers point into
-    for (const char* dt : {"bf16", "f16"})
-      for (const char* layout : {"nn", "nt"})
-        for (const char* epi : {"", "bias", "residual", "gelu", "bias_gelu"}) {
-          const std::string name =
-              fmt::format("cublaslt_{}_{}{}{}", dt, layout, *epi ? "_" : "", epi);
-          const std::string t = std::string(dt) + "*";
-          std::vector<std::pair<std::string, Intent>> args = {{t, Intent::in}, {t, Intent::in}, {t, Intent::out}};
-          if (*epi && std::string_view(epi) != "gelu") args.push_back({t, Intent::in});
-          for (int i = 0; i < 3; ++i) args.push_back({"i64", Intent::in});
-          const std::string b = std::string(layout) == "nn" ? "B[K,N]" : "B[N,K] (a linear layer's weight: A @ B^T)";
-          const std::string e = std::string_view(epi) == "bias"        ? " + bias[N]"
-                                : std::string_view(epi) == "residual"  ? " + R[M,N]"
-                                : std::string_view(epi) == "gelu"      ? ", then GELU (tanh)"
-                                : std::string_view(epi) == "bias_gelu" ? " + bias[N], then GELU (tanh)"
-                                                                       : "";
-          const std::string extra = std::string_view(epi) == "bias"        ? ", bias"
-                                    : std::string_view(epi) == "residual"  ? ", R"
-                                    : std::string_view(epi) == "bias_gelu" ? ", bias"
-                                                                           : "";
-          text.push_back(name);
-          const char* n = text.back().c_str();
-          text.push_back(fmt::format("C[M,N] = A[M,K] @ {}{}, row-major {} with fp32 accumulation, through "
-                                     "cuBLASLt's cublasLtMatmul; #k runs the k-th algorithm its heuristic offers "
-                                     "for the call (args A, B, C{}, M, N, K)",
-                                     b, e, dt, extra));
-          v.push_back({n, "cuda", std::move(args), text.back().c_str()});
-        }
-    return v;
-  }();
-  return calls;
-}
-
-std::pair<std::string_view, int> library_rank(std::string_view name) {
-  auto hash = name.rfind('#');
-  if (hash == std::string_view::npos) return {name, 0};
-  int k = 0;
-  std::string_view digits = name.substr(hash + 1);
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
-  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || k < 0 || k >= kLibraryRanks)
-    return {name, -1};
-  return {name.substr(0, hash), k};
-}
-
-const LibraryCall* find_library_call(std::string_view name) {
-  auto [base, rank] = library_rank(name);
-  const bool ranked = base.size() != name.size();
-  if (rank < 0 || (ranked && base.substr(0, 9) != "cublaslt_")) return nullptr;
-  for (const auto& c : library_calls())
-    if (base == c.name) return &c;
-  return nullptr;
-}
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -769,21 +702,18 @@ class SpecReader {
       for (int k = a; k <= b; ++k) names.push_back(fmt::format("{}#{}", base, k));
     }
     for (const std::string& name : names) {
-      const LibraryCall* call = find_library_call(name);
-      if (!call) {
-        std::string known;
-        for (const auto& c : library_calls()) known += (known.empty() ? "" : ", ") + std::string(c.name);
-        error(el, fmt::format("library: '{}' is not a library call kiln knows (known: {})", name, known));
-      }
-      if (s.backend != call->backend)
-        error(el, fmt::format("library: '{}' is a {} library call; this kernel's backend is {}", name, call->backend,
-                              s.backend));
-      if (call->args.size() != s.args.size())
-        error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, call->args.size(),
-                              call->what, s.args.size()));
+      std::string why;
+      std::optional<LibraryChoice> c = parse_library_choice(name, &why);
+      if (!c) error(el, fmt::format("library: '{}': {}", name, why));
+      // The problem decides the arguments; which library implements it is
+      // the backend's to say (an unknown library is unavailable there, with why).
+      const auto want = c->problem.args();
+      if (want.size() != s.args.size())
+        error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, want.size(),
+                              c->problem.what(), s.args.size()));
       for (size_t i = 0; i < s.args.size(); ++i) {
         const ArgSpec& a = s.args[i];
-        const auto& [type, intent] = call->args[i];
+        const auto& [type, intent] = want[i];
         if (a.type_text() != type || (a.pointer && a.intent != intent))
           error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
                                 a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),

@@ -73,6 +73,7 @@ struct Kernel::Impl {
 
 Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
+  rt.backend(impl_->spec.backend).check_libraries(impl_->spec);
   impl_->self = impl_;
   impl_->start_background(false);
 }

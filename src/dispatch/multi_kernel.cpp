@@ -87,6 +87,7 @@ struct MultiKernel::Impl {
       : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, int_scalars(spec.args)),
         memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
     for (const auto& v : spec.variants) {
+      r.backend(spec.backend).check_libraries(v.kernel);
       std::vector<int> map;
       for (const auto& name : v.args) {
         int idx = -1;

@@ -11,6 +11,7 @@
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/tuning.hpp"
 #include "compile/remote_cache.hpp"
+#include "kiln/library.hpp"
 #include "tune/record_io.hpp"
 
 #include <unistd.h>
@@ -209,9 +210,8 @@ std::optional<Config> config_from(const json& j, const ConfigSpace& space) {
   if (j.contains("library")) {
     if (!j["library"].is_string() || j.size() != 1) return std::nullopt;
     c.library = j["library"].get<std::string>();
-    // A name, with a rank for libraries that rank algorithms ("cublaslt_bf16_nt#3").
-    auto [base, rank] = library_rank(c.library);
-    if (rank < 0 || !is_identifier(base)) return std::nullopt;
+    // A choice of the grammar kiln/library.hpp reads ("cublaslt_bf16_nt#3").
+    if (!parse_library_choice(c.library)) return std::nullopt;
     return c;
   }
   for (const auto& p : space.params) {

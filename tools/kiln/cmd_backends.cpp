@@ -1,5 +1,5 @@
 // kiln backends [--json]: each backend, whether it can run here and why not,
-// its device, and its compiler's and driver's versions.
+// its device, its compiler's and driver's versions, and the libraries it calls.
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/serialize.hpp"
 #include "commands.hpp"
+#include "kiln/ext/library.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {
@@ -29,6 +30,29 @@ nlohmann::json describe_cpu(const Options& opts) {
   return j;
 }
 
+// The libraries a backend calls for library choices, and whether each can be used here.
+nlohmann::json libraries_of(const std::string& backend, const Options& opts) {
+  nlohmann::json out = nlohmann::json::array();
+  auto b = make_backend(backend, opts);
+  for (Library* l : b->libraries()) {
+    const std::string why = l->unavailable();
+    out.push_back({{"name", l->name()}, {"ranked", l->ranked()}, {"available", why.empty()},
+                   {"reason", why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why)}});
+  }
+  return out;
+}
+
+// `backend_reason`: why the backend cannot run here, said once above, not per library.
+std::string libraries_text(const nlohmann::json& libs, const nlohmann::json& backend_reason) {
+  std::string t;
+  for (const auto& l : libs) {
+    std::string why = l["available"].get<bool>() ? "available" : l["reason"].get<std::string>();
+    if (backend_reason.is_string() && why == backend_reason.get<std::string>()) why = "not without the backend";
+    t += fmt::format("{}{} ({})", t.empty() ? "" : ", ", l["name"].get<std::string>(), why);
+  }
+  return t.empty() ? "none" : t;
+}
+
 std::string gib(int64_t b) { return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30)); }
 
 }  // namespace
@@ -42,6 +66,8 @@ void add_backends(CLI::App& app, Globals&) {
     isolate_stdout();
     Options opts = Options::from_env();
     nlohmann::json cpu = describe_cpu(opts), cuda = describe_cuda(opts);
+    cpu["libraries"] = libraries_of("cpu", opts);
+    cuda["libraries"] = libraries_of("cuda", opts);
     if (*json) {
       std::fprintf(out(), "%s\n", dump_json(nlohmann::json{{"backends", {cpu, cuda}}}, 2).c_str());
       return;
@@ -50,6 +76,7 @@ void add_backends(CLI::App& app, Globals&) {
     std::fprintf(out(), "      %d threads run a grid, last-level cache %s, memory %s\n",
                  cpu["device"]["threads"].get<int>(), gib(cpu["device"]["llc_bytes"].get<int64_t>()).c_str(),
                  gib(cpu["device"]["memory_bytes"].get<int64_t>()).c_str());
+    std::fprintf(out(), "      libraries: %s\n", libraries_text(cpu["libraries"], cpu["reason"]).c_str());
     if (cuda["available"].get<bool>()) {
       const auto& d = cuda["device"];
       std::fprintf(out(), "cuda  available: GPU %d, %s (%s), %d SMs, L2 %s, memory %s\n", d["ordinal"].get<int>(),
@@ -63,6 +90,7 @@ void add_backends(CLI::App& app, Globals&) {
                  cuda["nvrtc"].is_null() ? "not found" : cuda["nvrtc"].get<std::string>().c_str(),
                  cuda["driver"].is_null() ? "not found" : cuda["driver"].get<std::string>().c_str(),
                  cuda["nvrtc"].is_null() ? "" : (cuda["available"].get<bool>() ? "" : "; compiling works with KILN_CUDA_ARCH set"));
+    std::fprintf(out(), "      libraries: %s\n", libraries_text(cuda["libraries"], cuda["reason"]).c_str());
   });
 }
 

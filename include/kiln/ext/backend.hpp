@@ -127,6 +127,8 @@ class LaunchPlan {
   std::string kernel_, config_;
 };
 
+class Library;
+
 class LoadedKernel {
  public:
   virtual ~LoadedKernel() = default;
@@ -287,12 +289,22 @@ class Backend {
     return 0;
   }
 
-  // Library choices (LibraryCall in kiln/spec.hpp). "" when the library call
-  // `name` can be made here, else why not (the library is not installed, no
-  // device): the choice is then skipped, with that reason, never an error.
-  virtual std::string library_unavailable(const std::string& name);
+  // The libraries this backend calls for library choices (kiln/ext/library.hpp).
+  virtual std::vector<Library*> libraries() { return {}; }
+  // The library a choice names, or null when this backend has none of that name.
+  Library* library(const std::string& library_name);
+  // Library choices (kiln/library.hpp). "" when the choice `name` can be
+  // made here, else why not (the library is not installed, no device, it
+  // does not implement the problem): the choice is then skipped, with that
+  // reason, never an error.
+  std::string library_unavailable(const std::string& name);
   // The library's name and version: what its results are kept by.
-  virtual std::string library_identity(const std::string& name);
+  std::string library_identity(const std::string& name);
+  // Throws Error(Errc::spec) when a library choice of `spec` names a library
+  // this backend does not call (a typo, or a library of another backend).
+  void check_libraries(const KernelSpec& spec);
+  // The loaded library choice of a library binary (is_library_binary).
+  std::shared_ptr<LoadedKernel> load_library(const Binary& bin);
 };
 
 // Why `config` can never run, whatever the call: a constraint over params

@@ -1,4 +1,5 @@
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/cpu_libraries.hpp"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -120,83 +121,19 @@ class CpuKernel final : public LoadedKernel {
   std::shared_ptr<ThreadPool> pool_;
 };
 
-// OpenBLAS, opened with dlopen (Debian's libopenblas0): absent, the library
-// choice is unavailable. Its own thread count is set to kiln's launch threads
-// (KILN_NUM_THREADS), so a library call and a kiln grid share the cores alike.
-// Its idle threads busy-wait for 2^28 cycles (about 0.1 s) by default, which
-// halves a kiln grid that runs next on the same cores; unless the user set
-// OPENBLAS_THREAD_TIMEOUT, it is set to 17 (2^17 cycles, about 50 us, as long
-// as kiln's own pool spins) before the library is loaded and reads it.
-struct OpenBlas {
-  void (*sgemm)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-  void (*set_threads)(int);
-  char* (*config)();
-  std::string why;
-  static const OpenBlas& get() {
-    static OpenBlas b = [] {
-      OpenBlas o{};
-      if (!std::getenv("OPENBLAS_THREAD_TIMEOUT") && !std::getenv("GOTO_THREAD_TIMEOUT"))
-        ::setenv("OPENBLAS_THREAD_TIMEOUT", "17", 0);
-      void* h = nullptr;
-      for (const char* n : {"libopenblas.so.0", "libopenblas.so"})
-        if ((h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
-      if (!h) {
-        const char* e = ::dlerror();
-        o.why = fmt::format("OpenBLAS is not installed (libopenblas.so.0: {}); on Debian: apt-get install libopenblas0",
-                            e ? e : "not found");
-        return o;
-      }
-      o.sgemm = reinterpret_cast<decltype(o.sgemm)>(::dlsym(h, "cblas_sgemm"));
-      o.set_threads = reinterpret_cast<decltype(o.set_threads)>(::dlsym(h, "openblas_set_num_threads"));
-      o.config = reinterpret_cast<decltype(o.config)>(::dlsym(h, "openblas_get_config"));
-      if (!o.sgemm) o.why = "libopenblas has no cblas_sgemm";
-      return o;
-    }();
-    return b;
-  }
-};
-
-// C = A @ B, row-major, through cblas_sgemm (args A, B, C, M, N, K).
-class OpenBlasSgemm final : public LoadedKernel {
- public:
-  OpenBlasSgemm(std::string key, KernelMeta meta, int threads) : LoadedKernel(std::move(key), std::move(meta)) {
-    const OpenBlas& b = OpenBlas::get();
-    if (b.set_threads) b.set_threads(threads);
-  }
-  std::string can_implement(void* const* params) const override {
-    int64_t M = *static_cast<const int64_t*>(params[3]), N = *static_cast<const int64_t*>(params[4]),
-            K = *static_cast<const int64_t*>(params[5]);
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "cblas_sgemm takes 32-bit sizes";
-    return "";
-  }
-  void launch(void* const* params, const LaunchDims&, Stream) override {
-    auto A = *static_cast<const float* const*>(params[0]);
-    auto B = *static_cast<const float* const*>(params[1]);
-    auto C = *static_cast<float* const*>(params[2]);
-    int M = static_cast<int>(*static_cast<const int64_t*>(params[3]));
-    int N = static_cast<int>(*static_cast<const int64_t*>(params[4]));
-    int K = static_cast<int>(*static_cast<const int64_t*>(params[5]));
-    if (M <= 0 || N <= 0) return;
-    constexpr int kRowMajor = 101, kNoTrans = 111;
-    OpenBlas::get().sgemm(kRowMajor, kNoTrans, kNoTrans, M, N, K, 1.0f, A, K > 0 ? K : 1, B, N, 0.0f, C, N);
-  }
-};
-
 }  // namespace
-
-std::string CpuBackend::library_unavailable(const std::string& name) {
-  if (name != "openblas_sgemm") return Backend::library_unavailable(name);
-  return OpenBlas::get().why;
-}
-
-std::string CpuBackend::library_identity(const std::string& name) {
-  const OpenBlas& b = OpenBlas::get();
-  return fmt::format("{} {} threads={}", name, b.config ? b.config() : "(not installed)", pool_->size());
-}
 
 CpuBackend::CpuBackend(const Options& opts)
     : opts_(opts), pool_(std::make_shared<ThreadPool>(opts.resolved_launch_threads())),
-      device_(std::make_unique<CpuDevice>(opts.resolved_launch_threads())) {}
+      device_(std::make_unique<CpuDevice>(opts.resolved_launch_threads())) {
+  libraries_.push_back(make_openblas(pool_->size()));
+}
+
+std::vector<Library*> CpuBackend::libraries() {
+  std::vector<Library*> out;
+  for (const auto& l : libraries_) out.push_back(l.get());
+  return out;
+}
 
 CpuBackend::~CpuBackend() = default;
 
@@ -337,12 +274,7 @@ Binary CpuBackend::compile(const CompileRequest& req, const std::string& key) {
 std::shared_ptr<LoadedKernel> CpuBackend::load(const Binary& bin) {
   if (bin.backend != "cpu")
     fail(Errc::launch, "kernel '{}': a {} binary cannot be loaded by the cpu backend", bin.kernel, bin.backend);
-  if (is_library_binary(bin)) {
-    std::string name = bin.meta.symbol.substr(8);
-    if (std::string why = library_unavailable(name); !why.empty())
-      fail(Errc::launch, "kernel '{}': library call '{}' is unavailable: {}", bin.kernel, name, why);
-    return std::make_shared<OpenBlasSgemm>(bin.key, bin.meta, pool_->size());
-  }
+  if (is_library_binary(bin)) return load_library(bin);
   if (bin.meta.symbol != "kiln_entry")
     fail(Errc::launch, "kernel '{}' (config {}): its binary's metadata names entry '{}', not kiln_entry", bin.kernel,
          bin.config_text, bin.meta.symbol);

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.hpp"
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/library.hpp"
 
 namespace kiln {
 
@@ -26,8 +27,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<LoadedKernel> load(const Binary& bin) override;
   bool compiles_out_of_process() const override { return true; }
   LaunchLimits limits() override;
-  std::string library_unavailable(const std::string& name) override;
-  std::string library_identity(const std::string& name) override;
+  std::vector<Library*> libraries() override;
 
   // The C++ file kiln compiles for a request: prelude, parameter defines, the
   // user's source (with #line so messages name it), and the generated entry.
@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   std::string toolchain_error_;
   std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuDevice> device_;
+  std::vector<std::unique_ptr<Library>> libraries_;
 };
 
 // The host as a Device: buffers are host memory, the timer is the steady

@@ -1,4 +1,10 @@
-#include "backends/cuda/cublaslt.hpp"
+// cuBLASLt as library choices of the cuda backend: bf16 and f16 GEMMs with
+// fp32 accumulation, row-major, B as K x N (nn) or N x K (nt), with the
+// epilogues cuBLASLt has (bias, GELU, bias then GELU) and a residual (beta =
+// 1 over a separate C input). A choice "cublaslt_<problem>#k" runs the k-th
+// algorithm cuBLASLt's heuristic offers for the call; the heuristic is asked
+// once per shape and remembered.
+#include "backends/cuda/cuda_libraries.hpp"
 
 #include <dlfcn.h>
 
@@ -109,35 +115,36 @@ struct Lt {
 
 enum class Epi { none, bias, residual, gelu, bias_gelu };
 
+// The problem in cuBLASLt's terms.
 struct Problem {
   int dtype = kR16BF;
   bool nt = false;
   Epi epi = Epi::none;
   int rank = 0;
-  int extra = -1;  // the bias or residual argument
-  int m = 3, n = 4, k = 5;
+  bool extra = false;  // a bias or residual argument
 };
 
-Problem parse(const std::string& name) {
-  auto [base, rank] = library_rank(name);
+Problem problem_of(const LibraryChoice& c) {
   Problem p;
-  p.rank = rank;
-  std::string b(base);
-  p.dtype = b.rfind("cublaslt_f16_", 0) == 0 ? kR16F : kR16BF;
-  p.nt = b.find("_nt") != std::string::npos;
-  auto ends = [&](const char* e) { return b.size() >= std::strlen(e) && b.compare(b.size() - std::strlen(e), std::string::npos, e) == 0; };
-  if (ends("_bias_gelu")) p.epi = Epi::bias_gelu;
-  else if (ends("_bias")) p.epi = Epi::bias;
-  else if (ends("_residual")) p.epi = Epi::residual;
-  else if (ends("_gelu")) p.epi = Epi::gelu;
-  if (p.epi == Epi::bias || p.epi == Epi::bias_gelu || p.epi == Epi::residual) p.extra = 3, p.m = 4, p.n = 5, p.k = 6;
+  p.rank = c.rank;
+  p.dtype = c.problem.dtype == DType::f16 ? kR16F : kR16BF;
+  p.nt = c.problem.layout == GemmLayout::nt;
+  switch (c.problem.epilogue) {
+    case GemmEpilogue::none: p.epi = Epi::none; break;
+    case GemmEpilogue::bias: p.epi = Epi::bias; break;
+    case GemmEpilogue::residual: p.epi = Epi::residual; break;
+    case GemmEpilogue::gelu: p.epi = Epi::gelu; break;
+    case GemmEpilogue::bias_gelu: p.epi = Epi::bias_gelu; break;
+  }
+  p.extra = c.problem.has_extra();
   return p;
 }
 
 class LtKernel final : public LoadedKernel {
  public:
-  LtKernel(std::string key, KernelMeta meta, const std::string& name, Device& dev)
-      : LoadedKernel(std::move(key), std::move(meta)), lt_(Lt::get()), dev_(dev), name_(name), p_(parse(name)) {
+  LtKernel(std::string key, KernelMeta meta, const LibraryChoice& c, Device& dev)
+      : LoadedKernel(std::move(key), std::move(meta)), lt_(Lt::get()), dev_(dev), name_(c.name()),
+        problem_(c.problem), p_(problem_of(c)) {
     if (!lt_.why.empty()) fail(Errc::launch, "{}: {}", name_, lt_.why);
     dev_.bind();
     if (lt_.create(&h_) != 0) fail(Errc::launch, "{}: cublasLtCreate failed", name_);
@@ -201,10 +208,11 @@ class LtKernel final : public LoadedKernel {
   void launch(void* const* params, const LaunchDims&, Stream stream) override {
     auto [M, N, K] = mnk(params);
     if (M <= 0 || N <= 0) return;
-    const void* A = *static_cast<void* const*>(params[0]);
-    const void* B = *static_cast<void* const*>(params[1]);
-    void* C = *static_cast<void* const*>(params[2]);
-    const void* extra = p_.extra >= 0 ? *static_cast<void* const*>(params[p_.extra]) : nullptr;
+    const GemmOperands o = gemm_operands(problem_, params);
+    const void* A = o.a;
+    const void* B = o.b;
+    void* C = o.c;
+    const void* extra = o.extra;
     const float alpha = 1, beta = p_.epi == Epi::residual ? 1.0f : 0.0f;
     const void* cin = p_.epi == Epi::residual ? extra : C;
     void* s = stream ? stream : static_cast<void*>(per_thread_stream());
@@ -240,8 +248,8 @@ class LtKernel final : public LoadedKernel {
     bool refused = false;  // the library refused algos[rank] at run time: its own choice runs
   };
   std::tuple<int64_t, int64_t, int64_t> mnk(void* const* params) const {
-    return {*static_cast<const int64_t*>(params[p_.m]), *static_cast<const int64_t*>(params[p_.n]),
-            *static_cast<const int64_t*>(params[p_.k])};
+    const GemmOperands o = gemm_operands(problem_, params);
+    return {o.m, o.n, o.k};
   }
   // The layouts and the heuristic's algorithms for one shape; holds m_.
   Shape& shape(int64_t M, int64_t N, int64_t K) const {
@@ -272,6 +280,7 @@ class LtKernel final : public LoadedKernel {
   const Lt& lt_;
   Device& dev_;
   std::string name_;
+  GemmProblem problem_;
   Problem p_;
   LtHandle h_ = nullptr;
   LtDesc desc_ = nullptr;
@@ -282,20 +291,37 @@ class LtKernel final : public LoadedKernel {
   bool said_fallback_ = false;
 };
 
+
+class CublasLt final : public Library {
+ public:
+  explicit CublasLt(CudaLibraryHost host) : host_(std::move(host)) {}
+  std::string name() const override { return "cublaslt"; }
+  bool ranked() const override { return true; }
+  std::string implements(const GemmProblem& p) const override {
+    if (p.dtype == DType::bf16 || p.dtype == DType::f16) return "";
+    return fmt::format("kiln calls cuBLASLt for bf16 and f16 GEMMs, not {}", p.text());
+  }
+  std::string unavailable() override {
+    if (std::string why = Lt::get().why; !why.empty()) return why;
+    return host_.unavailable();
+  }
+  std::string identity() override {
+    const Lt& lt = Lt::get();
+    return fmt::format("{} {}", lt.why.empty() ? fmt::format("cuBLASLt {}", lt.version()) : "cuBLASLt (unavailable)",
+                       host_.arch());
+  }
+  std::shared_ptr<LoadedKernel> load(std::string key, KernelMeta meta, const LibraryChoice& c) override {
+    return std::make_shared<LtKernel>(std::move(key), std::move(meta), c, host_.device());
+  }
+
+ private:
+  CudaLibraryHost host_;
+};
+
 }  // namespace
 
-std::string cublaslt_unavailable() { return Lt::get().why; }
-
-std::string cublaslt_version() {
-  const Lt& lt = Lt::get();
-  return lt.why.empty() ? fmt::format("cuBLASLt {}", lt.version()) : "cuBLASLt (unavailable)";
-}
-
-bool is_cublaslt(const std::string& name) { return name.rfind("cublaslt_", 0) == 0; }
-
-std::shared_ptr<LoadedKernel> make_cublaslt_kernel(std::string key, KernelMeta meta, const std::string& name,
-                                                   Device& dev) {
-  return std::make_shared<LtKernel>(std::move(key), std::move(meta), name, dev);
-}
-
 }  // namespace kiln::cuda
+
+namespace kiln {
+std::unique_ptr<Library> make_cublaslt(const CudaLibraryHost& host) { return std::make_unique<cuda::CublasLt>(host); }
+}  // namespace kiln

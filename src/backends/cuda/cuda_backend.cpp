@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "backends/cuda/cuda_api.hpp"
-#include "backends/cuda/cublaslt.hpp"
+#include "backends/cuda/cuda_libraries.hpp"
 #include "core/format.hpp"
 #include "core/log.hpp"
 
@@ -579,103 +579,6 @@ void CudaKernel::failed(CUresult r, const LaunchDims& d) {
        what_, d.grid.x, d.grid.y, d.grid.z, d.block.x, d.block.y, d.block.z, d.shared, text);
 }
 
-// cuBLAS, opened with dlopen; absent, the library choice is unavailable.
-struct Cublas {
-  using Handle = void*;
-  int (*create)(Handle*);
-  int (*destroy)(Handle);
-  int (*set_stream)(Handle, void*);
-  int (*set_math)(Handle, int);
-  int (*get_property)(int, int*);
-  int (*sgemm)(Handle, int, int, int, int, int, const float*, const float*, int, const float*, int, const float*,
-               float*, int);
-  std::string why, version;
-  static const Cublas& get() {
-    static Cublas c = [] {
-      Cublas o{};
-      void* h = nullptr;
-      std::vector<std::string> tried;
-      std::vector<std::string> names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-      for (const auto& n : names) {
-        tried.push_back(n);
-        if ((h = ::dlopen(n.c_str(), RTLD_LAZY | RTLD_LOCAL))) break;
-      }
-      // Beside NVRTC, in the toolkit.
-      std::string why;
-      if (!h)
-        if (const Nvrtc* nv = Nvrtc::get(&why); nv && !nv->path.empty()) {
-          std::string dir = nv->path.substr(0, nv->path.rfind('/'));
-          for (const char* n : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-            std::string p = dir + "/" + n;
-            tried.push_back(p);
-            if ((h = ::dlopen(p.c_str(), RTLD_LAZY | RTLD_LOCAL))) break;
-          }
-        }
-      if (!h) {
-        o.why = fmt::format("cuBLAS is not installed (tried {})", fmt::join(tried, ", "));
-        return o;
-      }
-      o.create = reinterpret_cast<decltype(o.create)>(::dlsym(h, "cublasCreate_v2"));
-      o.destroy = reinterpret_cast<decltype(o.destroy)>(::dlsym(h, "cublasDestroy_v2"));
-      o.set_stream = reinterpret_cast<decltype(o.set_stream)>(::dlsym(h, "cublasSetStream_v2"));
-      o.set_math = reinterpret_cast<decltype(o.set_math)>(::dlsym(h, "cublasSetMathMode"));
-      o.get_property = reinterpret_cast<decltype(o.get_property)>(::dlsym(h, "cublasGetProperty"));
-      o.sgemm = reinterpret_cast<decltype(o.sgemm)>(::dlsym(h, "cublasSgemm_v2"));
-      if (!o.create || !o.destroy || !o.set_stream || !o.set_math || !o.sgemm || !o.get_property) {
-        o.why = "libcublas lacks a function kiln calls (cublasCreate_v2, cublasSgemm_v2...)";
-        return o;
-      }
-      int major = 0, minor = 0, patch = 0;
-      o.get_property(0, &major);
-      o.get_property(1, &minor);
-      o.get_property(2, &patch);
-      o.version = fmt::format("{}.{}.{}", major, minor, patch);
-      return o;
-    }();
-    return c;
-  }
-};
-
-// C = A @ B, row-major fp32: cuBLAS is column-major, so it computes
-// C^T = B^T A^T, reading B and A as they lie. Default math mode: no TF32.
-class CublasSgemm final : public LoadedKernel {
- public:
-  CublasSgemm(std::string key, KernelMeta meta, CudaDevice& dev) : LoadedKernel(std::move(key), std::move(meta)), dev_(dev) {
-    const Cublas& c = Cublas::get();
-    dev_.ensure_current();
-    if (c.create(&h_) != 0) fail(Errc::launch, "cuBLAS: cublasCreate failed");
-    c.set_math(h_, 0);  // CUBLAS_DEFAULT_MATH: fp32 on the CUDA cores
-  }
-  ~CublasSgemm() override {
-    if (h_) Cublas::get().destroy(h_);
-  }
-  std::string can_implement(void* const* params) const override {
-    int64_t M = *static_cast<const int64_t*>(params[3]), N = *static_cast<const int64_t*>(params[4]),
-            K = *static_cast<const int64_t*>(params[5]);
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "cublasSgemm takes 32-bit sizes";
-    return "";
-  }
-  void launch(void* const* params, const LaunchDims&, Stream s) override {
-    const Cublas& c = Cublas::get();
-    auto A = *static_cast<const float* const*>(params[0]);
-    auto B = *static_cast<const float* const*>(params[1]);
-    auto C = *static_cast<float* const*>(params[2]);
-    int M = static_cast<int>(*static_cast<const int64_t*>(params[3]));
-    int N = static_cast<int>(*static_cast<const int64_t*>(params[4]));
-    int K = static_cast<int>(*static_cast<const int64_t*>(params[5]));
-    if (M <= 0 || N <= 0) return;
-    dev_.ensure_current();
-    const float one = 1, zero = 0;
-    int r = c.set_stream(h_, stream_of(s));
-    if (r == 0) r = c.sgemm(h_, 0, 0, N, M, K, &one, B, N, A, K > 0 ? K : 1, &zero, C, N);
-    if (r != 0) fail(Errc::launch, "cuBLAS: cublasSgemm({}x{}x{}) failed with status {}", M, N, K, r);
-  }
-
- private:
-  CudaDevice& dev_;
-  Cublas::Handle h_ = nullptr;
-};
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const Options& o) : opts_(o) {}
@@ -864,32 +767,24 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
   }
   Device& device() override { return cuda_device(); }
 
-  std::string library_unavailable(const std::string& name) override {
-    if (is_cublaslt(name)) {
-      if (!find_library_call(name)) return Backend::library_unavailable(name);
-      if (std::string why = cublaslt_unavailable(); !why.empty()) return why;
-      return unavailable_reason();
-    }
-    if (name != "cublas_sgemm") return Backend::library_unavailable(name);
-    if (std::string why = Cublas::get().why; !why.empty()) return why;
-    return unavailable_reason();
-  }
-  std::string library_identity(const std::string& name) override {
-    std::string dev = unavailable_reason().empty() ? cuda_device().info().arch : std::string("no device");
-    if (is_cublaslt(name)) return fmt::format("{} {} {}", name, cublaslt_version(), dev);
-    return fmt::format("{} cuBLAS {} {}", name, Cublas::get().version, dev);
+  std::vector<Library*> libraries() override {
+    std::call_once(libraries_once_, [&] {
+      CudaLibraryHost host;
+      host.unavailable = [this] { return unavailable_reason(); };
+      host.device = [this]() -> Device& { return cuda_device(); };
+      host.arch = [this] { return unavailable_reason().empty() ? cuda_device().info().arch : std::string("no device"); };
+      libraries_.push_back(make_cublas(host));
+      libraries_.push_back(make_cublaslt(host));
+    });
+    std::vector<Library*> out;
+    for (const auto& l : libraries_) out.push_back(l.get());
+    return out;
   }
 
   std::shared_ptr<LoadedKernel> load(const Binary& bin) override {
     if (bin.backend != "cuda")
       fail(Errc::launch, "kernel '{}': a {} binary cannot be loaded by the cuda backend", bin.kernel, bin.backend);
-    if (is_library_binary(bin)) {
-      std::string name = bin.meta.symbol.substr(8);
-      if (std::string why = library_unavailable(name); !why.empty())
-        fail(Errc::launch, "kernel '{}': library call '{}' is unavailable: {}", bin.kernel, name, why);
-      if (is_cublaslt(name)) return make_cublaslt_kernel(bin.key, bin.meta, name, cuda_device());
-      return std::make_shared<CublasSgemm>(bin.key, bin.meta, cuda_device());
-    }
+    if (is_library_binary(bin)) return load_library(bin);
     std::string what = fmt::format("kernel '{}' (config {})", bin.kernel, bin.config_text);
     if (bin.meta.symbol.empty() || bin.meta.target.empty())
       fail(Errc::launch, "{}: its binary has no launch metadata (entry symbol, target)", what);
@@ -949,6 +844,8 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
   Options opts_;
   std::mutex m_;
   std::unique_ptr<CudaDevice> device_;
+  std::once_flag libraries_once_;
+  std::vector<std::unique_ptr<Library>> libraries_;  // before the device goes
 };
 
 }  // namespace

@@ -1,0 +1,34 @@
+// A library a backend calls for library choices: each is one file,
+// src/backends/<backend>/<library>.cpp, and one line of its backend's
+// libraries(). docs/libraries.md has a worked example (OpenBLAS).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/ext/backend.hpp"
+#include "kiln/library.hpp"
+
+namespace kiln {
+
+class Library {
+ public:
+  virtual ~Library() = default;
+  // As choices name it: "openblas" in "openblas_sgemm".
+  virtual std::string name() const = 0;
+  // Whether it ranks algorithms for a call, a choice "#k" running the k-th;
+  // a choice of a library that does not has no rank.
+  virtual bool ranked() const { return false; }
+  // "" when it implements the problem, else why not.
+  virtual std::string implements(const GemmProblem& p) const = 0;
+  // "" when it can be used here (installed, with a device), else why not.
+  virtual std::string unavailable() = 0;
+  // Its name, version and settings: what its results are kept by.
+  virtual std::string identity() = 0;
+  // The loaded choice, its launch() running the call (one or several
+  // launches: a choice is timed as a whole). Throws Error(Errc::launch)
+  // when the library cannot be used.
+  virtual std::shared_ptr<LoadedKernel> load(std::string key, KernelMeta meta, const LibraryChoice& choice) = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,115 @@
+// OpenBLAS as library choices of the cpu backend: openblas_sgemm (f32, B as
+// K x N), openblas_f32_nt, openblas_f64_nn and openblas_f64_nt, through
+// cblas_sgemm and cblas_dgemm. The worked example of docs/libraries.md.
+//
+// Opened with dlopen (Debian's libopenblas0): absent, its choices are
+// unavailable. Its own thread count is set to kiln's launch threads
+// (KILN_NUM_THREADS), so a library call and a kiln grid share the cores alike.
+// Its idle threads busy-wait for 2^28 cycles (about 0.1 s) by default, which
+// halves a kiln grid that runs next on the same cores; unless the user set
+// OPENBLAS_THREAD_TIMEOUT, it is set to 17 (2^17 cycles, about 50 us, as long
+// as kiln's own pool spins) before the library is loaded and reads it.
+#include "backends/cpu/cpu_libraries.hpp"
+
+#include <dlfcn.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "core/format.hpp"
+
+namespace kiln {
+
+namespace {
+
+struct OpenBlasApi {
+  void (*sgemm)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+  void (*dgemm)(int, int, int, int, int, int, double, const double*, int, const double*, int, double, double*, int);
+  void (*set_threads)(int);
+  char* (*config)();
+  std::string why;
+  static const OpenBlasApi& get() {
+    static OpenBlasApi b = [] {
+      OpenBlasApi o{};
+      if (!std::getenv("OPENBLAS_THREAD_TIMEOUT") && !std::getenv("GOTO_THREAD_TIMEOUT"))
+        ::setenv("OPENBLAS_THREAD_TIMEOUT", "17", 0);
+      void* h = nullptr;
+      for (const char* n : {"libopenblas.so.0", "libopenblas.so"})
+        if ((h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+      if (!h) {
+        const char* e = ::dlerror();
+        o.why = fmt::format("OpenBLAS is not installed (libopenblas.so.0: {}); on Debian: apt-get install libopenblas0",
+                            e ? e : "not found");
+        return o;
+      }
+      o.sgemm = reinterpret_cast<decltype(o.sgemm)>(::dlsym(h, "cblas_sgemm"));
+      o.dgemm = reinterpret_cast<decltype(o.dgemm)>(::dlsym(h, "cblas_dgemm"));
+      o.set_threads = reinterpret_cast<decltype(o.set_threads)>(::dlsym(h, "openblas_set_num_threads"));
+      o.config = reinterpret_cast<decltype(o.config)>(::dlsym(h, "openblas_get_config"));
+      if (!o.sgemm || !o.dgemm) o.why = "libopenblas has no cblas_sgemm or cblas_dgemm";
+      return o;
+    }();
+    return b;
+  }
+};
+
+// C = A . B (or A . B^T), row-major.
+class OpenBlasGemm final : public LoadedKernel {
+ public:
+  OpenBlasGemm(std::string key, KernelMeta meta, GemmProblem p, int threads)
+      : LoadedKernel(std::move(key), std::move(meta)), p_(p) {
+    const OpenBlasApi& b = OpenBlasApi::get();
+    if (b.set_threads) b.set_threads(threads);
+  }
+  std::string can_implement(void* const* params) const override {
+    const GemmOperands o = gemm_operands(p_, params);
+    if (o.m > INT32_MAX || o.n > INT32_MAX || o.k > INT32_MAX) return "cblas_?gemm takes 32-bit sizes";
+    return "";
+  }
+  void launch(void* const* params, const LaunchDims&, Stream) override {
+    const GemmOperands o = gemm_operands(p_, params);
+    if (o.m <= 0 || o.n <= 0) return;
+    const int M = static_cast<int>(o.m), N = static_cast<int>(o.n), K = static_cast<int>(o.k);
+    constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+    const bool nt = p_.layout == GemmLayout::nt;
+    const int lda = K > 0 ? K : 1, ldb = nt ? lda : N;
+    if (p_.dtype == DType::f32)
+      OpenBlasApi::get().sgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0f,
+                               static_cast<const float*>(o.a), lda, static_cast<const float*>(o.b), ldb, 0.0f,
+                               static_cast<float*>(o.c), N);
+    else
+      OpenBlasApi::get().dgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0,
+                               static_cast<const double*>(o.a), lda, static_cast<const double*>(o.b), ldb, 0.0,
+                               static_cast<double*>(o.c), N);
+  }
+
+ private:
+  GemmProblem p_;
+};
+
+class OpenBlas final : public Library {
+ public:
+  explicit OpenBlas(int threads) : threads_(threads) {}
+  std::string name() const override { return "openblas"; }
+  std::string implements(const GemmProblem& p) const override {
+    if ((p.dtype == DType::f32 || p.dtype == DType::f64) && p.epilogue == GemmEpilogue::none) return "";
+    return fmt::format("OpenBLAS has no {} (kiln calls its f32 and f64 GEMMs, without epilogues)", p.text());
+  }
+  std::string unavailable() override { return OpenBlasApi::get().why; }
+  std::string identity() override {
+    const OpenBlasApi& b = OpenBlasApi::get();
+    return fmt::format("{} threads={}", b.config ? b.config() : "(not installed)", threads_);
+  }
+  std::shared_ptr<LoadedKernel> load(std::string key, KernelMeta meta, const LibraryChoice& c) override {
+    return std::make_shared<OpenBlasGemm>(std::move(key), std::move(meta), c.problem, threads_);
+  }
+
+ private:
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Library> make_openblas(int threads) { return std::make_unique<OpenBlas>(threads); }
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+// Library choices as typed values: the name grammar, the problem's argument
+// list, a real OpenBLAS call of each layout checked against a template, and
+// an unknown library refused when the kernel is made.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/ext/library.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/library.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+// C = A . B (nn, B K x N) or A . B^T (nt, B N x K) in f64, one row of C a program.
+const char* kGemmSource = R"SRC(
+void gemm(kiln::program_id pid, const double* A, const double* B, double* C, int64_t M, int64_t N, int64_t K) {
+  const int64_t i = pid.x;
+  for (int64_t j = 0; j < N; ++j) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += A[i * K + k] * (NT ? B[j * K + k] : B[k * N + j]);
+    C[i * N + j] = s;
+  }
+}
+)SRC";
+
+std::string gemm_spec(const std::string& library, int nt) {
+  return "name = \"gemm\"\nbackend = \"cpu\"\nsource = \"gemm.cpp\"\nentry = \"gemm\"\ngrid = [\"M\"]\n"
+         "cflags = [\"-DNT=" + std::to_string(nt) + "\"]\n"
+         "args = [\n"
+         "  { name = \"A\", type = \"f64*\", size = \"M*K\", intent = \"in\" },\n"
+         "  { name = \"B\", type = \"f64*\", size = \"N*K\", intent = \"in\" },\n"
+         "  { name = \"C\", type = \"f64*\", size = \"M*N\", intent = \"out\" },\n"
+         "  { name = \"M\", type = \"i64\" }, { name = \"N\", type = \"i64\" }, { name = \"K\", type = \"i64\" },\n"
+         "]\nlibrary = [\"" + library + "\"]\n[params]\nV = [1]\n[tuning]\nreference = { V = 1 }\n";
+}
+
+struct LibraryTest : ::testing::Test {
+  TempDir dir{"kiln-test"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 5;
+    opts.workers = 1;
+  }
+};
+
+}  // namespace
+
+TEST(LibraryChoiceTest, NamesReadAsALibraryAProblemAndARank) {
+  auto c = parse_library_choice("cublaslt_bf16_nt_bias#3");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->library, "cublaslt");
+  EXPECT_EQ(c->problem.dtype, DType::bf16);
+  EXPECT_EQ(c->problem.layout, GemmLayout::nt);
+  EXPECT_EQ(c->problem.epilogue, GemmEpilogue::bias);
+  EXPECT_EQ(c->rank, 3);
+  EXPECT_EQ(c->name(), "cublaslt_bf16_nt_bias#3");
+  // The bias sits between C and the sizes.
+  auto args = c->problem.args();
+  ASSERT_EQ(args.size(), 7u);
+  EXPECT_EQ(args[3].first, "bf16*");
+  EXPECT_EQ(args[4].first, "i64");
+
+  auto s = parse_library_choice("openblas_sgemm");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->problem, GemmProblem{});
+  EXPECT_EQ(s->rank, -1);
+  EXPECT_EQ(s->name(), "openblas_sgemm");
+  EXPECT_EQ(parse_library_choice("cublaslt_f16_nn_bias_gelu")->problem.epilogue, GemmEpilogue::bias_gelu);
+
+  std::string why;
+  EXPECT_FALSE(parse_library_choice("openblas_bf61_nt", &why));
+  EXPECT_NE(why.find("not a problem kiln knows"), std::string::npos) << why;
+  EXPECT_FALSE(parse_library_choice("cublaslt_bf16_nt#16", &why));
+  EXPECT_NE(why.find("rank from 0 to 15"), std::string::npos) << why;
+  EXPECT_FALSE(parse_library_choice("sgemm", &why));
+  EXPECT_FALSE(parse_library_choice("cu-blas_sgemm", &why));
+  EXPECT_FALSE(parse_library_choice("openblas_i32_nn", &why));
+}
+
+TEST(LibraryChoiceTest, OperandsAreFoundByTheProblemNotByPosition) {
+  int64_t m = 2, n = 3, k = 4;
+  double a = 0, b = 0, c = 0, bias = 0;
+  void *pa = &a, *pb = &b, *pc = &c, *pbias = &bias;
+  void* with_bias[] = {&pa, &pb, &pc, &pbias, &m, &n, &k};
+  GemmProblem p{DType::f64, GemmLayout::nt, GemmEpilogue::bias};
+  GemmOperands o = gemm_operands(p, with_bias);
+  EXPECT_EQ(o.extra, &bias);
+  EXPECT_EQ(o.m, 2);
+  EXPECT_EQ(o.k, 4);
+  void* plain[] = {&pa, &pb, &pc, &m, &n, &k};
+  o = gemm_operands(GemmProblem{}, plain);
+  EXPECT_EQ(o.extra, nullptr);
+  EXPECT_EQ(o.c, &c);
+  EXPECT_EQ(o.n, 3);
+}
+
+// OpenBLAS's f64 nn and nt choices run for real, and each agrees with the
+// template (the reference) or the tuning would record it wrong.
+TEST_F(LibraryTest, OpenBlasOfEachLayoutAgreesWithTheTemplate) {
+  Runtime rt(opts);
+  if (!rt.backend("cpu").library_unavailable("openblas_f64_nn").empty())
+    GTEST_SKIP() << "OpenBLAS is not installed here: " << rt.backend("cpu").library_unavailable("openblas_f64_nn");
+  for (int nt : {0, 1}) {
+    const std::string name = nt ? "openblas_f64_nt" : "openblas_f64_nn";
+    KernelSpec s = test::spec_in(dir.path() / name, gemm_spec(name, nt), "gemm.cpp", kGemmSource);
+    HostArgs args(s, parse_scalars(s, {{"M", "33"}, {"N", "47"}, {"K", "65"}}));
+    args.fill_random(7);
+    TuneOutcome o = rt.tune(s, args.params());
+    const ConfigResult* lib = nullptr;
+    for (const auto& c : o.record.configs)
+      if (c.config.library == name) lib = &c;
+    ASSERT_NE(lib, nullptr) << name;
+    EXPECT_TRUE(lib->ok()) << name << ": " << fail_kind_name(lib->kind) << ": " << lib->error;
+    EXPECT_EQ(o.record.reference, "V=1") << name;
+  }
+}
+
+TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernelIsMade) {
+  Runtime rt(opts);
+  KernelSpec s = test::spec_in(dir.path(), gemm_spec("openblass_f64_nn", 0), "gemm.cpp", kGemmSource);
+  try {
+    Kernel k(rt, s);
+    FAIL() << "a kernel was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::spec);
+    EXPECT_NE(std::string(e.what()).find("calls no library 'openblass' (it calls: openblas)"), std::string::npos)
+        << e.what();
+  }
+  // A problem the library does not implement is unavailable, with why.
+  EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_bf16_nt").find("OpenBLAS has no bf16_nt"),
+            std::string::npos);
+  EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_sgemm#2").find("does not rank"), std::string::npos);
+}
