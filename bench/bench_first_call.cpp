@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       k.launch(a.params());
       dev.sync(nullptr);
       auto p = k.pick(a.params());
-      what = "variant " + std::to_string(p.variant) + " (" + p.source + ")";
+      what = "variant " + std::to_string(p.variant) + " (" + choice_source_name(p.source) + ")";
     } else if (size_hint) {
       KernelSpec s = load_spec(argv[1]);
       SizeHintMultiKernel k(rt, s);
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       dev.sync(nullptr);
       auto t2 = std::chrono::steady_clock::now();
       const Choice* first = &k.choice(a.params());
-      what = first->config.str() + " (" + first->source + ")";
+      what = first->config.str() + " (" + choice_source_name(first->source) + ")";
       std::printf("%.3f %s kiln=%.4f\n", std::chrono::duration<double>(t2 - t0).count(), what.c_str(),
                   std::chrono::duration<double>(t2 - t1).count());
       if (wait_tuned) {
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         const Choice& c = k.choice(a.params());
         std::printf("tuned %.3f %s (%s) %zu\n",
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                    c.config.str().c_str(), c.source.c_str(), calls);
+                    c.config.str().c_str(), choice_source_name(c.source), calls);
       }
       std::fflush(stdout);
       return 0;

@@ -100,7 +100,7 @@ TEST_F(FirstCallTest, CallsGoOnWhileTheShapeTunesAndTheChoiceChangesExactlyOnce)
   Call c(4096);
   c.run(k);
   const Choice* first = &k.choice(c.params);
-  EXPECT_EQ(first->source, "safe");
+  EXPECT_EQ(first->source, ChoiceSource::safe);
   EXPECT_EQ(first->config.str(), "MODE=0") << "the spec's default";
   size_t changes = 0, during = 0;
   const Choice* last = first;
@@ -118,7 +118,7 @@ TEST_F(FirstCallTest, CallsGoOnWhileTheShapeTunesAndTheChoiceChangesExactlyOnce)
   }
   EXPECT_GT(during, 0u) << "no call ran while the tuning did";
   EXPECT_EQ(changes, 1u);
-  EXPECT_EQ(last->source, "tuned");
+  EXPECT_EQ(last->source, ChoiceSource::tuned);
   EXPECT_NE(last->config.str(), "MODE=0") << "the slow safe choice was swapped out";
   EXPECT_NE(last->config.str(), "MODE=2");
   EXPECT_EQ(rt.stats().background_tunings, 1u);
@@ -126,7 +126,7 @@ TEST_F(FirstCallTest, CallsGoOnWhileTheShapeTunesAndTheChoiceChangesExactlyOnce)
   Runtime rt2(opts);
   Kernel k2(rt2, spec());
   c.run(k2);
-  EXPECT_EQ(k2.choice(c.params).source, "cache");
+  EXPECT_EQ(k2.choice(c.params).source, ChoiceSource::cache);
   EXPECT_EQ(k2.choice(c.params).config, last->config);
   EXPECT_EQ(rt2.tunings_pending(), 0u);
 }
@@ -137,7 +137,7 @@ TEST_F(FirstCallTest, WaitTunesBeforeTheFirstCallReturns) {
   Kernel k(rt, spec());
   Call c(2048);
   c.run(k);
-  EXPECT_EQ(k.choice(c.params).source, "tuned");
+  EXPECT_EQ(k.choice(c.params).source, ChoiceSource::tuned);
   EXPECT_EQ(rt.tunings_pending(), 0u);
   EXPECT_GT(rt.stats().configs_timed, 0u);
 }
@@ -149,7 +149,7 @@ TEST_F(FirstCallTest, ServeRunsTheSafeChoiceAndNeverTunes) {
   Call c(2048);
   c.run(k);
   c.run(k);
-  EXPECT_EQ(k.choice(c.params).source, "safe");
+  EXPECT_EQ(k.choice(c.params).source, ChoiceSource::safe);
   rt.wait_tuned();
   EXPECT_EQ(rt.stats().configs_timed, 0u);
   EXPECT_EQ(rt.stats().background_tunings, 0u);
@@ -175,10 +175,10 @@ TEST_F(FirstCallTest, TheNearestTunedKeysChoiceRunsFirst) {
   EXPECT_NE(safe[0].how.find("nearest tuned key n=4096"), std::string::npos) << safe[0].how;
   Kernel k(rt, s);
   near.run(k);
-  EXPECT_EQ(k.choice(near.params).source, "safe");
+  EXPECT_EQ(k.choice(near.params).source, ChoiceSource::safe);
   EXPECT_EQ(k.choice(near.params).config, safe[0].config);
   rt.wait_tuned();
-  EXPECT_EQ(k.choice(near.params).source, "tuned");
+  EXPECT_EQ(k.choice(near.params).source, ChoiceSource::tuned);
 }
 
 // A safe choice nothing has checked runs once in a worker first: one that
@@ -192,7 +192,7 @@ TEST_F(FirstCallTest, AnUncheckedSafeChoiceThatCrashesOrIsWrongIsPassedOver) {
     Kernel k(rt, spec(with(kSpec, "default = { MODE = 0 }", std::string("default = { ") + bad + " }")));
     Call c(1024);
     c.run(k);
-    EXPECT_EQ(k.choice(c.params).source, "safe");
+    EXPECT_EQ(k.choice(c.params).source, ChoiceSource::safe);
     EXPECT_EQ(k.choice(c.params).config.str(), "MODE=0") << "after " << bad << ": the cheap rule's pick";
     rt.wait_tuned();
   }
@@ -218,7 +218,7 @@ TEST_F(FirstCallTest, WithNothingToCheckAgainstNoCallIsAnsweredByAnUncheckedConf
   Kernel k(rt, spec());
   Call c(1024);
   c.run(k);
-  EXPECT_EQ(k.choice(c.params).source, "safe");
+  EXPECT_EQ(k.choice(c.params).source, ChoiceSource::safe);
   rt.wait_tuned();
 }
 
@@ -297,7 +297,7 @@ TEST(FirstCallChild, OneWarmCall) {
   float *a = A.data(), *b = B.data(), *c = C.data();
   void* params[] = {&a, &b, &c, &M, &N, &K};
   std::printf("CHILD choice=%s source=%s openblas=%d\n", k.choice(params).config.str().c_str(),
-              k.choice(params).source.c_str(), ss.str().find("libopenblas") != std::string::npos ? 1 : 0);
+              choice_source_name(k.choice(params).source), ss.str().find("libopenblas") != std::string::npos ? 1 : 0);
 }
 
 TEST_F(FirstCallTest, AWarmFirstCallOpensNoLibraryItsChoiceDoesNotNeed) {

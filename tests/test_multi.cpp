@@ -106,7 +106,7 @@ TEST_F(MultiTest, SoftmaxVariantsAreBenchmarkedOnceAKeyAndRemembered) {
     float *px = x.data(), *py = y.data();
     void* params[] = {&px, &py, &M, &N};
     MultiKernel::Pick p = k.pick(params);
-    EXPECT_EQ(p.source, "benchmarked");
+    EXPECT_EQ(p.source, ChoiceSource::benchmarked);
     expect_softmax(k, 64, 256);  // memoised
     expect_softmax(k, 3, 5000);
     // Rows longer than 16384 rule the whole-row variant out (its constraint): the two-pass one runs.
@@ -122,7 +122,7 @@ TEST_F(MultiTest, SoftmaxVariantsAreBenchmarkedOnceAKeyAndRemembered) {
   int64_t M = 64, N = 256;
   float *px = x.data(), *py = y.data();
   void* params[] = {&px, &py, &M, &N};
-  EXPECT_EQ(k2.pick(params).source, "cache");
+  EXPECT_EQ(k2.pick(params).source, ChoiceSource::cache);
 }
 
 TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
@@ -138,7 +138,7 @@ TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
     void* params[] = {&px, &py, &M, &N};
     MultiKernel::Pick p = k.pick(params);
     EXPECT_EQ(p.variant, static_cast<size_t>(v));
-    EXPECT_EQ(p.source, "forced");
+    EXPECT_EQ(p.source, ChoiceSource::forced);
   }
   opts.force_variant = 2;
   Runtime rt(opts);
@@ -168,7 +168,7 @@ TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   EXPECT_NE(k.pick(params).variant, 2u);
   // The pick says why variant 2 lost.
   MultiKernel::Pick p = k.pick(params);
-  EXPECT_EQ(p.source, "benchmarked");
+  EXPECT_EQ(p.source, ChoiceSource::benchmarked);
   ASSERT_EQ(p.results.size(), 3u);
   EXPECT_TRUE(p.results[0].ns && p.results[1].ns);
   EXPECT_EQ(p.results[2].kind, FailKind::wrong);
@@ -178,7 +178,7 @@ TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   Runtime rt2(opts);
   MultiKernel k2(rt2, load_multi_spec(dir.path() / "scale.toml"));
   MultiKernel::Pick p2 = k2.pick(params);
-  EXPECT_EQ(p2.source, "cache");
+  EXPECT_EQ(p2.source, ChoiceSource::cache);
   EXPECT_EQ(p2.variant, p.variant);
   EXPECT_EQ(p2.results[2].kind, FailKind::wrong);
 }
@@ -196,7 +196,7 @@ TEST_F(MultiTest, ASingleVariantRunsWithoutBenchmarking) {
   EXPECT_EQ(x[3], 3.0f);
   float* px = x.data();
   void* params[] = {&px, &n};
-  EXPECT_EQ(k.pick(params).source, "only variant");
+  EXPECT_EQ(k.pick(params).source, ChoiceSource::only_variant);
 }
 
 TEST_F(MultiTest, MultiSpecErrorsNameFileAndKey) {
@@ -434,20 +434,20 @@ TEST_F(MultiTest, AMultiKernelRunsASafeVariantWhileItsVariantsAreTuned) {
   float *px = x.data(), *py = y.data();
   void* params[] = {&px, &py, &M, &N};
   expect_softmax(k, 64, 512);
-  EXPECT_EQ(k.pick(params).source, "safe");
-  std::string last = "safe";
+  EXPECT_EQ(k.pick(params).source, ChoiceSource::safe);
+  ChoiceSource last = ChoiceSource::safe;
   int changes = 0;
   while (rt.tunings_pending() > 0) {
     expect_softmax(k, 64, 512);
-    std::string now = k.pick(params).source;
+    ChoiceSource now = k.pick(params).source;
     if (now != last) ++changes, last = now;
   }
   rt.wait_tuned();
   expect_softmax(k, 64, 512);
   if (k.pick(params).source != last) ++changes;
   EXPECT_EQ(changes, 1);
-  EXPECT_EQ(k.pick(params).source, "tuned");
+  EXPECT_EQ(k.pick(params).source, ChoiceSource::tuned);
   Runtime rt2(opts);
   MultiKernel k2(rt2, ms);
-  EXPECT_EQ(k2.pick(params).source, "cache");
+  EXPECT_EQ(k2.pick(params).source, ChoiceSource::cache);
 }

@@ -300,7 +300,7 @@ TEST_F(TuneTest, TheKernelHandleTunesOnceAKeyAndChecksArgumentTypes) {
   void* params[] = {&A, &B, &C, &M, &N, &K};
   float *a = A.data(), *b = B.data(), *c = C.data();
   params[0] = &a, params[1] = &b, params[2] = &c;
-  EXPECT_EQ(k2.choice(params).source, "cache");
+  EXPECT_EQ(k2.choice(params).source, ChoiceSource::cache);
   // Wrong types are refused before anything runs.
   double* d = nullptr;
   EXPECT_THROW(k(d, B.data(), C.data(), M, N, K), Error);

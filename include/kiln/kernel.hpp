@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -36,12 +37,38 @@ struct bf16 {
   uint16_t bits;
 };
 
+// Where what a handle runs for a call comes from: a tuning now, a record
+// (local, remote or packed), a safe choice while the shape is tuned behind
+// it (KILN_FIRST_CALL), a multi-kernel's benchmark of its variants, a variant
+// forced (KILN_FORCE_VARIANT) or the only one, size hints, or a plain run.
+enum class ChoiceSource : uint8_t { tuned, cache, safe, benchmarked, forced, only_variant, size_hints, plain };
+// "tuned", "cache", "safe", "benchmarked", "forced", "only variant", "size hints", "plain".
+const char* choice_source_name(ChoiceSource s);
+std::ostream& operator<<(std::ostream& os, ChoiceSource s);
+
 // What a call with some tuning-key values runs.
 struct Choice {
   Config config;
   std::shared_ptr<LoadedKernel> kernel;
   LaunchPlan plan;
-  std::string source;  // "tuned", "cache", or "safe" (no record yet: see KILN_FIRST_CALL)
+  ChoiceSource source = ChoiceSource::tuned;  // tuned, cache, or safe
+};
+
+// What a program (or an engine) launches: a Kernel, a MultiKernel or a
+// SizeHintMultiKernel, alike.
+class Launchable {
+ public:
+  virtual ~Launchable() = default;
+  // params[i] points to argument i's value, as Kernel::launch takes them.
+  virtual void launch(void* const* params, Stream stream = nullptr) = 0;
+  // What runs for these params (deciding it if needed).
+  struct Running {
+    std::string what;  // its config, or variant and config
+    ChoiceSource source = ChoiceSource::tuned;
+    // Settled: not a safe choice that a tuning behind it may replace.
+    bool settled() const { return source != ChoiceSource::safe; }
+  };
+  virtual Running running(void* const* params) = 0;
 };
 
 namespace detail {
@@ -119,7 +146,7 @@ std::string arg_code_name(uint8_t code);
 
 // Calls are type-checked: kernel(A, B, C, M, N, K) with float*, int64_t, ...
 // matching the spec, or launch(params) with a void* array.
-class Kernel : public detail::TypedCall<Kernel> {
+class Kernel final : public detail::TypedCall<Kernel>, public Launchable {
  public:
   // `rt` must outlive the handle. Throws Error(Errc::usage) for a spec kiln
   // cannot dispatch (more than 64 arguments, or 16 scalars in its shape key).
@@ -130,7 +157,8 @@ class Kernel : public detail::TypedCall<Kernel> {
 
   // params[i] points to the value of argument i, in spec order; on cuda,
   // buffers are device pointers and the launch is queued on `stream`.
-  void launch(void* const* params, Stream stream = nullptr);
+  void launch(void* const* params, Stream stream = nullptr) override;
+  Running running(void* const* params) override;
 
   // Waits until the background compile of the config space is done
   // (starting it if it was not); the first call does this by itself.

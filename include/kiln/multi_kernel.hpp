@@ -48,7 +48,7 @@ struct SizeHintOptions {
   bool use_plan = false;
 };
 
-class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
+class SizeHintMultiKernel final : public detail::TypedCall<SizeHintMultiKernel>, public Launchable {
  public:
   SizeHintMultiKernel(Runtime& rt, KernelSpec spec, SizeHintOptions opts = {});
   ~SizeHintMultiKernel();  // waits for background re-tuning
@@ -62,7 +62,8 @@ class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
   // first launch calls this if nobody has.
   void prepare(const std::vector<std::pair<std::string, std::string>>& other_scalars = {});
 
-  void launch(void* const* params, Stream stream = nullptr);
+  void launch(void* const* params, Stream stream = nullptr) override;
+  Running running(void* const* params) override;
   void check_types(const uint8_t* codes, size_t n) const;
 
   struct HintPoint {
@@ -89,7 +90,7 @@ class SizeHintMultiKernel : public detail::TypedCall<SizeHintMultiKernel> {
   std::unique_ptr<Impl> impl_;
 };
 
-class MultiKernel : public detail::TypedCall<MultiKernel> {
+class MultiKernel final : public detail::TypedCall<MultiKernel>, public Launchable {
  public:
   // Honours KILN_FORCE_VARIANT (Options::force_variant).
   MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune = {});
@@ -97,13 +98,14 @@ class MultiKernel : public detail::TypedCall<MultiKernel> {
   MultiKernel(const MultiKernel&) = delete;
   MultiKernel& operator=(const MultiKernel&) = delete;
 
-  void launch(void* const* params, Stream stream = nullptr);
+  void launch(void* const* params, Stream stream = nullptr) override;
+  Running running(void* const* params) override;
   void check_types(const uint8_t* codes, size_t n) const;
 
   // Which variant a call with these arguments runs (deciding if needed), and why.
   struct Pick {
     size_t variant = 0;
-    std::string source;  // "benchmarked", "cache", "forced", "only variant", "safe" (tuning behind it), "tuned"
+    ChoiceSource source = ChoiceSource::benchmarked;  // benchmarked, cache, forced, only variant, safe, tuned
     Config config;       // the variant's own config
     // When benchmarked or from the cache: each variant's time or failure (VARIANT=i).
     std::vector<ConfigResult> results;

@@ -10,6 +10,7 @@
 #include "kiln/runtime.hpp"
 
 #include <map>
+#include <ostream>
 
 namespace kiln {
 
@@ -51,7 +52,7 @@ struct Kernel::Impl {
     for (const auto& c : runnable) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
-  const Choice* choice_for(const Config& c, const std::string& source) {
+  const Choice* choice_for(const Config& c, ChoiceSource source) {
     std::lock_guard<std::mutex> g(m);
     for (const auto& x : choices)
       if (x->config == c && x->source == source) return x.get();
@@ -160,8 +161,8 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
     o = m.rt.tune(call, to);
   }
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-  const Choice* c = m.choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
-  log::info("kernel '{}' at {}: {} ({})", m.spec.name, call.key.values_text(), c->config.str(), c->source);
+  const Choice* c = m.choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
+  log::info("kernel '{}' at {}: {} ({})", m.spec.name, call.key.values_text(), c->config.str(), choice_source_name(c->source));
   m.memo.insert(key, c);
   // A record timed on a busy machine answers now and is re-measured behind
   // the calls; the re-measured choice replaces it if its timings are quieter.
@@ -182,13 +183,13 @@ const Choice* Kernel::Impl::first_call(const CallView& call, const std::vector<i
   std::string failures;
   std::optional<SafeChoice> safe = first_safe_choice(
       rt, call, stream, tune.libraries,
-      [&](const Config& cfg) -> const LoadedKernel& { return *choice_for(cfg, "safe")->kernel; }, &failures);
+      [&](const Config& cfg) -> const LoadedKernel& { return *choice_for(cfg, ChoiceSource::safe)->kernel; }, &failures);
   if (!safe) {
     log::info("kernel '{}': no safe choice could run this call; it is tuned before it returns:{}", spec.name,
               failures);
     return nullptr;
   }
-  const Choice* c = choice_for(safe->config, "safe");
+  const Choice* c = choice_for(safe->config, ChoiceSource::safe);
   if (mode == FirstCall::serve) rt.note_miss(spec, call.key, c->config.str(), safe->how);
   else tune_behind(call, shape_key, stream, c, safe->how);
   return c;
@@ -222,12 +223,33 @@ void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>&
                             spec.name, at, safe_config.str(), o.record.all_failed_message());
                   return nullptr;
                 }
-                const Choice* c = choice_for(*o.choice, o.from_cache ? "cache" : "tuned");
+                const Choice* c = choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
                 log::info("kernel '{}' at {}: tuned in the background: {} replaces {}", spec.name, at,
                           c->config.str(), safe_config.str());
                 return c;
               });
 }
+
+Launchable::Running Kernel::running(void* const* params) {
+  const Choice& c = choice(params);
+  return {c.config.str(), c.source};
+}
+
+const char* choice_source_name(ChoiceSource s) {
+  switch (s) {
+    case ChoiceSource::tuned: return "tuned";
+    case ChoiceSource::cache: return "cache";
+    case ChoiceSource::safe: return "safe";
+    case ChoiceSource::benchmarked: return "benchmarked";
+    case ChoiceSource::forced: return "forced";
+    case ChoiceSource::only_variant: return "only variant";
+    case ChoiceSource::size_hints: return "size hints";
+    case ChoiceSource::plain: return "plain";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, ChoiceSource s) { return os << choice_source_name(s); }
 
 void Kernel::check_types(const uint8_t* codes, size_t n) const { impl_->shape.check_types(codes, n); }
 

@@ -71,7 +71,7 @@ struct MultiKernel::Impl {
   struct Chosen {
     size_t variant = 0;
     Config config;
-    std::string source;
+    ChoiceSource source = ChoiceSource::benchmarked;
     std::shared_ptr<LoadedKernel> kernel;
     LaunchPlan plan;
   };
@@ -199,7 +199,7 @@ struct MultiKernel::Impl {
     return decide(params, key, stream);
   }
 
-  const Chosen* chosen_for(size_t variant, const Config& config, const std::string& source) {
+  const Chosen* chosen_for(size_t variant, const Config& config, ChoiceSource source) {
     std::lock_guard<std::mutex> g(m);
     for (const auto& c : chosen)
       if (c->variant == variant && c->config == config && c->source == source) return c.get();
@@ -223,17 +223,17 @@ struct MultiKernel::Impl {
     TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend), params);
 
     size_t variant = 0;
-    std::string source;
+    ChoiceSource source = ChoiceSource::benchmarked;
     std::optional<TuningRecord> rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey) : std::nullopt;
     const FirstCall mode = first_call_mode(rt);
     if (forced) {
       variant = *forced;
-      source = "forced";
+      source = ChoiceSource::forced;
     } else if (spec.variants.size() == 1) {
-      source = "only variant";
+      source = ChoiceSource::only_variant;
     } else if (rec && rec->best) {
       variant = static_cast<size_t>(*rec->best->get("VARIANT"));
-      source = "cache";
+      source = ChoiceSource::cache;
       rt.tuning_cache()->note_used(*rec);
     } else {
       if (mode != FirstCall::wait) {
@@ -247,7 +247,7 @@ struct MultiKernel::Impl {
       }
       TuningRecord fresh = benchmark(tkey, vparams, stream);
       variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
-      source = "benchmarked";
+      source = ChoiceSource::benchmarked;
     }
     const VariantSpec& v = spec.variants[variant];
     std::vector<void*> vp = vparams(variant);
@@ -259,7 +259,7 @@ struct MultiKernel::Impl {
            o.record.all_failed_message());
     const Chosen* c = chosen_for(variant, *o.choice, source);
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant,
-              v.kernel.name, c->config.str(), source);
+              v.kernel.name, c->config.str(), choice_source_name(source));
     memo.insert(key, c);
     return c;
   }
@@ -278,16 +278,16 @@ struct MultiKernel::Impl {
       TuneOutcome o = rt.tune(call, to);
       if (o.choice) {
         *how = "the variant's own record";
-        return chosen_for(vi, *o.choice, "safe");
+        return chosen_for(vi, *o.choice, ChoiceSource::safe);
       }
       if (o.from_cache) continue;  // its record says nothing of it runs
       std::string f;
       std::optional<SafeChoice> s = first_safe_choice(
           rt, call, stream, tune.libraries,
-          [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, "safe")->kernel; }, &f);
+          [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, ChoiceSource::safe)->kernel; }, &f);
       if (s) {
         *how = s->how;
-        return chosen_for(vi, s->config, "safe");
+        return chosen_for(vi, s->config, ChoiceSource::safe);
       }
       *failures += fmt::format("\n variant {} ('{}'):{}", vi, v.kernel.name, f);
     }
@@ -329,7 +329,7 @@ struct MultiKernel::Impl {
                   to.cancel = &stop;
                   TuneOutcome o = rt.tune(spec.variants[variant].kernel, vp.data(), to);
                   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-                  const Chosen* won = chosen_for(variant, *o.choice, "tuned");
+                  const Chosen* won = chosen_for(variant, *o.choice, ChoiceSource::tuned);
                   log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", spec.name,
                             tkey.values_text(), variant, won->config.str());
                   return won;
@@ -504,6 +504,12 @@ void MultiKernel::launch(void* const* params, Stream stream) {
   int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
   m.vshapes[c->variant].read(vp, vslots, unused);
   c->kernel->launch(vp, c->plan.eval(vslots), stream);
+}
+
+Launchable::Running MultiKernel::running(void* const* params) {
+  int64_t slots[CallShape::kMaxArgs];
+  const Impl::Chosen* c = impl_->find(params, slots, nullptr);
+  return {fmt::format("variant {}: {}", c->variant, c->config.str()), c->source};
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {

@@ -269,6 +269,10 @@ size_t SizeHintMultiKernel::nearest(const std::vector<int64_t>& key) const {
   return impl_->by_distance(key).front();
 }
 
+Launchable::Running SizeHintMultiKernel::running(void* const* params) {
+  return {config_for(params).str(), ChoiceSource::size_hints};
+}
+
 Config SizeHintMultiKernel::config_for(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   int64_t key[CallShape::kMaxKey];

@@ -23,7 +23,8 @@ namespace {
 
 // A kernel run plain (ProgramOptions::plain): one config, untuned: the
 // spec's default where it can run the call, else the first that can.
-struct PlainKernel {
+struct PlainKernel final : Launchable {
+  PlainKernel(Runtime& r, KernelSpec s) : rt(r), spec(std::move(s)) {}
   Runtime& rt;
   KernelSpec spec;
   struct Loaded {
@@ -42,7 +43,8 @@ struct PlainKernel {
       if (Tuner::why_not(spec, spec.space.at(i), slots.data(), limits).empty()) return spec.space.at(i);
     fail(Errc::launch, "kernel '{}': no config of its spec can run this call", spec.name);
   }
-  void launch(void* const* params, Stream s) {
+  Running running(void* const* params) override { return {config_for(params).str(), ChoiceSource::plain}; }
+  void launch(void* const* params, Stream s) override {
     const Config c = config_for(params);
     auto it = loaded.find(c.str());
     if (it == loaded.end()) {
@@ -50,49 +52,6 @@ struct PlainKernel {
       it = loaded.emplace(c.str(), Loaded{rt.load(*bin), LaunchPlan(spec, c, rt.backend(spec.backend).limits())}).first;
     }
     it->second.kernel->launch(params, it->second.plan.eval(slots.data()), s);
-  }
-};
-
-// One kernel of the program, whichever handle it needs.
-struct Handle {
-  ProgramKernel::Kind kind;
-  std::unique_ptr<Kernel> kernel;
-  std::unique_ptr<MultiKernel> multi;
-  std::unique_ptr<SizeHintMultiKernel> hint;
-  std::unique_ptr<PlainKernel> plain;
-  void launch(void* const* params, Stream s) {
-    if (plain) return plain->launch(params, s);
-    switch (kind) {
-      case ProgramKernel::Kind::kernel: kernel->launch(params, s); break;
-      case ProgramKernel::Kind::multi: multi->launch(params, s); break;
-      case ProgramKernel::Kind::size_hint: hint->launch(params, s); break;
-    }
-  }
-  // Whether what runs for these params is settled: not a safe choice waiting for its tuning.
-  bool settled(void* const* params) {
-    if (plain) return true;
-    switch (kind) {
-      case ProgramKernel::Kind::kernel: return kernel->choice(params).source != "safe";
-      case ProgramKernel::Kind::multi: return multi->pick(params).source != "safe";
-      case ProgramKernel::Kind::size_hint: return true;
-    }
-    return true;
-  }
-  // What runs for these params, and whether it is settled.
-  std::pair<std::string, bool> choice(void* const* params) {
-    if (plain) return {plain->config_for(params).str() + " (plain)", true};
-    switch (kind) {
-      case ProgramKernel::Kind::kernel: {
-        const Choice& c = kernel->choice(params);
-        return {c.config.str() + " (" + c.source + ")", c.source != "safe"};
-      }
-      case ProgramKernel::Kind::multi: {
-        MultiKernel::Pick p = multi->pick(params);
-        return {fmt::format("variant {}: {} ({})", p.variant, p.config.str(), p.source), p.source != "safe"};
-      }
-      case ProgramKernel::Kind::size_hint: return {hint->config_for(params).str() + " (size hints)", true};
-    }
-    return {"", true};
   }
 };
 
@@ -121,7 +80,7 @@ struct Program::Impl {
   std::vector<std::vector<CompiledExpr>> buffer_dims;  // the intermediates'
   std::vector<std::pair<int, int>> live;
 
-  std::vector<Handle> handles;  // per spec.kernels
+  std::vector<std::unique_ptr<Launchable>> handles;  // per spec.kernels
   struct Arg {
     ProgramArg::Kind kind;
     int group = -1;  // buffer: 0 input, 1 output, 2 intermediate
@@ -223,16 +182,15 @@ struct Program::Impl {
     handles.resize(spec.kernels.size());
     for (size_t k : order) {
       const ProgramKernel& pk = spec.kernels[k];
-      Handle& h = handles[k];
-      h.kind = pk.kind;
+      std::unique_ptr<Launchable>& h = handles[k];
       if (opts.plain) {
         if (pk.kind == ProgramKernel::Kind::multi)
           fail(Errc::usage, "program '{}' runs plain (as a reference does), but its kernel '{}' is a multi-kernel: "
                "a plain program's kernels are kernel specs", spec.name, pk.name);
-        h.plain = std::make_unique<PlainKernel>(PlainKernel{rt, pk.kernel, {}, {}});
-      } else if (pk.kind == ProgramKernel::Kind::kernel) h.kernel = std::make_unique<Kernel>(rt, pk.kernel);
-      else if (pk.kind == ProgramKernel::Kind::multi) h.multi = std::make_unique<MultiKernel>(rt, pk.multi);
-      else h.hint = std::make_unique<SizeHintMultiKernel>(rt, pk.kernel);
+        h = std::make_unique<PlainKernel>(rt, pk.kernel);
+      } else if (pk.kind == ProgramKernel::Kind::kernel) h = std::make_unique<Kernel>(rt, pk.kernel);
+      else if (pk.kind == ProgramKernel::Kind::multi) h = std::make_unique<MultiKernel>(rt, pk.multi);
+      else h = std::make_unique<SizeHintMultiKernel>(rt, pk.kernel);
     }
     live.assign(spec.buffers.size(), {-1, -1});
     for (const auto& s : spec.steps) {
@@ -509,7 +467,7 @@ struct Program::Impl {
   void launch_steps(Shape& sh, Stream s) {
     for (size_t i = 0; i < steps.size(); ++i) {
       try {
-        handles[steps[i].handle].launch(sh.params[i].data(), s);
+        handles[steps[i].handle]->launch(sh.params[i].data(), s);
       } catch (const WorkerError&) {
         throw;  // it says which kernel and config already, and its fault is typed
       } catch (const Error& e) {
@@ -565,7 +523,7 @@ struct Program::Impl {
     if (graphs && !sh.settled && rt.tunings_pending() == 0) {
       bool all = true;
       for (size_t i = 0; i < steps.size() && all; ++i)
-        all = handles[steps[i].handle].settled(sh.params[i].data());
+        all = handles[steps[i].handle]->running(sh.params[i].data()).settled();
       sh.settled = all;
     }
   }
@@ -634,7 +592,7 @@ std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const
   for (int r = 0; r < std::max(1, reps); ++r)
     for (size_t i = 0; i < m.steps.size(); ++i) {
       timer->start(nullptr);
-      m.handles[m.steps[i].handle].launch(sh.params[i].data(), nullptr);
+      m.handles[m.steps[i].handle]->launch(sh.params[i].data(), nullptr);
       timer->stop(nullptr);
       t[i].push_back(timer->elapsed_ns());
     }
@@ -668,14 +626,16 @@ std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, con
   Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
   m.patch_io(sh, inputs, outputs);
   std::vector<std::string> out;
-  for (size_t i = 0; i < m.steps.size(); ++i)
-    out.push_back(m.steps[i].kernel + ": " + m.handles[m.steps[i].handle].choice(sh.params[i].data()).first);
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const Launchable::Running r = m.handles[m.steps[i].handle]->running(sh.params[i].data());
+    out.push_back(fmt::format("{}: {} ({})", m.steps[i].kernel, r.what, choice_source_name(r.source)));
+  }
   return out;
 }
 
 void Program::prepare() {
   for (auto& h : impl_->handles)
-    if (h.kernel) h.kernel->prepare();
+    if (auto* k = dynamic_cast<Kernel*>(h.get())) k->prepare();
 }
 
 ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream) {
