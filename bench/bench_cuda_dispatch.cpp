@@ -23,6 +23,7 @@
 
 #include "bench_util.hpp"
 #include "core/fsutil.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   multi.launch(params);
   const Choice& c = kernel.choice(params);
   std::shared_ptr<LoadedKernel> loaded = c.kernel;
-  LaunchDims dims = c.plan.eval(std::vector<int64_t>{0, n}.data());
+  LaunchDims dims = LaunchPlan(spec, c.config, cuda.limits()).eval(std::vector<int64_t>{0, n}.data());
   dev.sync(nullptr);
 
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       shape.name = m.name;
       shape.args = m.args;
       MultiKernel k(rt, m);
-      Device& dev = rt.backend(m.backend).device();
+      Device& dev = rt.device(m.backend);
       DeviceArgs a(shape, parse_scalars(shape, sets), dev);
       a.fill_random(1);
       k.launch(a.params());
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     } else if (size_hint) {
       KernelSpec s = load_spec(argv[1]);
       SizeHintMultiKernel k(rt, s);
-      Device& dev = rt.backend(s.backend).device();
+      Device& dev = rt.device(s.backend);
       DeviceArgs a(s, parse_scalars(s, sets), dev);
       a.fill_random(1);
       k.launch(a.params());
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       if (no_library) s.libraries.clear();
       // The application's part first (its device and its data), then kiln's:
       // the handle and its first call, timed on their own as well.
-      Device& dev = rt.backend(s.backend).device();
+      Device& dev = rt.device(s.backend);
       DeviceArgs a(s, parse_scalars(s, sets), dev);
       a.fill_random(1);
       auto t1 = std::chrono::steady_clock::now();

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     // The application's part: its specs read and its data on the device.
     for (const auto& p : specs) {
       loaded.push_back(load_spec(p));
-      dev = &rt.backend(loaded.back().backend).device();
+      dev = &rt.device(loaded.back().backend);
       args.push_back(std::make_unique<DeviceArgs>(loaded.back(), parse_scalars(loaded.back(), sets), *dev));
       args.back()->fill_random(1);
     }

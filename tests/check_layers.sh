@@ -9,7 +9,8 @@ rank() {  # the layer of a source file or an included header
     kiln/error.hpp|kiln/expr.hpp|kiln/hash.hpp|kiln/spec.hpp|kiln/options.hpp|kiln/args.hpp|kiln/version.hpp) echo 0 ;;
     include/kiln/error.hpp|include/kiln/expr.hpp|include/kiln/hash.hpp|include/kiln/spec.hpp) echo 0 ;;
     include/kiln/options.hpp|include/kiln/args.hpp) echo 0 ;;
-    kiln/library.hpp|include/kiln/library.hpp) echo 0 ;;
+    kiln/library.hpp|include/kiln/library.hpp|kiln/device.hpp|include/kiln/device.hpp) echo 0 ;;
+    kiln/tune_options.hpp|include/kiln/tune_options.hpp) echo 4 ;;
     kiln/ext/library.hpp|include/kiln/ext/library.hpp) echo 1 ;;
     src/backends/*|backends/*|kiln/ext/backend.hpp|include/kiln/ext/backend.hpp|kiln/device_args.hpp|include/kiln/device_args.hpp) echo 1 ;;
     src/worker/*|worker/*) echo 2 ;;
@@ -39,6 +40,12 @@ done < <(find src include -name '*.cpp' -o -name '*.hpp' | sort)
 while IFS= read -r hit; do
   echo "check_layers: $hit: a public header includes a private one"; bad=1
 done < <(grep -rnE '#include "(core|backends|worker|compile|tune|dispatch|program)/' include || true)
+# Tiers: the headers an application includes include no extension-tier header (kiln/ext/).
+for h in kernel multi_kernel runtime program plan device_args device tune_options tuning artifact spec library kiln; do
+  while IFS= read -r hit; do
+    echo "check_layers: include/kiln/$h.hpp:$hit: an application's header includes the extension tier"; bad=1
+  done < <(grep -nE '#include "kiln/ext/' "include/kiln/$h.hpp" || true)
+done
 # Only src/backends/cuda knows NVRTC and the CUDA driver API.
 while IFS= read -r hit; do
   echo "check_layers: $hit: NVRTC or the driver API outside src/backends/cuda"; bad=1

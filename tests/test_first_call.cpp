@@ -8,6 +8,8 @@
 
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
+#include "kiln/ext/backend.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/args.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "core/fsutil.hpp"
+#include "kiln/ext/backend.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/program.hpp"

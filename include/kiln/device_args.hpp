@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kiln/args.hpp"
-#include "kiln/ext/backend.hpp"
+#include "kiln/device.hpp"
 
 namespace kiln {
 

@@ -20,12 +20,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "kiln/ext/backend.hpp"
-#include "kiln/ext/tuner.hpp"
+#include "kiln/device.hpp"
+#include "kiln/spec.hpp"
+#include "kiln/tune_options.hpp"
 
 namespace kiln {
 
 class Runtime;
+class LoadedKernel;
 
 // 16-bit floats as kiln's typed calls take them (storage only): IEEE
 // binary16 and bfloat16. `_Float16`, and CUDA's `__half` and
@@ -49,8 +51,7 @@ std::ostream& operator<<(std::ostream& os, ChoiceSource s);
 // What a call with some tuning-key values runs.
 struct Choice {
   Config config;
-  std::shared_ptr<LoadedKernel> kernel;
-  LaunchPlan plan;
+  std::shared_ptr<LoadedKernel> kernel;  // kiln/ext/backend.hpp: describe(), key()
   ChoiceSource source = ChoiceSource::tuned;  // tuned, cache, or safe
 };
 
@@ -171,7 +172,8 @@ class Kernel final : public detail::TypedCall<Kernel>, public Launchable {
   void check_types(const uint8_t* codes, size_t n) const;
 
  private:
-  const Choice* decide(void* const* params, const int64_t* key, Stream stream);
+  struct Chosen;
+  const Chosen* decide(void* const* params, const int64_t* key, Stream stream);
   struct Impl;
   std::shared_ptr<Impl> impl_;  // shared with its background tunings
 };

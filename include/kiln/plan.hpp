@@ -22,10 +22,12 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/ext/backend.hpp"
+#include "kiln/device.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
+
+class Backend;
 
 struct DispatchPlan {
   static constexpr int kFormat = 1;

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/ext/backend.hpp"
+#include "kiln/device.hpp"
 #include "kiln/program_spec.hpp"
 
 namespace kiln {

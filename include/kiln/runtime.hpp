@@ -13,13 +13,19 @@
 #include <set>
 #include <string>
 
-#include "kiln/ext/backend.hpp"
+#include "kiln/device.hpp"
 #include "kiln/options.hpp"
-#include "kiln/ext/tuner.hpp"
+#include "kiln/tune_options.hpp"
 #include "kiln/tuning.hpp"
 
 namespace kiln {
 
+// The machinery a runtime holds, for the extension tier (kiln/ext/): an
+// application needs none of their definitions.
+class Backend;
+class LoadedKernel;
+struct Binary;
+struct CallView;
 class WorkerPool;
 class CodeCache;
 class CompilePool;
@@ -34,6 +40,9 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const Options& options() const { return opts_; }
+  // The device of a backend ("cpu", "cuda"): its memory, streams and clock.
+  Device& device(const std::string& backend);
+  // The backend itself (kiln/ext/backend.hpp: compiling, loading, limits).
   Backend& backend(const std::string& name);
   // The code cache, or nullptr with KILN_NO_CACHE.
   std::shared_ptr<CodeCache> code_cache();

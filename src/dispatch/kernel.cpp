@@ -20,6 +20,11 @@ namespace {
 constexpr size_t kBackgroundCompileMax = 1024;
 }  // namespace
 
+// A choice with its launch plan (the plan is the dispatcher's, not the application's).
+struct Kernel::Chosen : Choice {
+  LaunchPlan plan;
+};
+
 struct Kernel::Impl {
   Impl(Runtime& r, KernelSpec s, TuneOptions t)
       : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, CallShape::memo_key(spec)),
@@ -28,12 +33,12 @@ struct Kernel::Impl {
   KernelSpec spec;
   TuneOptions tune;
   CallShape shape;
-  ShapeMemo<const Choice*> memo;
+  ShapeMemo<const Chosen*> memo;
   std::mutex m;  // guards choices and background
-  std::vector<std::unique_ptr<Choice>> choices;  // one per (config, source): bounded by the space
+  std::vector<std::unique_ptr<Chosen>> choices;  // one per (config, source): bounded by the space
   std::vector<BinaryFuture> background;
   bool started = false;
-  Swaps<Choice> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
+  Swaps<Chosen> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
 
   // `asked`: prepare() was called, so compile even with background compiling off.
   void start_background(bool asked) {
@@ -52,11 +57,11 @@ struct Kernel::Impl {
     for (const auto& c : runnable) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
-  const Choice* choice_for(const Config& c, ChoiceSource source) {
+  const Chosen* choice_for(const Config& c, ChoiceSource source) {
     std::lock_guard<std::mutex> g(m);
     for (const auto& x : choices)
       if (x->config == c && x->source == source) return x.get();
-    auto x = std::make_unique<Choice>();
+    auto x = std::make_unique<Chosen>();
     x->config = c;
     x->source = source;
     auto bin = rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
@@ -66,8 +71,8 @@ struct Kernel::Impl {
     return choices.back().get();
   }
 
-  const Choice* first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
-  void tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, const Choice* running,
+  const Chosen* first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
+  void tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, const Chosen* running,
                    const std::string& why);
   std::weak_ptr<Impl> self;  // what a background tuning keeps alive
 };
@@ -106,7 +111,7 @@ void Kernel::launch(void* const* params, Stream stream) {
   int64_t slots[CallShape::kMaxArgs];
   int64_t key[CallShape::kMaxKey];
   impl_->shape.read(params, slots, key);
-  const Choice* c;
+  const Chosen* c;
   if (!impl_->memo.find(key, &c)) c = decide(params, key, stream);
   c->kernel->launch(params, c->plan.eval(slots), stream);
 }
@@ -115,18 +120,18 @@ const Choice& Kernel::choice(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   int64_t key[CallShape::kMaxKey];
   impl_->shape.read(params, slots, key);
-  const Choice* c;
+  const Chosen* c;
   if (!impl_->memo.find(key, &c)) c = decide(params, key, nullptr);
   return *c;
 }
 
-const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream stream) {
+const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, Stream stream) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> g(m.memo.mutex());
-  const Choice* found;
+  const Chosen* found;
   if (m.memo.find(key, &found)) return found;  // another thread decided meanwhile
   std::vector<int64_t> shape_key(key, key + m.shape.key_size());
-  if (const Choice* safe = m.swaps.running(shape_key)) {
+  if (const Chosen* safe = m.swaps.running(shape_key)) {
     m.memo.insert(key, safe);  // evicted while its tuning runs: the safe choice again
     return safe;
   }
@@ -141,7 +146,7 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
   // A record that answered without a choice (no config survived, or the
   // reference disagreed with all) is the answer: no safe choice overrides it.
   if (!o.choice && !o.from_cache && mode != FirstCall::wait) {
-    if (const Choice* c = m.first_call(call, shape_key, stream, mode)) {
+    if (const Chosen* c = m.first_call(call, shape_key, stream, mode)) {
       m.memo.insert(key, c);
       return c;
     }
@@ -161,7 +166,7 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
     o = m.rt.tune(call, to);
   }
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-  const Choice* c = m.choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
+  const Chosen* c = m.choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
   log::info("kernel '{}' at {}: {} ({})", m.spec.name, call.key.values_text(), c->config.str(), choice_source_name(c->source));
   m.memo.insert(key, c);
   // A record timed on a busy machine answers now and is re-measured behind
@@ -178,7 +183,7 @@ const Choice* Kernel::decide(void* const* params, const int64_t* key, Stream str
 // worker runs now; with swap, the shape is tuned behind it. nullptr when no
 // safe choice can run the call (the caller then tunes it as with wait).
 // Holds memo.mutex().
-const Choice* Kernel::Impl::first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream,
+const Kernel::Chosen* Kernel::Impl::first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream,
                                        FirstCall mode) {
   std::string failures;
   std::optional<SafeChoice> safe = first_safe_choice(
@@ -189,7 +194,7 @@ const Choice* Kernel::Impl::first_call(const CallView& call, const std::vector<i
               failures);
     return nullptr;
   }
-  const Choice* c = choice_for(safe->config, ChoiceSource::safe);
+  const Chosen* c = choice_for(safe->config, ChoiceSource::safe);
   if (mode == FirstCall::serve) rt.note_miss(spec, call.key, c->config.str(), safe->how);
   else tune_behind(call, shape_key, stream, c, safe->how);
   return c;
@@ -199,7 +204,7 @@ const Choice* Kernel::Impl::first_call(const CallView& call, const std::vector<i
 // the call's arguments, while `running` answers its calls; the winner
 // replaces it (Swaps). Holds memo.mutex().
 void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream,
-                               const Choice* running, const std::string& why) {
+                               const Chosen* running, const std::string& why) {
   const std::string at = call.key.values_text();
   log::info("kernel '{}' at {}: {} ({}) runs while the shape is tuned in the background", spec.name, at,
             running->config.str(), why);
@@ -207,7 +212,7 @@ void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>&
   const Config safe_config = running->config;
   swaps.start(rt, memo, self.lock(), shape_key, running, fmt::format("kernel '{}' at {}", spec.name, at),
               [this, copy, call = call.on(copy->params()), safe_config, at](const std::atomic<bool>& stop) mutable
-              -> const Choice* {
+              -> const Chosen* {
                 TuneOptions to = tune;
                 to.stream = nullptr;
                 to.show_progress = false;
@@ -223,7 +228,7 @@ void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>&
                             spec.name, at, safe_config.str(), o.record.all_failed_message());
                   return nullptr;
                 }
-                const Choice* c = choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
+                const Chosen* c = choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
                 log::info("kernel '{}' at {}: tuned in the background: {} replaces {}", spec.name, at,
                           c->config.str(), safe_config.str());
                 return c;

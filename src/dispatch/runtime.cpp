@@ -12,6 +12,7 @@
 #include "kiln/args.hpp"
 #include "kiln/artifact.hpp"
 #include "core/format.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "tune/benchmarker.hpp"
 #include "compile/remote_cache.hpp"
 #include "tune/record_io.hpp"
@@ -159,6 +160,8 @@ Runtime::BackendState& Runtime::state(const std::string& name) {
 }
 
 Backend& Runtime::backend(const std::string& name) { return *state(name).backend; }
+
+Device& Runtime::device(const std::string& name) { return backend(name).device(); }
 
 // A cache folder that cannot be written (a read-only mount, no permission,
 // a full disk) is not an error: kiln compiles and tunes without a cache,

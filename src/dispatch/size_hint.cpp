@@ -6,6 +6,7 @@
 
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "core/log.hpp"
 #include "dispatch/call_shape.hpp"
 #include "dispatch/shape_memo.hpp"

@@ -245,7 +245,7 @@ class Emitter {
                        literal(rel.generic_string()));
     }
     o += " {}\n";
-    o += fmt::format("  ~Program() {{ if (arena_) rt_.backend({}).device().free(arena_); }}\n", literal(p_.backend));
+    o += fmt::format("  ~Program() {{ if (arena_) rt_.device({}).free(arena_); }}\n", literal(p_.backend));
     o += "  Program(const Program&) = delete;\n  Program& operator=(const Program&) = delete;\n\n";
     return o;
   }
@@ -302,7 +302,7 @@ class Emitter {
     }
     std::string o = "    // The intermediates, placed in one arena by liveness.\n";
     o += "    const kiln::MemoryPlan plan_ = kiln::plan_memory({" + join(sizes) + "}, {" + join(lives) + "});\n";
-    o += fmt::format("    if (plan_.arena > arena_bytes_) {{\n      kiln::Device& dev_ = rt_.backend({}).device();\n"
+    o += fmt::format("    if (plan_.arena > arena_bytes_) {{\n      kiln::Device& dev_ = rt_.device({});\n"
                      "      if (arena_) {{ dev_.sync(stream_); dev_.free(arena_); arena_ = nullptr; }}\n"
                      "      arena_ = dev_.alloc(static_cast<size_t>(plan_.arena));\n      arena_bytes_ = plan_.arena;\n    }}\n",
                      literal(p_.backend));

@@ -10,6 +10,7 @@
 
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
 #include "kiln/kernel.hpp"

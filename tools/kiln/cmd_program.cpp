@@ -49,7 +49,7 @@ void run_program(const RunArgs& a, Globals& g) {
     fail(Errc::usage, "--check: program '{}' names no reference to check it against ([check] reference = \"file.toml\" "
                       "in {}; docs/program.md)", spec.name, a.program);
   Runtime rt(opts);
-  Device& dev = rt.backend(spec.backend).device();
+  Device& dev = rt.device(spec.backend);
   // Random inputs and empty outputs in the device's memory.
   std::vector<DeviceBuffer> held;
   auto make = [&](const ProgramTensor& t, bool fill, uint64_t seed) {

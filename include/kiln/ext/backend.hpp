@@ -16,15 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/device.hpp"
 #include "kiln/options.hpp"
 #include "kiln/spec.hpp"
 
 namespace kiln {
 
-// A backend's queue of work: a CUstream on cuda (nullptr: the calling
-// thread's per-thread default stream); ignored on cpu, where a launch
-// returns when the grid is done.
-using Stream = void*;
 
 struct ArgSig {
   std::string name;
@@ -92,14 +89,6 @@ struct LaunchDims {
   bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
 };
 
-// The largest launch a device takes; LaunchPlan checks calls against it.
-struct LaunchLimits {
-  int64_t grid[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
-  int64_t grid_total = INT64_MAX;
-  int64_t block[3] = {1, 1, 1};
-  int64_t block_threads = 1;
-  int64_t shared = 0;  // dynamic + static shared memory per block, opted in
-};
 
 // The launch shape of one config: the spec's grid, block and shared-memory
 // expressions compiled with the config's params folded in, evaluated per
@@ -170,86 +159,6 @@ class LoadedKernel {
  private:
   std::string key_;
   KernelMeta meta_;
-};
-
-// Facts about a device, for limits, keys and `kiln backends`.
-struct DeviceInfo {
-  std::string name;         // "NVIDIA H100 80GB HBM3", or the CPU model
-  std::string arch;         // "sm_90"; "x86_64" on cpu
-  int ordinal = 0;
-  int multiprocessors = 0;  // SMs, or cores that run a grid
-  int64_t l2_bytes = 0;     // last-level cache
-  int64_t memory_bytes = 0;
-  std::string driver;       // driver and compiler versions, for reports
-  LaunchLimits limits;
-  int64_t registers_per_block = 0;  // cuda
-};
-
-// Times work queued on a stream (a host clock on cpu, CUDA events on cuda).
-class Timer {
- public:
-  virtual ~Timer() = default;
-  virtual void start(Stream s) = 0;
-  virtual void stop(Stream s) = 0;
-  // Waits for the stop and returns the time between start and stop.
-  virtual double elapsed_ns() = 0;
-};
-
-// Work captured once and replayed (a CUDA graph): launch() queues all of it
-// on a stream with one call.
-class Graph {
- public:
-  virtual ~Graph() = default;
-  virtual void launch(Stream s) = 0;
-};
-
-// What touches a device's memory and time. Buffers are device addresses
-// (host memory on cpu). Copies and fills are queued on the stream; to_host
-// returns when the bytes are there. Throws Error(Errc::launch) for a device
-// fault, Error(Errc::io) when memory runs out.
-class Device {
- public:
-  virtual ~Device() = default;
-  virtual const DeviceInfo& info() = 0;
-  virtual bool host_addressable() const = 0;  // whether buffers are host memory
-  virtual void* alloc(size_t bytes) = 0;       // zeroed, aligned to 256 bytes
-  virtual void free(void* p) noexcept = 0;
-  virtual void to_device(void* dst, const void* src, size_t bytes, Stream s) = 0;
-  virtual void to_host(void* dst, const void* src, size_t bytes, Stream s) = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes, Stream s) = 0;
-  // Writes `count` copies of a 1-, 2- or 4-byte `pattern`.
-  virtual void fill(void* dst, uint32_t pattern, int pattern_bytes, size_t count, Stream s) = 0;
-  virtual void sync(Stream s) = 0;
-  virtual std::unique_ptr<Timer> timer() = 0;
-  // Evicts caches between timed runs (writes a buffer larger than the last
-  // level); returns the bytes it holds for that.
-  virtual size_t flush_caches(Stream s) = 0;
-  // Sharing a caller's buffer with a worker process without copying it:
-  // an opaque handle (with the buffer's offset inside what it names), or ""
-  // with `why` set when the memory cannot be shared.
-  virtual std::string export_buffer(const void* p, std::string* why) = 0;
-  virtual void* import_buffer(const std::string& handle) = 0;
-  virtual void close_import(void* p) noexcept = 0;
-  // Makes the device current for the calling thread (cuda: its context).
-  virtual void bind() = 0;
-  // Times `launch` (which queues one run on the stream it is given) by
-  // capturing `count` of them in a graph and replaying it, so launch gaps are
-  // not counted: ns per run, or -1 where the device has no graphs (cpu).
-  virtual double replay_ns(const std::function<void(Stream)>& launch, int count) {
-    static_cast<void>(launch);
-    static_cast<void>(count);
-    return -1;
-  }
-  // Captures what `work` queues on the stream it is given (nothing runs
-  // then) into a graph to replay on any stream; nullptr where the device has
-  // no graphs (cpu). Throws Error(Errc::launch) when the capture fails.
-  virtual std::unique_ptr<Graph> capture(const std::function<void(Stream)>& work) {
-    static_cast<void>(work);
-    return nullptr;
-  }
-  // Why the device can no longer be used (a kernel faulted and took its
-  // context down), or "".
-  virtual std::string fault() const { return ""; }
 };
 
 class Backend {
