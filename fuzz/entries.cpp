@@ -6,6 +6,7 @@
 #include <map>
 
 #include "compile/code_cache.hpp"
+#include "kiln/memory_plan.hpp"
 #include "kiln/artifact.hpp"
 #include "kiln/hash.hpp"
 #include "core/format.hpp"

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/fsutil.hpp"
+#include "kiln/memory_plan.hpp"
 #include "kiln/ext/backend.hpp"
 #include "kiln/ext/tuner.hpp"
 #include "kiln/args.hpp"
@@ -244,6 +245,19 @@ TEST_F(ProgramTest, TheBuilderMakesWhatTheFileSays) {
   };
   EXPECT_EQ(body(built), body(file));
   EXPECT_THROW(ProgramBuilder("b", "cpu").symbol("T").build(), Error);
+  // The builder makes the spec itself: its errors name what was given.
+  try {
+    ProgramBuilder("b", "cpu").symbol("T").guard("T >");
+    ADD_FAILURE() << "a malformed guard was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("program 'b': guards:"), std::string::npos) << e.what();
+  }
+  try {
+    ProgramBuilder("b", "cpu").symbol("class").launch("k", {}).build();
+    ADD_FAILURE() << "a keyword was taken as a symbol";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("symbol \"class\" is not a name"), std::string::npos) << e.what();
+  }
 }
 
 // Liveness planning over random programs: buffers whose lives overlap never

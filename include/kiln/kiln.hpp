@@ -7,6 +7,7 @@
 #include "kiln/device_args.hpp"
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "kiln/memory_plan.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/options.hpp"
 #include "kiln/program.hpp"

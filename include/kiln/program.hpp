@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/device.hpp"
+#include "kiln/memory_plan.hpp"
 #include "kiln/program_spec.hpp"
 
 namespace kiln {

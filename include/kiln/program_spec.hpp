@@ -135,7 +135,7 @@ class ProgramBuilder {
   ProgramBuilder(std::string name, std::string backend);
   ProgramBuilder& constant(const std::string& name, int64_t value);
   ProgramBuilder& symbol(const std::string& name);
-  ProgramBuilder& guard(const std::string& expr);
+  ProgramBuilder& guard(const std::string& text);
   ProgramBuilder& input(const std::string& name, DType dtype, std::vector<std::string> shape);
   ProgramBuilder& output(const std::string& name, DType dtype, std::vector<std::string> shape);
   ProgramBuilder& buffer(const std::string& name, DType dtype, std::vector<std::string> shape);
@@ -145,23 +145,10 @@ class ProgramBuilder {
   ProgramSpec build() const;
 
  private:
-  std::string toml_;
-  std::vector<std::string> steps_;
-  std::string name_, backend_;
+  Expr expr(const std::string& text, const std::string& what) const;
+  ProgramBuilder& tensor(std::vector<ProgramTensor>& to, const char* group, const std::string& name, DType dtype,
+                         const std::vector<std::string>& shape);
+  ProgramSpec p_;
 };
-
-// The intermediates of one shape placed in one arena by liveness: buffers
-// whose lives overlap never share bytes; others may.
-struct MemoryPlan {
-  std::vector<int64_t> offset;  // per buffer, bytes into the arena
-  std::vector<int64_t> bytes;   // per buffer
-  int64_t arena = 0;            // the arena's size: the peak
-  int64_t sum = 0;              // the sizes added up (what one allocation each would take)
-};
-// `live[i]` = (first step, last step) buffer i is used in; `align`: each
-// offset's alignment. Largest buffers are placed first, each at the lowest
-// offset that no live-overlapping placed buffer covers.
-MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std::pair<int, int>>& live,
-                       int64_t align = 256);
 
 }  // namespace kiln

@@ -544,114 +544,77 @@ bool is_program_file(const fs::path& file) {
   }
 }
 
-ProgramBuilder::ProgramBuilder(std::string name, std::string backend)
-    : name_(std::move(name)), backend_(std::move(backend)) {}
+ProgramBuilder::ProgramBuilder(std::string name, std::string backend) {
+  p_.name = std::move(name);
+  p_.backend = std::move(backend);
+  p_.path = fs::path("<builder:" + p_.name + ">");
+}
 
-namespace {
-std::string quoted(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
+// The builder makes the ProgramSpec itself; build() checks it as a program
+// file is checked (check_program), with the same messages.
+Expr ProgramBuilder::expr(const std::string& text, const std::string& what) const {
+  try {
+    return Expr::parse(text);
+  } catch (const ExprError& e) {
+    fail(Errc::spec, "program '{}': {}: {} (column {} of \"{}\")", p_.name, what, e.what_only(), e.column(), text);
   }
-  return o + "\"";
 }
-std::string quoted_list(const std::vector<std::string>& v) {
-  std::string o = "[";
-  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + quoted(v[i]);
-  return o + "]";
-}
-}  // namespace
-
-// The builder writes the file format and reads it back: one path checks both.
 ProgramBuilder& ProgramBuilder::constant(const std::string& name, int64_t value) {
-  toml_ += fmt::format("constants.{} = {}\n", name, value);
+  p_.constants.push_back({name, value});
   return *this;
 }
 ProgramBuilder& ProgramBuilder::symbol(const std::string& name) {
-  steps_.push_back("symbol:" + name);
+  p_.symbols.push_back(name);
   return *this;
 }
-ProgramBuilder& ProgramBuilder::guard(const std::string& expr) {
-  steps_.push_back("guard:" + expr);
+ProgramBuilder& ProgramBuilder::guard(const std::string& text) {
+  p_.guards.push_back(expr(text, "guards"));
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::tensor(std::vector<ProgramTensor>& to, const char* group, const std::string& name,
+                                       DType dtype, const std::vector<std::string>& shape) {
+  ProgramTensor t;
+  t.name = name;
+  t.dtype = dtype;
+  for (const auto& d : shape) t.shape.push_back(expr(d, fmt::format("{} '{}' shape", group, name)));
+  to.push_back(std::move(t));
   return *this;
 }
 ProgramBuilder& ProgramBuilder::input(const std::string& name, DType dtype, std::vector<std::string> shape) {
-  toml_ += fmt::format("\n[[inputs]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
-                       quoted_list(shape));
-  return *this;
+  return tensor(p_.inputs, "input", name, dtype, shape);
 }
 ProgramBuilder& ProgramBuilder::output(const std::string& name, DType dtype, std::vector<std::string> shape) {
-  toml_ += fmt::format("\n[[outputs]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
-                       quoted_list(shape));
-  return *this;
+  return tensor(p_.outputs, "output", name, dtype, shape);
 }
 ProgramBuilder& ProgramBuilder::buffer(const std::string& name, DType dtype, std::vector<std::string> shape) {
-  toml_ += fmt::format("\n[[buffers]]\nname = {}\ndtype = \"{}\"\nshape = {}\n", quoted(name), dtype_name(dtype),
-                       quoted_list(shape));
-  return *this;
+  return tensor(p_.buffers, "buffer", name, dtype, shape);
 }
 ProgramBuilder& ProgramBuilder::kernel(const std::string& name, const fs::path& spec, const std::string& kind) {
-  fs::path abs = spec.is_absolute() ? spec : fs::absolute(spec);
-  toml_ += fmt::format("\n[kernels.{}]\nspec = {}\n{}", name, quoted(abs.string()),
-                       kind.empty() ? "" : fmt::format("kind = {}\n", quoted(kind)));
+  const fs::path abs = spec.is_absolute() ? spec : fs::absolute(spec);
+  try {
+    p_.kernels.push_back(load_kernel_ref(name, abs, kind));
+  } catch (const Error& e) {
+    fail(Errc::spec, "program '{}': kernel '{}': {}", p_.name, name, e.what());
+  }
   return *this;
 }
 ProgramBuilder& ProgramBuilder::launch(const std::string& kernel, std::vector<std::string> args) {
-  toml_ += fmt::format("\n[[steps]]\nlaunch = {}\nargs = {}\n", quoted(kernel), quoted_list(args));
+  ProgramStep st;
+  st.kernel = kernel;
+  for (auto& a : args) {
+    ProgramArg x;
+    x.text = std::move(a);
+    st.args.push_back(std::move(x));
+  }
+  p_.steps.push_back(std::move(st));
   return *this;
 }
 ProgramSpec ProgramBuilder::build() const {
-  std::vector<std::string> symbols, guards;
-  for (const auto& s : steps_) {
-    if (s.rfind("symbol:", 0) == 0) symbols.push_back(s.substr(7));
-    if (s.rfind("guard:", 0) == 0) guards.push_back(s.substr(6));
-  }
-  std::string head = fmt::format("kind = \"program\"\nversion = {}\nname = {}\nbackend = {}\nsymbols = {}\nguards = {}\n",
-                                 ProgramSpec::kVersion, quoted(name_), quoted(backend_), quoted_list(symbols),
-                                 quoted_list(guards));
-  // Dotted constants must come before any table header.
-  std::string consts, rest;
-  std::istringstream in(toml_);
-  std::string line;
-  bool in_tables = false;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line[0] == '[') in_tables = true;
-    (in_tables || line.rfind("constants.", 0) != 0 ? rest : consts) += line + "\n";
-  }
-  ProgramSpec p = parse_program(head + consts + rest, fs::path("<builder:" + name_ + ">"));
+  ProgramSpec p = p_;
+  if (p.steps.empty()) fail(Errc::spec, "program '{}': the program has no steps", p.name);
+  check_program(p, [&](size_t i) { return fmt::format("program '{}' step {} ({})", p.name, i + 1, p.steps[i].kernel); });
   return p;
 }
 
-MemoryPlan plan_memory(const std::vector<int64_t>& bytes, const std::vector<std::pair<int, int>>& live, int64_t align) {
-  MemoryPlan plan;
-  const size_t n = bytes.size();
-  plan.bytes = bytes;
-  plan.offset.assign(n, 0);
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
-  std::vector<size_t> placed;
-  auto up = [&](int64_t x) { return (x + align - 1) / align * align; };
-  for (size_t i : order) {
-    plan.sum += bytes[i];
-    // The address ranges of placed buffers whose lives overlap this one's, by start.
-    std::vector<std::pair<int64_t, int64_t>> taken;
-    for (size_t j : placed)
-      if (!(live[j].second < live[i].first || live[i].second < live[j].first))
-        taken.push_back({plan.offset[j], plan.offset[j] + bytes[j]});
-    std::sort(taken.begin(), taken.end());
-    int64_t at = 0;
-    for (const auto& [b, e] : taken) {
-      if (at + bytes[i] <= b) break;  // fits in the gap before this range
-      at = std::max(at, up(e));
-    }
-    plan.offset[i] = at;
-    plan.arena = std::max(plan.arena, at + bytes[i]);
-    placed.push_back(i);
-  }
-  plan.arena = up(plan.arena);
-  return plan;
-}
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
 // Program: runs a ProgramSpec through kiln's handles. docs/program.md.
+#include "kiln/memory_plan.hpp"
 #include "kiln/program.hpp"
 
 #include <algorithm>

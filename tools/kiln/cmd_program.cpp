@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "core/format.hpp"
+#include "kiln/memory_plan.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
