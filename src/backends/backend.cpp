@@ -188,17 +188,29 @@ Library* Backend::library(const std::string& library_name) {
   return nullptr;
 }
 
-std::string Backend::library_unavailable(const std::string& name) {
-  std::string why;
-  std::optional<LibraryChoice> c = parse_library_choice(name, &why);
-  if (!c) return fmt::format("'{}' is no library choice: {}", name, why);
-  Library* l = library(c->library);
+// The choice `name` and its library here; null with `why` when the name is
+// malformed or this backend calls no such library.
+Library* Backend::resolve_library(const std::string& name, std::optional<LibraryChoice>* choice, std::string* why) {
+  *choice = parse_library_choice(name, why);
+  if (!*choice) {
+    *why = fmt::format("'{}' is no library choice: {}", name, *why);
+    return nullptr;
+  }
+  Library* l = library((*choice)->library);
   if (!l) {
     std::string known;
     for (Library* x : libraries()) known += (known.empty() ? "" : ", ") + x->name();
-    return fmt::format("the {} backend calls no library '{}' (it calls: {})", this->name(), c->library,
+    *why = fmt::format("the {} backend calls no library '{}' (it calls: {})", this->name(), (*choice)->library,
                        known.empty() ? "none" : known);
   }
+  return l;
+}
+
+std::string Backend::library_unavailable(const std::string& name) {
+  std::optional<LibraryChoice> c;
+  std::string why;
+  Library* l = resolve_library(name, &c, &why);
+  if (!l) return why;
   if (c->rank >= 0 && !l->ranked()) return fmt::format("{} does not rank algorithms: '#{}' names none", l->name(), c->rank);
   if (c->rank < 0 && l->ranked()) return fmt::format("{} ranks algorithms: name one as {}#k", l->name(), name);
   if (std::string no = l->implements(c->problem); !no.empty()) return no;
@@ -206,17 +218,18 @@ std::string Backend::library_unavailable(const std::string& name) {
 }
 
 std::string Backend::library_identity(const std::string& name) {
-  std::optional<LibraryChoice> c = parse_library_choice(name);
-  Library* l = c ? library(c->library) : nullptr;
+  std::optional<LibraryChoice> c;
+  std::string why;
+  Library* l = resolve_library(name, &c, &why);
   return l ? name + " " + l->identity() : name;
 }
 
 void Backend::check_libraries(const KernelSpec& spec) {
   for (const auto& name : spec.libraries) {
-    std::optional<LibraryChoice> c = parse_library_choice(name);
-    if (c && library(c->library)) continue;
-    fail(Errc::spec, "{}: kernel '{}': library choice '{}': {}", spec.spec_path.string(), spec.name, name,
-         library_unavailable(name));
+    std::optional<LibraryChoice> c;
+    std::string why;
+    if (!resolve_library(name, &c, &why))
+      fail(Errc::spec, "{}: kernel '{}': library choice '{}': {}", spec.spec_path.string(), spec.name, name, why);
   }
 }
 
@@ -224,8 +237,9 @@ std::shared_ptr<LoadedKernel> Backend::load_library(const Binary& bin) {
   const std::string name = bin.meta.symbol.substr(8);
   if (std::string why = library_unavailable(name); !why.empty())
     fail(Errc::launch, "kernel '{}': library choice '{}' is unavailable: {}", bin.kernel, name, why);
-  std::optional<LibraryChoice> c = parse_library_choice(name);
-  return library(c->library)->load(bin.key, bin.meta, *c);
+  std::optional<LibraryChoice> c;
+  std::string why;
+  return resolve_library(name, &c, &why)->load(bin.key, bin.meta, *c);
 }
 
 Binary library_binary(const std::string& backend, const std::string& name, const std::string& kernel,

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <set>
 
@@ -11,7 +10,6 @@
 #include "core/log.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/binary_key.hpp"
-#include "kiln/hash.hpp"
 #include "tune/candidates.hpp"
 #include "tune/record_io.hpp"
 #include "tune/register_siblings.hpp"

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,6 +118,7 @@ class LaunchPlan {
 };
 
 class Library;
+struct LibraryChoice;
 
 class LoadedKernel {
  public:
@@ -214,6 +216,9 @@ class Backend {
   void check_libraries(const KernelSpec& spec);
   // The loaded library choice of a library binary (is_library_binary).
   std::shared_ptr<LoadedKernel> load_library(const Binary& bin);
+
+ private:
+  Library* resolve_library(const std::string& name, std::optional<LibraryChoice>* choice, std::string* why);
 };
 
 // Why `config` can never run, whatever the call: a constraint over params

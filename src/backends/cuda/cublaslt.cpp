@@ -121,7 +121,6 @@ struct Problem {
   bool nt = false;
   Epi epi = Epi::none;
   int rank = 0;
-  bool extra = false;  // a bias or residual argument
 };
 
 Problem problem_of(const LibraryChoice& c) {
@@ -136,7 +135,6 @@ Problem problem_of(const LibraryChoice& c) {
     case GemmEpilogue::gelu: p.epi = Epi::gelu; break;
     case GemmEpilogue::bias_gelu: p.epi = Epi::bias_gelu; break;
   }
-  p.extra = c.problem.has_extra();
   return p;
 }
 
