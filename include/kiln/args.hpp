@@ -29,9 +29,13 @@ struct ScalarValue {
 std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
                                        const std::vector<std::pair<std::string, std::string>>& sets);
 
+struct LaunchLimits;
+
 // Compiles an expression of `spec`: integer scalar arg i reads slot i; params
-// take their value in `config` (nullptr: a param is an error).
-CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config);
+// take their value in `config` (nullptr: a param is an error); a family's
+// constants theirs; SM_COUNT the multiprocessors of `device` (nullptr: an error).
+CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config,
+                          const LaunchLimits* device = nullptr);
 
 // Reads the integer scalar arguments out of a params array into slots (slot i
 // = argument i) for CompiledExpr::eval; a buffer argument's slot holds its

@@ -24,6 +24,7 @@ struct LaunchLimits {
   int64_t block[3] = {1, 1, 1};
   int64_t block_threads = 1;
   int64_t shared = 0;  // dynamic + static shared memory per block, opted in
+  int64_t multiprocessors = 0;  // SMs, or the cores that run a grid: SM_COUNT in a spec's expressions
 };
 
 // Facts about a device, for limits, keys and `kiln backends`.

@@ -28,10 +28,10 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
 
 LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits)
     : limits_(limits), kernel_(spec.name), config_(config.str()) {
-  for (const auto& e : spec.grid) grid_.push_back(compile_expr(spec, e, &config));
-  for (const auto& e : spec.block) block_.push_back(compile_expr(spec, e, &config));
+  for (const auto& e : spec.grid) grid_.push_back(compile_expr(spec, e, &config, &limits));
+  for (const auto& e : spec.block) block_.push_back(compile_expr(spec, e, &config, &limits));
   if (spec.shared) {
-    shared_ = compile_expr(spec, *spec.shared, &config);
+    shared_ = compile_expr(spec, *spec.shared, &config, &limits);
     has_shared_ = true;
   }
   for (const auto& name : spec.zero) {
@@ -41,7 +41,7 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
     zero_.push_back({i, compile_expr(spec, bytes, &config)});
   }
   if (spec.zero_when) {
-    zero_when_ = compile_expr(spec, *spec.zero_when, &config);
+    zero_when_ = compile_expr(spec, *spec.zero_when, &config, &limits);
     has_zero_when_ = true;
   }
 }
@@ -108,7 +108,7 @@ std::string statically_pruned(const KernelSpec& spec, const Config& c, const Lau
   if (!c.library.empty()) return "";
   auto params_only = [&](const Expr& e) {
     for (const auto& sym : e.symbols())
-      if (!spec.space.find(sym)) return false;
+      if (!spec.space.find(sym) && !spec.constant(sym)) return false;
     return true;
   };
   try {

@@ -1,4 +1,5 @@
 #include "kiln/args.hpp"
+#include "kiln/device.hpp"
 
 #include <charconv>
 #include <cstdlib>
@@ -50,8 +51,15 @@ std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
   return out;
 }
 
-CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config) {
+CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config, const LaunchLimits* device) {
   return CompiledExpr::compile(e, [&](std::string_view sym) -> std::optional<SymbolBinding> {
+    if (sym == kSmCountSymbol) {
+      if (!device || device->multiprocessors < 1)
+        fail(Errc::usage, "kernel '{}': '{}' uses SM_COUNT, which only a launch on a known device has", spec.name,
+             e.str());
+      return SymbolBinding::constant(device->multiprocessors);
+    }
+    if (auto v = spec.constant(sym)) return SymbolBinding::constant(*v);
     int i = spec.arg_index(sym);
     if (i >= 0 && !spec.args[i].pointer && !dtype_is_float(spec.args[i].dtype)) return SymbolBinding::slot(i);
     // align_X reads buffer X's slot, which holds its alignment (read_int_slots).

@@ -127,7 +127,7 @@ std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_
   if (!c.library.empty()) return "";
   try {
     for (const auto& e : spec.constraints)
-      if (compile_expr(spec, e, &c).eval(slots) == 0) return fmt::format("constraint '{}' is false", e.str());
+      if (compile_expr(spec, e, &c, &limits).eval(slots) == 0) return fmt::format("constraint '{}' is false", e.str());
     LaunchPlan plan(spec, c, limits);
     LaunchDims d = plan.eval(slots);
     if (d.empty()) return fmt::format("empty grid ({}, {}, {})", d.grid.x, d.grid.y, d.grid.z);

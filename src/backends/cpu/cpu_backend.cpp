@@ -141,11 +141,7 @@ std::string CpuBackend::unavailable_reason() { return ""; }
 
 Device& CpuBackend::device() { return *device_; }
 
-LaunchLimits CpuBackend::limits() {
-  LaunchLimits l;
-  l.grid_total = int64_t{1} << 62;
-  return l;
-}
+LaunchLimits CpuBackend::limits() { return device_->info().limits; }
 
 const CpuBackend::Toolchain& CpuBackend::toolchain() {
   std::call_once(toolchain_once_, [&] {
@@ -347,6 +343,7 @@ CpuDevice::CpuDevice(int threads) {
   info_.l2_bytes = llc_bytes();
   info_.memory_bytes = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   info_.limits.grid_total = int64_t{1} << 62;
+  info_.limits.multiprocessors = threads;
 }
 
 void* CpuDevice::alloc(size_t bytes) {

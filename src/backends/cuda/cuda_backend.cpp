@@ -37,6 +37,18 @@ int64_t arch_shared_optin(const std::string& arch) {
   return 49152;
 }
 
+// SM_COUNT with no device to ask (compiling ahead, pruning): the SMs of the
+// architecture's data-centre part (H100 SXM and H200: 132; A100: 108; B200:
+// 148); 0, unknown, elsewhere. A device's own count replaces it when there is one.
+int64_t arch_sm_count(const std::string& arch) {
+  int cc = 0;
+  std::sscanf(arch.c_str(), "sm_%d", &cc);
+  if (cc == 90) return 132;
+  if (cc == 80) return 108;
+  if (cc == 100) return 148;
+  return 0;
+}
+
 LaunchLimits arch_limits(const std::string& arch) {
   LaunchLimits l;
   l.grid[0] = (int64_t{1} << 31) - 1;
@@ -45,6 +57,7 @@ LaunchLimits arch_limits(const std::string& arch) {
   l.block[2] = 64;
   l.block_threads = 1024;
   l.shared = arch_shared_optin(arch);
+  l.multiprocessors = arch_sm_count(arch);
   return l;
 }
 
@@ -266,6 +279,7 @@ class CudaDevice final : public Device {
     l.block[2] = attr(MAX_BLOCK_DIM_Z);
     l.block_threads = attr(MAX_THREADS_PER_BLOCK);
     l.shared = attr(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    l.multiprocessors = info_.multiprocessors;
     info_.registers_per_block = attr(MAX_REGISTERS_PER_BLOCK);
   }
   ~CudaDevice() override {
