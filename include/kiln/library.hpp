@@ -20,8 +20,18 @@ namespace kiln {
 // B as K x N (nn) or N x K (nt: a linear layer's weight, C = A . B^T).
 enum class GemmLayout : uint8_t { nn, nt };
 // What the GEMM adds after the product: a bias per column, a residual M x N
-// input, GELU (tanh form), or the bias then GELU.
-enum class GemmEpilogue : uint8_t { none, bias, residual, gelu, bias_gelu };
+// input, SiLU, GELU, the bias then GELU, or the gated MLP (two weights Bg and
+// Bu: C = silu(A . Bg) * (A . Bu)). Libraries implement some; kernel families
+// (docs/families.md) may implement all.
+enum class GemmEpilogue : uint8_t { none, bias, residual, silu, gelu, bias_gelu, gated };
+
+// One argument of a problem's call, as a spec declares it.
+struct ProblemArg {
+  std::string name;  // "A"
+  std::string type;  // "bf16*", "i64"
+  std::string size;  // buffers: elements, as an expression of M, N, K ("M*K"); empty for scalars
+  Intent intent = Intent::in;
+};
 
 // C[M,N] = epilogue(A[M,K] . B), row-major, accumulated in fp32 (f64 in f64).
 struct GemmProblem {
@@ -32,20 +42,39 @@ struct GemmProblem {
   bool operator==(const GemmProblem&) const = default;
   // Its spelling in a choice's name: "bf16_nt_bias"; f32 nn is "sgemm", as BLAS names it.
   std::string text() const;
+  // Its spelling as a kernel family's member: always <dtype>_<layout>[_<epilogue>] ("f32_nn", never "sgemm").
+  std::string member_text() const;
   // The bias or residual input: an argument between C and M.
   bool has_extra() const { return epilogue == GemmEpilogue::bias || epilogue == GemmEpilogue::residual ||
                                   epilogue == GemmEpilogue::bias_gelu; }
-  // The arguments a call of it takes, in order: A, B, C[, bias | R], M, N, K.
+  // The weight operands: 2 for the gated MLP (Bg, Bu), else 1 (B).
+  int weights() const { return epilogue == GemmEpilogue::gated ? 2 : 1; }
+  // The arguments a call of it takes, in order: A, B (or Bg, Bu), C[, bias | R], M, N, K.
+  std::vector<ProblemArg> arguments() const;
+  // The same as (type, intent) pairs.
   std::vector<std::pair<std::string, Intent>> args() const;
   // What it computes, for messages and docs.
   std::string what() const;
+  // The preprocessor definitions a kernel family's source is compiled with for
+  // this problem: named constants for every dtype, layout and epilogue
+  // (GEMM_DTYPE_BF16, GEMM_LAYOUT_NT, GEMM_EPI_BIAS, ...; none is 0, so a misspelt name
+  // never matches) and the problem's own, GEMM_DTYPE, GEMM_LAYOUT and
+  // GEMM_EPILOGUE, set to them.
+  std::vector<std::string> defines() const;
 };
+
+// Every operand name a GEMM problem may have: A, B, Bg, Bu, C, bias, R.
+const std::vector<std::string>& gemm_operand_names();
+
+// Reads "bf16_nt_bias", "f16_nn", "sgemm"; nullopt when it is not a problem kiln knows.
+std::optional<GemmProblem> parse_gemm_problem(std::string_view s);
 
 // A call's operands, found by the problem's argument list (never by guessing positions).
 struct GemmOperands {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  const void* b2 = nullptr;     // gated: Bu (b is Bg); else null
   const void* extra = nullptr;  // the bias or residual; null without one
   int64_t m = 0, n = 0, k = 0;
 };

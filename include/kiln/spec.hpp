@@ -110,7 +110,8 @@ struct KernelSpec {
   std::string name;
   std::string backend;  // "cpu" or "cuda"
   std::string entry;
-  std::filesystem::path spec_path;    // as given
+  std::filesystem::path spec_path;    // as given (a family's file, for a member)
+  std::string member;                 // a family's member (docs/families.md), or empty
   std::filesystem::path source_path;  // resolved against the spec's folder
   std::string source_text;
   std::vector<Expr> grid;  // 1 to 3
@@ -130,8 +131,12 @@ struct KernelSpec {
   // that compute the same thing with the same arguments): kiln/library.hpp.
   std::vector<std::string> libraries;
   TuningSpec tuning;
+  // Named values a kernel family gives its member's expressions (docs/families.md):
+  // WEIGHTS, B_NT, and align_<operand> = 256 for an operand other members have and this one lacks.
+  std::vector<std::pair<std::string, int64_t>> constants;
 
   int arg_index(std::string_view name) const;  // -1 when absent
+  std::optional<int64_t> constant(std::string_view name) const;
   // Integer scalars that decide whether a config can run, or with what launch
   // shape (grid, block, shared memory and constraints use them), but are not
   // in the tuning key: a call is checked against them (see Kernel).
@@ -142,10 +147,30 @@ struct KernelSpec {
 // cannot be read. load_spec uses the file system; tests and fuzzers pass their own.
 using SourceReader = std::function<std::optional<std::string>(const std::filesystem::path&)>;
 
+// The device symbol of grid, block, shared and constraint expressions: the
+// multiprocessors of the device the kernel runs on (SMs on cuda, the cores
+// that run a grid on cpu), read from LaunchLimits when the expression is
+// compiled for a device. Argument sizes may not use it.
+inline constexpr std::string_view kSmCountSymbol = "SM_COUNT";
+
 // Throws Error(Errc::spec) naming the file, line, column and key.
+// `spec_file` may name a member of a kernel family: "gemm.toml:bf16_nt"
+// (docs/families.md).
 KernelSpec load_spec(const std::filesystem::path& spec_file);
 KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& spec_path,
                       const SourceReader& read_source);
+// A member of the kernel family in `toml_text` (kind = "family"); `member`
+// empty reads a plain spec, as parse_spec does.
+KernelSpec parse_spec(std::string_view toml_text, const std::filesystem::path& spec_path,
+                      const SourceReader& read_source, std::string_view member);
+// The members of the kernel family in `file` (kind = "family"), in the order
+// it lists them; empty for any other spec. Throws Error(Errc::spec) as load_spec.
+std::vector<std::string> family_members(const std::filesystem::path& file);
+// A spec path and the family member it names: "k/gemm.toml:bf16_nt" is
+// {"k/gemm.toml", "bf16_nt"}; a path with no member is {path, ""}. The part
+// after the last ':' is a member only when it is an identifier and the whole
+// path is not an existing file.
+std::pair<std::filesystem::path, std::string> split_member(const std::filesystem::path& spec_path);
 
 bool is_identifier(std::string_view s);
 // A C++ keyword or alternative token (and, or, not, ...): never a name in kiln emit's C++.

@@ -57,7 +57,9 @@ struct TuningKey {
   // 2: source_hash covers the files the source includes.
   // 3: toolchain and launch semantics in the key, the config space out of
   //    it; results kept by binary key; records checksummed.
-  static constexpr int kFormatVersion = 3;
+  // 4: spec expressions may use SM_COUNT and a family's constants (the cuda
+  //    GEMM specs became three families: their records are tuned again once).
+  static constexpr int kFormatVersion = 4;
 
   std::string backend;
   std::string device;       // Backend::device_identity()

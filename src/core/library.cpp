@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::pair<GemmEpilogue, const char*> kEpilogues[] = {
     {GemmEpilogue::bias_gelu, "bias_gelu"}, {GemmEpilogue::bias, "bias"}, {GemmEpilogue::residual, "residual"},
-    {GemmEpilogue::gelu, "gelu"}};
+    {GemmEpilogue::silu, "silu"},           {GemmEpilogue::gelu, "gelu"}, {GemmEpilogue::gated, "gated"}};
 
 const char* epilogue_text(GemmEpilogue e) {
   for (const auto& [k, t] : kEpilogues)
@@ -19,8 +19,16 @@ const char* epilogue_text(GemmEpilogue e) {
   return "";
 }
 
+std::string upper(std::string_view s) {
+  std::string u(s);
+  for (char& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return u;
+}
+
+}  // namespace
+
 // "bf16_nt_bias", "f16_nn", "sgemm".
-std::optional<GemmProblem> parse_problem(std::string_view s) {
+std::optional<GemmProblem> parse_gemm_problem(std::string_view s) {
   if (s == "sgemm") return GemmProblem{};
   GemmProblem p;
   const size_t u = s.find('_');
@@ -44,42 +52,93 @@ std::optional<GemmProblem> parse_problem(std::string_view s) {
   return std::nullopt;
 }
 
-}  // namespace
 
 std::string GemmProblem::text() const {
   if (dtype == DType::f32 && layout == GemmLayout::nn && epilogue == GemmEpilogue::none) return "sgemm";
+  return member_text();
+}
+
+std::string GemmProblem::member_text() const {
   std::string t = fmt::format("{}_{}", dtype_name(dtype), layout == GemmLayout::nn ? "nn" : "nt");
   if (epilogue != GemmEpilogue::none) t += std::string("_") + epilogue_text(epilogue);
   return t;
 }
 
-std::vector<std::pair<std::string, Intent>> GemmProblem::args() const {
+std::vector<ProblemArg> GemmProblem::arguments() const {
   const std::string t = std::string(dtype_name(dtype)) + "*";
-  std::vector<std::pair<std::string, Intent>> a = {{t, Intent::in}, {t, Intent::in}, {t, Intent::out}};
-  if (has_extra()) a.push_back({t, Intent::in});
-  for (int i = 0; i < 3; ++i) a.push_back({"i64", Intent::in});
+  const std::string b_size = layout == GemmLayout::nn ? "K*N" : "N*K";
+  std::vector<ProblemArg> a = {{"A", t, "M*K", Intent::in}};
+  if (weights() == 2) {
+    a.push_back({"Bg", t, b_size, Intent::in});
+    a.push_back({"Bu", t, b_size, Intent::in});
+  } else {
+    a.push_back({"B", t, b_size, Intent::in});
+  }
+  a.push_back({"C", t, "M*N", Intent::out});
+  if (epilogue == GemmEpilogue::residual) a.push_back({"R", t, "M*N", Intent::in});
+  else if (has_extra()) a.push_back({"bias", t, "N", Intent::in});
+  for (const char* n : {"M", "N", "K"}) a.push_back({n, "i64", "", Intent::in});
   return a;
 }
 
+std::vector<std::pair<std::string, Intent>> GemmProblem::args() const {
+  std::vector<std::pair<std::string, Intent>> out;
+  for (const ProblemArg& a : arguments()) out.push_back({a.type, a.intent});
+  return out;
+}
+
 std::string GemmProblem::what() const {
-  const std::string b = layout == GemmLayout::nn ? "B[K,N]" : "B[N,K] (a linear layer's weight: A @ B^T)";
-  const std::string e = epilogue == GemmEpilogue::bias        ? " + bias[N]"
-                        : epilogue == GemmEpilogue::residual  ? " + R[M,N]"
-                        : epilogue == GemmEpilogue::gelu      ? ", then GELU (tanh)"
-                        : epilogue == GemmEpilogue::bias_gelu ? " + bias[N], then GELU (tanh)"
-                                                              : "";
-  const std::string extra = epilogue == GemmEpilogue::residual ? ", R" : has_extra() ? ", bias" : "";
-  return fmt::format("C[M,N] = A[M,K] @ {}{}, row-major {} (args A, B, C{}, M, N, K)", b, e, dtype_name(dtype),
-                     extra);
+  const std::string b = layout == GemmLayout::nn ? "K,N" : "N,K";
+  const std::string w = weights() == 2 ? fmt::format("Bg[{}], Bu[{}]", b, b) : fmt::format("B[{}]", b);
+  std::string f = layout == GemmLayout::nn ? "A @ B" : "A @ B^T";
+  switch (epilogue) {
+    case GemmEpilogue::none: break;
+    case GemmEpilogue::bias: f += " + bias[N]"; break;
+    case GemmEpilogue::residual: f += " + R[M,N]"; break;
+    case GemmEpilogue::silu: f = "silu(" + f + ")"; break;
+    case GemmEpilogue::gelu: f = "gelu(" + f + ")"; break;
+    case GemmEpilogue::bias_gelu: f = "gelu(" + f + " + bias[N])"; break;
+    case GemmEpilogue::gated:
+      f = layout == GemmLayout::nn ? "silu(A @ Bg) * (A @ Bu)" : "silu(A @ Bg^T) * (A @ Bu^T)";
+      break;
+  }
+  std::string names;
+  for (const ProblemArg& a : arguments()) names += (names.empty() ? "" : ", ") + a.name;
+  return fmt::format("C[M,N] = {}, A[M,K], {}, row-major {} (args {})", f, w, dtype_name(dtype), names);
+}
+
+std::vector<std::string> GemmProblem::defines() const {
+  std::vector<std::string> d;
+  int i = 1;
+  for (DType t : kAllDTypes)
+    if (dtype_is_float(t)) d.push_back(fmt::format("-DGEMM_DTYPE_{}={}", upper(dtype_name(t)), i++));
+  d.push_back("-DGEMM_LAYOUT_NN=1");
+  d.push_back("-DGEMM_LAYOUT_NT=2");
+  for (int e = 0; e <= static_cast<int>(GemmEpilogue::gated); ++e) {
+    const auto ep = static_cast<GemmEpilogue>(e);
+    d.push_back(fmt::format("-DGEMM_EPI_{}={}", ep == GemmEpilogue::none ? "NONE" : upper(epilogue_text(ep)), e + 1));
+  }
+  d.push_back(fmt::format("-DGEMM_DTYPE=GEMM_DTYPE_{}", upper(dtype_name(dtype))));
+  d.push_back(layout == GemmLayout::nn ? "-DGEMM_LAYOUT=GEMM_LAYOUT_NN" : "-DGEMM_LAYOUT=GEMM_LAYOUT_NT");
+  d.push_back(fmt::format("-DGEMM_EPILOGUE=GEMM_EPI_{}",
+                          epilogue == GemmEpilogue::none ? "NONE" : upper(epilogue_text(epilogue))));
+  return d;
+}
+
+const std::vector<std::string>& gemm_operand_names() {
+  static const std::vector<std::string> names = {"A", "B", "Bg", "Bu", "C", "bias", "R"};
+  return names;
 }
 
 GemmOperands gemm_operands(const GemmProblem& p, void* const* params) {
   GemmOperands o;
   o.a = *static_cast<const void* const*>(params[0]);
   o.b = *static_cast<const void* const*>(params[1]);
-  o.c = *static_cast<void* const*>(params[2]);
-  const int s = p.has_extra() ? 4 : 3;  // where the sizes start
-  if (p.has_extra()) o.extra = *static_cast<const void* const*>(params[3]);
+  int at = 2;
+  if (p.weights() == 2) o.b2 = *static_cast<const void* const*>(params[at++]);
+  o.c = *static_cast<void* const*>(params[at++]);
+  if (p.has_extra()) o.extra = *static_cast<const void* const*>(params[at++]);
+  const int s = at;  // where the sizes start
   o.m = *static_cast<const int64_t*>(params[s]);
   o.n = *static_cast<const int64_t*>(params[s + 1]);
   o.k = *static_cast<const int64_t*>(params[s + 2]);
@@ -114,10 +173,10 @@ std::optional<LibraryChoice> parse_library_choice(std::string_view name, std::st
   for (char ch : base.substr(0, u))
     if (!std::isalnum(static_cast<unsigned char>(ch))) return no("a library's name is letters and digits");
   c.library = std::string(base.substr(0, u));
-  auto p = parse_problem(base.substr(u + 1));
+  auto p = parse_gemm_problem(base.substr(u + 1));
   if (!p)
     return no(fmt::format("'{}' is not a problem kiln knows: sgemm, or <f32|f64|f16|bf16>_<nn|nt>[_bias|_residual|"
-                          "_gelu|_bias_gelu]",
+                          "_silu|_gelu|_bias_gelu|_gated]",
                           base.substr(u + 1)));
   c.problem = *p;
   return c;

@@ -237,7 +237,8 @@ ProgramKernel load_kernel_ref(const std::string& name, const fs::path& spec, con
   k.name = name;
   k.spec = spec;
   std::error_code ec;
-  if (!fs::is_regular_file(spec, ec)) fail(Errc::spec, "kernel '{}': no spec file {}", name, spec.string());
+  if (!fs::is_regular_file(split_member(spec).first, ec))
+    fail(Errc::spec, "kernel '{}': no spec file {}", name, spec.string());
   if (kind == "size_hint") {
     k.kind = ProgramKernel::Kind::size_hint;
     k.kernel = load_spec(spec);

@@ -179,6 +179,12 @@ int KernelSpec::arg_index(std::string_view n) const {
   return -1;
 }
 
+std::optional<int64_t> KernelSpec::constant(std::string_view n) const {
+  for (const auto& [k, v] : constants)
+    if (k == n) return v;
+  return std::nullopt;
+}
+
 std::string_view align_target(std::string_view sym) {
   return sym.size() > 6 && sym.substr(0, 6) == "align_" ? sym.substr(6) : std::string_view();
 }
@@ -507,6 +513,7 @@ class SpecReader {
               "");
     KernelSpec s;
     s.spec_path = path_;
+    s.constants = constants_;
     read_identity(s, root);
     read_args(s, required(root, "args"));
     if (const toml::node* p = root.get("params")) read_params(s, *p);
@@ -594,6 +601,7 @@ class SpecReader {
       }
     }
     auto known = [&](std::string_view sym) {
+      if (sym == kSmCountSymbol || s.constant(sym)) return true;
       int i = s.arg_index(sym);
       if (i >= 0) return !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
       if (std::string_view t = align_target(sym); !t.empty()) {
@@ -633,11 +641,12 @@ class SpecReader {
       check(s, sz, key, s.args[i].size);
       try {
         s.args[i].size.check_symbols([&](std::string_view x) {
-          return s.space.find(x) == nullptr && align_target(x).empty(); }, "");
+          return s.space.find(x) == nullptr && align_target(x).empty() && x != kSmCountSymbol; }, "");
       } catch (const ExprError& err) {
         expr_error(sz, key,
                    ExprError(err.column(),
-                             fmt::format("the size of '{}' uses a param; argument sizes may use scalars only",
+                             fmt::format("the size of '{}' uses a param or SM_COUNT; argument sizes may use "
+                                         "scalars only",
                                          s.args[i].name),
                              s.args[i].size.str()));
       }
@@ -728,6 +737,102 @@ class SpecReader {
   static bool is_int_scalar(const KernelSpec& s, std::string_view sym) {
     int i = s.arg_index(sym);
     return i >= 0 && !s.args[i].pointer && !dtype_is_float(s.args[i].dtype);
+  }
+
+  // [family]: the problem its members compute and their names.
+  std::vector<std::string> family_members(const toml::table& root) const {
+    const toml::table& fam = table(required(root, "family"), "family");
+    only_keys(fam, {"problem", "members"}, " in [family]");
+    const toml::node& problem = required(fam, "problem");
+    if (str(problem, "family.problem") != "gemm")
+      error(problem, fmt::format("family.problem: unknown '{}' (known: gemm)", str(problem, "family.problem")));
+    std::vector<std::string> members;
+    for (const auto& el : array(required(fam, "members"), "family.members")) {
+      const std::string& m = str(el, "family.members");
+      std::optional<GemmProblem> p = parse_gemm_problem(m);
+      if (!p || p->member_text() != m)
+        error(el, fmt::format("family.members: '{}' is not a GEMM problem spelt <dtype>_<nn|nt>[_<epilogue>] "
+                              "(epilogues: bias, residual, silu, gelu, bias_gelu, gated)", m));
+      if (std::find(members.begin(), members.end(), m) != members.end())
+        error(el, fmt::format("family.members: '{}' appears twice", m));
+      members.push_back(m);
+    }
+    if (members.empty()) error(fam, "family.members is empty");
+    return members;
+  }
+
+  // The spec of one member of a kernel family (kind = "family"; docs/families.md):
+  // the family's keys, with `name` = <family>_<member>, the problem's arguments,
+  // its defines added to cflags, library entries completed with the problem, and
+  // the member's own [member.<name>] keys over the family's, made of `root` in
+  // place. Sets the constants its expressions may use.
+  void make_member(toml::table& root, std::string_view member) {
+    only_keys(root, {"kind", "name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when",
+                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
+                     "family", "member"},
+              " in a kernel family (its members' arguments follow their problem: no 'args')");
+    const std::vector<std::string> members = family_members(root);
+    const std::string family = str(required(root, "name"), "name");
+    if (member.empty())
+      fail(Errc::spec, "{}: a kernel family ({}); name a member as {}:<member> (members: {})", path_.string(),
+           family, path_.string(), fmt::join(members, ", "));
+    if (std::find(members.begin(), members.end(), member) == members.end())
+      fail(Errc::spec, "{}: the family '{}' has no member '{}' (members: {})", path_.string(), family, member,
+           fmt::join(members, ", "));
+    const GemmProblem p = *parse_gemm_problem(member);
+
+    root.erase("kind");
+    root.erase("family");
+    if (toml::node* own = root.get("member")) {
+      for (auto&& [k, v] : table(*own, "member"))
+        if (std::find(members.begin(), members.end(), k.str()) == members.end())
+          error(k.source(), fmt::format("member.{}: not one of family.members", k.str()));
+      // Moved, not copied, so that errors still point into the file.
+      if (toml::node* mine = own->as_table()->get(member)) {
+        const std::string where = fmt::format("member.{}", member);
+        only_keys(table(*mine, where), {"library", "params", "tuning", "description"}, " in [" + where + "]");
+        for (auto&& [k, v] : *mine->as_table()) {
+          toml::node* base = root.get(k.str());
+          if (base && base->is_table() && v.is_table()) {
+            for (auto&& [kk, vv] : *v.as_table()) base->as_table()->insert_or_assign(kk, std::move(vv));
+          } else {
+            root.insert_or_assign(k, std::move(v));
+          }
+        }
+      }
+      root.erase("member");
+    }
+    root.insert_or_assign("name", family + "_" + std::string(member));
+    toml::array args;
+    for (const ProblemArg& a : p.arguments()) {
+      toml::table t{{"name", a.name}, {"type", a.type}};
+      if (!a.size.empty()) {
+        t.insert("size", a.size);
+        t.insert("intent", intent_name(a.intent));
+      }
+      args.push_back(std::move(t));
+    }
+    root.insert_or_assign("args", std::move(args));
+    if (!root.get("cflags")) root.insert("cflags", toml::array{});
+    for (const std::string& d : p.defines()) root.get("cflags")->as_array()->push_back(d);
+    if (toml::node* lib = root.get("library")) {
+      array(*lib, "library");  // an array, or an error
+      for (auto& el : *lib->as_array()) {
+        str(el, "library");  // a string, or an error
+        std::string& e = el.as_string()->get();
+        const size_t hash = e.find('#');
+        if (e.substr(0, hash).find('_') != std::string::npos)
+          error(el, fmt::format("library: '{}': a family's library entry names the library alone (cublaslt#0-7); "
+                                "each member adds its problem", e));
+        e.insert(hash == std::string::npos ? e.size() : hash, "_" + p.text());
+      }
+    }
+    constants_ = {{"WEIGHTS", p.weights()}, {"B_NT", p.layout == GemmLayout::nt ? 1 : 0}};
+    for (const std::string& op : gemm_operand_names()) {
+      bool has = false;
+      for (const ProblemArg& a : p.arguments()) has = has || a.name == op;
+      if (!has) constants_.push_back({"align_" + op, 256});
+    }
   }
 
   // An expression of the multi-kernel's integer scalars only.
@@ -859,7 +964,9 @@ class SpecReader {
     for (const auto& a : s.args)
       if (a.pointer) out += (out.empty() ? "" : ", ") + ("align_" + a.name);
     for (const auto& p : s.space.params) out += (out.empty() ? "" : ", ") + p.name;
-    return out.empty() ? "none" : out;
+    for (const auto& c : s.constants) out += (out.empty() ? "" : ", ") + c.first;
+    out += (out.empty() ? "" : ", ") + std::string(kSmCountSymbol);
+    return out;
   }
 
   void check_new_name(const KernelSpec& s, const toml::node& at, const std::string& n,
@@ -870,6 +977,9 @@ class SpecReader {
     if (n.rfind("kiln_", 0) == 0) error(at, fmt::format("{} name '{}': the prefix kiln_ is reserved", what, n));
     if (s.arg_index(n) >= 0 || s.space.find(n))
       error(at, fmt::format("duplicate name '{}': args and params share one namespace", n));
+    if (n == kSmCountSymbol || s.constant(n))
+      error(at, fmt::format("{} name '{}' is a name kiln gives expressions (the device's SM_COUNT, or a "
+                            "family's constant)", what, n));
   }
 
   void read_args(KernelSpec& s, const toml::node& n) {
@@ -1067,6 +1177,7 @@ class SpecReader {
  private:
   fs::path path_;
   const SourceReader& read_;
+  std::vector<std::pair<std::string, int64_t>> constants_;  // a family member's
   const AsciiDoc& doc_;
   std::vector<const toml::table*> arg_tables_;
 };
@@ -1107,12 +1218,49 @@ std::string read_spec_file(const fs::path& spec_file) {
 }  // namespace
 
 KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
+  return parse_spec(toml_text, spec_path, read_source, "");
+}
+
+KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source,
+                      std::string_view member) {
   AsciiDoc doc = asciify(toml_text, spec_path);
   toml::table root = parse_toml(doc, spec_path);
-  if (const toml::node* k = root.get("kind"); k && k->is_string() && k->as_string()->get() == "multi")
+  const toml::node* k = root.get("kind");
+  const std::string kind = k && k->is_string() ? k->as_string()->get() : "";
+  if (kind == "multi")
     fail(Errc::spec, "{}: a multi-kernel spec (kind = \"multi\"); load it as a multi-kernel", spec_path.string());
   SpecReader r(spec_path, read_source, doc);
+  if (kind == "family") {
+    r.make_member(root, member);
+    KernelSpec s = r.read(root);
+    s.member = std::string(member);
+    return s;
+  }
+  if (k) r.error(*k, fmt::format("kind: unknown '{}' for a kernel spec (known: family; multi and program are read "
+                                 "as such)", kind));
+  if (!member.empty())
+    fail(Errc::spec, "{}: not a kernel family (kind = \"family\"), so it has no member '{}'", spec_path.string(),
+         member);
   return r.read(root);
+}
+
+std::vector<std::string> family_members(const fs::path& file) {
+  std::string text = read_spec_file(file);
+  AsciiDoc doc = asciify(text, file);
+  toml::table root = parse_toml(doc, file);
+  const toml::node* k = root.get("kind");
+  if (!k || !k->is_string() || k->as_string()->get() != "family") return {};
+  SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
+  return SpecReader(file, none, doc).family_members(root);
+}
+
+std::pair<fs::path, std::string> split_member(const fs::path& spec_path) {
+  const std::string text = spec_path.string();
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || !is_identifier(std::string_view(text).substr(colon + 1))) return {spec_path, ""};
+  std::error_code ec;
+  if (fs::exists(spec_path, ec)) return {spec_path, ""};
+  return {fs::path(text.substr(0, colon)), text.substr(colon + 1)};
 }
 
 MultiKernelSpec parse_multi_spec(std::string_view toml_text, const fs::path& spec_path,
@@ -1131,7 +1279,9 @@ MultiKernelSpec load_multi_spec(const fs::path& file) {
   return parse_multi_spec(read_spec_file(file), file, [](const fs::path& p) { return load_spec(p); });
 }
 
-bool is_multi_spec(const fs::path& file) {
+bool is_multi_spec(const fs::path& spec) {
+  const auto [file, member] = split_member(spec);
+  if (!member.empty()) return false;
   std::string text = read_spec_file(file);
   AsciiDoc doc = asciify(text, file);
   toml::table root = parse_toml(doc, file);
@@ -1139,8 +1289,9 @@ bool is_multi_spec(const fs::path& file) {
   return k && k->is_string() && k->as_string()->get() == "multi";
 }
 
-KernelSpec load_spec(const fs::path& spec_file) {
-  return parse_spec(read_spec_file(spec_file), spec_file, read_text);
+KernelSpec load_spec(const fs::path& spec) {
+  const auto [file, member] = split_member(spec);
+  return parse_spec(read_spec_file(file), file, read_text, member);
 }
 
 }  // namespace kiln

@@ -122,6 +122,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   for (const auto& e : s.block) h.add("block", e.str());
   if (s.shared) h.add("shared", s.shared->str());
   for (const auto& e : s.constraints) h.add("constraint", e.str());
+  for (const auto& [n, v] : s.constants) h.add("constant", fmt::format("{}={}", n, v));
   for (const auto& z : s.zero) h.add("zero", z);
   if (s.zero_when) h.add("zero_when", s.zero_when->str());
   for (const auto& f : s.cflags) h.add("cflag", f);

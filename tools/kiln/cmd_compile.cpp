@@ -230,9 +230,11 @@ void add_compile(CLI::App& app, Globals& g) {
   auto spec = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);
-  cmd->add_option("spec", *spec, "The kernel's spec file, a multi-kernel spec or a program (.toml)")
+  cmd->add_option("spec", *spec,
+                  "The kernel's spec file, a family's member (file.toml:member), a multi-kernel spec or a program "
+                  "(.toml)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(SpecFile);
   cmd->add_flag("--json", *json, "Print one JSON object instead of the table");
   cmd->add_flag("--explain", *explain, "Print every field of each config's binary key");
   cmd->callback([&g, spec, json, explain] { run_compile(g, *spec, *json, *explain); });

@@ -73,7 +73,7 @@ void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string
     art.add(name, std::move(*d));
     return rel.generic_string();
   };
-  spec_entry = "sources/" + spec.name + "/" + add(spec.spec_path);
+  spec_entry = "sources/" + spec.name + "/" + add(spec.spec_path) + (spec.member.empty() ? "" : ":" + spec.member);
   add(spec.source_path);
   BinaryKey k = make_binary_key(make_compile_request(spec, Config{}), be);
   for (const auto& inc : k.includes_found) add(inc);
@@ -301,7 +301,7 @@ void add_pack(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("pack", "Compile and tune what is missing, then write kernels, records and sources "
                                          "into one checksummed artifact an application loads at start");
   auto a = std::make_shared<PackArgs>();
-  cmd->add_option("specs", a->specs, "Spec files (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("specs", a->specs, "Spec files (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   cmd->add_option("--set", a->sets, "A shape to pack, NAME=VALUE for each scalar (applied to every spec that has it)");
   cmd->add_flag("--hints", a->hints, "Pack every spec's size-hint points");
   cmd->add_option("-o,--output", a->out, "The artifact file to write");

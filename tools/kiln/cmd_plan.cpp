@@ -294,7 +294,7 @@ void add_plan(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("plan", "Make a dispatch plan from measurements at training shapes, and evaluate it "
                                          "on shapes it never saw");
   auto a = std::make_shared<PlanArgs>();
-  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   cmd->add_option("--shapes", a->shapes, "Training shapes: a file, one NAME=VALUE ... line per shape")
       ->check(CLI::ExistingFile);
   cmd->add_option("--grid", a->grid, "Training shapes on a log2 grid: NAME=LO:HI:COUNT, once per dimension");

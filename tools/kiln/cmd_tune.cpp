@@ -314,7 +314,7 @@ void run_misses(const std::string& spec_path, bool as_json) {
 void add_tune(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("tune", "Tune a kernel on seeded random inputs and store the choice");
   auto a = std::make_shared<TuneArgs>();
-  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)");
   cmd->add_flag("--json", a->json, "Print one JSON object (see docs/cli.md)");
   cmd->add_option("--search", a->search,
@@ -345,7 +345,7 @@ void add_tune(CLI::App& app, Globals& g) {
   auto sets = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);
-  rep->add_option("spec", *spec, "The kernel's spec file (.toml)")->required()->check(CLI::ExistingFile);
+  rep->add_option("spec", *spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE (each key name needs one)");
   rep->add_flag("--json", *json, "Print one JSON object");
   rep->add_flag("--explain", *explain, "Print every field of the record's key first");

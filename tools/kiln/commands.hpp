@@ -36,6 +36,13 @@ void add_program(CLI::App& app, Globals& g);
 // executable, else the source tree kiln was built from.
 std::filesystem::path kernels_dir();
 
+// A spec argument: an existing file, or a member of a kernel family in one
+// ("kernels/cuda/gemm.toml:bf16_nt", docs/families.md).
+struct SpecFileValidator : CLI::Validator {
+  SpecFileValidator();
+};
+extern const SpecFileValidator SpecFile;
+
 // A fixed-width text table.
 class Table {
  public:

@@ -53,6 +53,18 @@ namespace {
 FILE* g_out = nullptr;
 }  // namespace
 
+SpecFileValidator::SpecFileValidator() : CLI::Validator("FILE") {
+  func_ = [](std::string& text) -> std::string {
+    const auto [file, member] = split_member(text);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+      return "File does not exist: " + file.string();
+    (void)member;
+    return "";
+  };
+}
+const SpecFileValidator SpecFile;
+
 FILE* out() { return g_out ? g_out : stdout; }
 
 void isolate_stdout() {

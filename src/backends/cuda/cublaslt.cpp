@@ -134,6 +134,8 @@ Problem problem_of(const LibraryChoice& c) {
     case GemmEpilogue::residual: p.epi = Epi::residual; break;
     case GemmEpilogue::gelu: p.epi = Epi::gelu; break;
     case GemmEpilogue::bias_gelu: p.epi = Epi::bias_gelu; break;
+    case GemmEpilogue::silu:
+    case GemmEpilogue::gated: fail(Errc::usage, "{}: cuBLASLt has no such epilogue", c.name());
   }
   return p;
 }
@@ -296,6 +298,8 @@ class CublasLt final : public Library {
   std::string name() const override { return "cublaslt"; }
   bool ranked() const override { return true; }
   std::string implements(const GemmProblem& p) const override {
+    if (p.epilogue == GemmEpilogue::silu || p.epilogue == GemmEpilogue::gated)
+      return fmt::format("cuBLASLt has no epilogue for {}", p.text());
     if (p.dtype == DType::bf16 || p.dtype == DType::f16) return "";
     return fmt::format("kiln calls cuBLASLt for bf16 and f16 GEMMs, not {}", p.text());
   }

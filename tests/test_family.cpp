@@ -1,0 +1,220 @@
+// Kernel families (docs/families.md): one spec and one source for the members
+// of a problem family; SM_COUNT, the device's symbol; a family's constants.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kiln/args.hpp"
+#include "kiln/device.hpp"
+#include "kiln/error.hpp"
+#include "kiln/ext/backend.hpp"
+#include "kiln/ext/tuner.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/library.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+#define EXPECT_CONTAINS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << (hay)
+
+namespace {
+
+std::string linear() { return test::kernels() + "/cpu/linear.toml"; }
+
+std::string load_error(const fs::path& p) {
+  try {
+    load_spec(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A family of one source in a temporary folder; `extra` is appended to its spec.
+struct FamilyFiles {
+  TempDir dir{"kiln-family"};
+  fs::path write(const std::string& spec) {
+    test::write(dir.path() / "f.cpp", "void f(kiln::program_id, const float*, const float*, float*, int64_t, int64_t, "
+                                       "int64_t) {}\n");
+    test::write(dir.path() / "f.toml", spec);
+    return dir.path() / "f.toml";
+  }
+};
+
+const char* kFamily = R"SPEC(kind = "family"
+name = "f"
+backend = "cpu"
+source = "f.cpp"
+entry = "f"
+grid = ["cdiv(N, BN)"]
+[family]
+problem = "gemm"
+members = ["f32_nt", "f32_nt_residual"]
+[params]
+BN = [16, 64]
+)SPEC";
+
+}  // namespace
+
+TEST(Family, EachMemberIsTheSpecOfItsProblem) {
+  const std::vector<std::string> members = family_members(linear());
+  ASSERT_EQ(members.size(), 7u);
+  for (const std::string& m : members) {
+    KernelSpec s = load_spec(linear() + ":" + m);
+    const GemmProblem p = *parse_gemm_problem(m);
+    EXPECT_EQ(s.name, "linear_" + m);
+    EXPECT_EQ(s.member, m);
+    EXPECT_EQ(s.spec_path.filename(), "linear.toml");
+    const auto want = p.arguments();
+    ASSERT_EQ(s.args.size(), want.size()) << m;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(s.args[i].name, want[i].name) << m;
+      EXPECT_EQ(s.args[i].type_text(), want[i].type) << m;
+      if (s.args[i].pointer) {
+        EXPECT_EQ(s.args[i].size.str(), Expr::parse(want[i].size).str()) << m;
+      }
+    }
+    for (const std::string& d : p.defines())
+      EXPECT_NE(std::find(s.cflags.begin(), s.cflags.end(), d), s.cflags.end()) << m << " lacks " << d;
+    EXPECT_EQ(s.constant("WEIGHTS"), p.weights()) << m;
+    // The member's own table gives the plain product its library choice, completed with the problem.
+    EXPECT_EQ(s.libraries, m == "f32_nt" ? std::vector<std::string>{"openblas_f32_nt"} : std::vector<std::string>{})
+        << m;
+  }
+  // Members differ in name and flags, so their records and binaries are their own.
+  EXPECT_NE(load_spec(linear() + ":f32_nt_gelu").cflags, load_spec(linear() + ":f32_nt_silu").cflags);
+}
+
+// Every member computes its problem: tuned on its first call (on the cpu
+// backend, through the system compiler), each is checked here against a
+// plain double-precision product with the epilogue applied.
+TEST(Family, EveryMemberComputesItsProblem) {
+  TempDir dir("kiln-family");
+  Options o = test::options_in(dir.path());
+  o.bench_budget_ms = 2;
+  Runtime rt(o);
+  const int64_t M = 5, N = 19, K = 37;
+  for (const std::string& m : family_members(linear())) {
+    SCOPED_TRACE(m);
+    KernelSpec s = load_spec(linear() + ":" + m);
+    const GemmProblem p = *parse_gemm_problem(m);
+    HostArgs args(s, parse_scalars(s, {{"M", "5"}, {"N", "19"}, {"K", "37"}}));
+    args.fill_random(7);
+    Kernel k(rt, s);
+    k.launch(args.params());
+    rt.wait_tuned();
+    auto buf = [&](const char* name) {
+      const int i = s.arg_index(name);
+      return i < 0 ? nullptr : reinterpret_cast<const float*>(args.buffer(static_cast<size_t>(i)).data());
+    };
+    const float *A = buf("A"), *B = p.weights() == 2 ? buf("Bg") : buf("B"), *Bu = buf("Bu"), *C = buf("C");
+    const float *bias = buf("bias"), *R = buf("R");
+    double worst = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double v = 0, u = 0;
+        for (int64_t q = 0; q < K; ++q) {
+          v += double(A[i * K + q]) * B[j * K + q];
+          if (Bu) u += double(A[i * K + q]) * Bu[j * K + q];
+        }
+        if (bias) v += bias[j];
+        if (R) v += R[i * N + j];
+        const double silu = v / (1 + std::exp(-v)), gelu = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        switch (p.epilogue) {
+          case GemmEpilogue::silu: v = silu; break;
+          case GemmEpilogue::gelu:
+          case GemmEpilogue::bias_gelu: v = gelu; break;
+          case GemmEpilogue::gated: v = silu * u; break;
+          default: break;
+        }
+        worst = std::max(worst, std::abs(v - C[i * N + j]));
+      }
+    EXPECT_LT(worst, 1e-4);
+  }
+}
+
+TEST(Family, ANameThatIsNotAMemberSaysWhichAreAndBadFamiliesAreRefused) {
+  EXPECT_CONTAINS(load_error(linear()), "a kernel family (linear); name a member as");
+  EXPECT_CONTAINS(load_error(linear()), "f32_nt_gated");
+  EXPECT_CONTAINS(load_error(linear() + ":f32_nt_relu"), "the family 'linear' has no member 'f32_nt_relu'");
+  EXPECT_CONTAINS(load_error(test::kernels() + "/cpu/matmul.toml:f32_nt"), "not a kernel family");
+  FamilyFiles f;
+  auto err = [&](const std::string& spec, const std::string& member = "f32_nt") {
+    return load_error(f.write(spec).string() + ":" + member);
+  };
+  EXPECT_EQ(err(kFamily), "");
+  EXPECT_CONTAINS(err("args = []\n" + std::string(kFamily)), "f.toml:1:1: unknown key 'args'");
+  EXPECT_CONTAINS(err(std::string(kFamily) + "[member.f32_nt]\nentry = \"g\"\n"), "unknown key 'entry' in [member.f32_nt]");
+  EXPECT_CONTAINS(err(std::string(kFamily) + "[member.f16_nn]\nlibrary = []\n"), "member.f16_nn: not one of family.members");
+  std::string bad = kFamily;
+  bad.replace(bad.find("\"f32_nt\", "), 10, "\"f32_tn\", ");
+  EXPECT_CONTAINS(err(bad), "'f32_tn' is not a GEMM problem");
+  bad = kFamily;
+  bad.replace(bad.find("problem = \"gemm\""), 16, "problem = \"conv\"");
+  EXPECT_CONTAINS(err(bad), "family.problem: unknown 'conv'");
+  EXPECT_CONTAINS(err("library = [\"openblas_f32_nt\"]\n" + std::string(kFamily)),
+                  "f.toml:1:12: library: 'openblas_f32_nt': a family's library entry names the library alone");
+  // Errors in a member's own keys point into the file too.
+  EXPECT_CONTAINS(err(std::string(kFamily) + "[member.f32_nt]\nparams = { BN = [] }\n"), "f.toml:13:17: params.BN has no values");
+  // A plain spec has no members.
+  EXPECT_TRUE(family_members(test::kernels() + "/cpu/softmax.toml").empty());
+}
+
+// A member's override of [params] and [tuning] replaces the keys it names and keeps the others.
+TEST(Family, AMembersTableReplacesTheKeysItNames) {
+  FamilyFiles f;
+  const fs::path p = f.write(std::string(kFamily) + "[tuning]\nkey = [\"M\", \"N\", \"K\"]\n"
+                                                    "[member.f32_nt_residual]\nparams = { BN = [8] }\n"
+                                                    "tuning = { default = { BN = 8 } }\n");
+  KernelSpec plain = load_spec(p.string() + ":f32_nt"), res = load_spec(p.string() + ":f32_nt_residual");
+  EXPECT_EQ(plain.space.size(), 2u);
+  EXPECT_EQ(res.space.size(), 1u);
+  EXPECT_EQ(res.tuning.key, (std::vector<std::string>{"M", "N", "K"})) << "the family's tuning key stays";
+  ASSERT_TRUE(res.tuning.default_config);
+  EXPECT_EQ(res.tuning.default_config->str(), "BN=8");
+  EXPECT_FALSE(plain.tuning.default_config);
+}
+
+// SM_COUNT reads the device's multiprocessors where an expression is compiled
+// for a launch; a member's absent operand reads as aligned (256).
+TEST(Family, SmCountIsTheDevicesAndAnAbsentOperandIsAligned) {
+  FamilyFiles f;
+  std::string spec = kFamily;
+  spec.replace(spec.find("grid = [\"cdiv(N, BN)\"]"), 22,
+               "grid = [\"min(cdiv(N, BN), SM_COUNT)\"]\nconstraints = [\"align_R % 16 == 0\", \"WEIGHTS == 1\"]");
+  const fs::path p = f.write(spec);
+  KernelSpec s = load_spec(p.string() + ":f32_nt");
+  EXPECT_EQ(s.constant("align_R"), 256);
+  EXPECT_EQ(s.constant("align_Bu"), 256);
+  EXPECT_FALSE(s.constant("align_B"));
+  LaunchLimits l;
+  l.block_threads = 1;
+  l.multiprocessors = 3;
+  const Config c = s.space.at(0);  // BN = 16
+  int64_t slots[6] = {256, 256, 256, 100, 1000, 10};
+  EXPECT_EQ(Tuner::why_not(s, c, slots, l), "");
+  EXPECT_EQ(LaunchPlan(s, c, l).eval(slots).grid.x, 3) << "min(cdiv(1000, 16), SM_COUNT = 3)";
+  l.multiprocessors = 100;
+  EXPECT_EQ(LaunchPlan(s, c, l).eval(slots).grid.x, 63);
+  // The residual member has R: its alignment is the call's.
+  KernelSpec r = load_spec(p.string() + ":f32_nt_residual");
+  int64_t rslots[7] = {256, 256, 256, 8, 100, 1000, 10};
+  EXPECT_CONTAINS(Tuner::why_not(r, r.space.at(0), rslots, l), "constraint 'align_R % 16 == 0' is false");
+  // With no device to ask, SM_COUNT is an error, not a guess.
+  EXPECT_THROW(compile_expr(s, s.grid[0], &c), Error);
+  // Sizes are allocated before any device is asked: they may not use it; nor may a name take it.
+  EXPECT_CONTAINS(load_error(f.write(std::string(kFamily) + "[member.f32_nt]\nparams = { SM_COUNT = [1] }\n")
+                                 .string() + ":f32_nt"),
+                  "is a name kiln gives expressions");
+  test::write(f.dir.path() / "plain.toml", R"SPEC(name = "p"
+backend = "cpu"
+source = "f.cpp"
+entry = "f"
+grid = ["1"]
+args = [ { name = "x", type = "f32*", size = "SM_COUNT", intent = "out" } ]
+)SPEC");
+  EXPECT_CONTAINS(load_error(f.dir.path() / "plain.toml"), "argument sizes may use scalars only");
+}
