@@ -50,8 +50,12 @@ struct CudaTest : ::testing::Test {
   }
   std::vector<fs::path> builtin_specs() {
     std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(test::kernels() + "/cuda"))
-      if (e.path().extension() == ".toml" && !is_multi_spec(e.path())) out.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(test::kernels() + "/cuda")) {
+      if (e.path().extension() != ".toml" || is_multi_spec(e.path())) continue;
+      const std::vector<std::string> members = family_members(e.path());
+      if (members.empty()) out.push_back(e.path());
+      for (const auto& m : members) out.push_back(e.path().string() + ":" + m);  // every member of a family
+    }
     std::sort(out.begin(), out.end());
     return out;
   }
@@ -326,6 +330,7 @@ TEST_F(CudaTest, CubinMetadataAgreesWithPtxasReport) {
     o.cuda_arch = arch;
     o.no_cache = true;
     auto b = make_backend("cuda", o);
+    const LaunchLimits limits = b->limits();  // the architecture's, SM_COUNT among them
     for (const auto& p : builtin_specs()) {
       KernelSpec s = load_spec(p);
       // The tensor-core GEMMs split K over thread-block clusters: sm_90 and up only.
@@ -340,7 +345,7 @@ TEST_F(CudaTest, CubinMetadataAgreesWithPtxasReport) {
         for (size_t i = s.space.size(); i-- > 0 && !pick;) {
           Config c = s.space.at(i);
           bool ok = true;
-          for (const auto& e : s.constraints) ok = ok && compile_expr(s, e, &c).eval(slots.data()) != 0;
+          for (const auto& e : s.constraints) ok = ok && compile_expr(s, e, &c, &limits).eval(slots.data()) != 0;
           if (ok) pick = c;
         }
         if (pick) break;

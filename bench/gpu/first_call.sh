@@ -63,14 +63,14 @@ kernels/cuda/matmul.toml 1024 1024 1024
 kernels/cuda/matmul.toml 777 1333 555
 kernels/cuda/matmul.toml 4096 64 4096
 kernels/cuda/matmul.toml 1024 1024 1024 --no-library
-kernels/cuda/gemm_bf16_nt.toml 1024 1024 1024
-kernels/cuda/gemm_bf16_nt.toml 300 14336 4096
-kernels/cuda/gemm_bf16_nt.toml 2000 4096 14336
-kernels/cuda/gemm_wgmma_bf16_nt.toml 1024 1024 1024 --no-library
+kernels/cuda/gemm.toml:bf16_nt 1024 1024 1024
+kernels/cuda/gemm.toml:bf16_nt 300 14336 4096
+kernels/cuda/gemm.toml:bf16_nt 2000 4096 14336
+kernels/cuda/gemm_wgmma.toml:bf16_nt 1024 1024 1024 --no-library
 EOF
   # The quick choice against an exhaustive tuning of the same shape (the
   # same cache: what the quick search timed is reused, the rest is timed).
-  for pair in "kernels/cuda/matmul.toml 777 1333 555" "kernels/cuda/gemm_bf16_nt.toml 300 14336 4096"; do
+  for pair in "kernels/cuda/matmul.toml 777 1333 555" "kernels/cuda/gemm.toml:bf16_nt 300 14336 4096"; do
     [[ "$pair" == *${FC_ONLY:-}* ]] || continue
     set -- $pair
     c=$work/kiln-$(basename "$1" .toml)-$2x$3x$4

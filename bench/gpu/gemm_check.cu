@@ -53,9 +53,36 @@
 #ifndef DECODE
 #define DECODE 0
 #endif
+#ifndef DT
+#define DT 0
+#endif
+#ifndef BT
+#define BT (DECODE ? 1 : 0)
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+// The kernels take their problem as kiln's named defines (docs/families.md,
+// GemmProblem::defines); this check keeps its DT, BT and EPI numbers and passes
+// them on as those (EPI n is the n-th epilogue: none, bias, residual, silu, gelu,
+// bias_gelu, gated).
+#define GEMM_DTYPE_F16 3
+#define GEMM_DTYPE_BF16 4
+#define GEMM_LAYOUT_NN 1
+#define GEMM_LAYOUT_NT 2
+#define GEMM_EPI_NONE 1
+#define GEMM_EPI_BIAS 2
+#define GEMM_EPI_RESIDUAL 3
+#define GEMM_EPI_SILU 4
+#define GEMM_EPI_GELU 5
+#define GEMM_EPI_BIAS_GELU 6
+#define GEMM_EPI_GATED 7
+#define GEMM_DTYPE (DT == 0 ? GEMM_DTYPE_BF16 : GEMM_DTYPE_F16)
+#define GEMM_LAYOUT (BT ? GEMM_LAYOUT_NT : GEMM_LAYOUT_NN)
+#define GEMM_EPILOGUE (EPI + 1)
 #if DECODE
 #include "../../kernels/cuda/gemm_decode.cu"
-typedef dec_t elem_t;
+typedef gemm_t elem_t;
 #define CHECK_BT 1
 #else
 #include "../../kernels/cuda/gemm.cu"

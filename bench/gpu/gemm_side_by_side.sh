@@ -45,19 +45,19 @@ up $t $I $H
 down $t $H $I"; done
 while read -r kind m n k; do
   t0=$(date +%s)
-  has wgmma && tune "wgmma_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_wgmma_bf16_nt.toml $m $n $k
+  has wgmma && tune "wgmma_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_wgmma.toml:bf16_nt $m $n $k
   # mma.sync (about half of cuBLAS's rate on an H100): only where tiles are few
-  has mma && [ "$m" -le 256 ] && tune "kiln_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_bf16_nt.toml $m $n $k
-  has decode && [ "$m" -le 16 ] && tune "decode_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_decode_bf16_nt.toml $m $n $k
+  has mma && [ "$m" -le 256 ] && tune "kiln_${kind}_${m}_${n}_${k}" kernels/cuda/gemm.toml:bf16_nt $m $n $k
+  has decode && [ "$m" -le 16 ] && tune "decode_${kind}_${m}_${n}_${k}" kernels/cuda/gemm_decode.toml:bf16_nt $m $n $k
   echo "$kind $m x $n x $k: $(( $(date +%s) - t0 )) s"
 done <<< "$shapes"
 if has full; then
-  for n in 4096 8192; do tune "full_square_$n" kernels/cuda/gemm_wgmma_bf16_nt.toml $n $n $n --effort full --no-library; done
+  for n in 4096 8192; do tune "full_square_$n" kernels/cuda/gemm_wgmma.toml:bf16_nt $n $n $n --effort full --no-library; done
 fi
 if has gated; then
   for t in 1 8 64 256 1024 4096; do
-    tune "gated_wgmma_$t" kernels/cuda/gemm_wgmma_bf16_nt_gated.toml $t $I $H
-    [ "$t" -le 16 ] && tune "gated_decode_$t" kernels/cuda/gemm_decode_bf16_nt_gated.toml $t $I $H
+    tune "gated_wgmma_$t" kernels/cuda/gemm_wgmma.toml:bf16_nt_gated $t $I $H
+    [ "$t" -le 16 ] && tune "gated_decode_$t" kernels/cuda/gemm_decode.toml:bf16_nt_gated $t $I $H
   done
 fi
 # Results from an earlier part (another run) join this one's: GEMM_EARLIER=folder.

@@ -202,7 +202,7 @@ static int compile_mode(const char* out, const char* src_path, const Cfg& cfg) {
   std::stringstream ss;
   ss << f.rdbuf();
   // As kiln: the params as #defines, then the source under #line; the spec's cflags
-  // (DT, BT, EPI) as compiler options.
+  // (DT, BT, EPI, as the problem's named defines) as compiler options.
   std::string src = "// generated: config";
   for (const auto& d : cfg.defines) src += " " + d;
   src += "\n";
@@ -211,11 +211,18 @@ static int compile_mode(const char* out, const char* src_path, const Cfg& cfg) {
   opts.push_back(std::string("-I") + (inc ? inc : "/usr/local/cuda/include"));
   for (const auto& d : cfg.defines) {
     const std::string n = d.substr(0, d.find('='));
-    if (n == "DT" || n == "BT" || n == "EPI")
-      opts.push_back("-D" + d);
-    else
-      src += "#define " + n + " " + d.substr(d.find('=') + 1) + "\n";
+    if (n != "DT" && n != "BT" && n != "EPI") src += "#define " + n + " " + d.substr(d.find('=') + 1) + "\n";
   }
+  // The problem as kiln passes it (docs/families.md, GemmProblem::defines): named
+  // constants, and DT, BT and EPI as the dtype, layout and epilogue they number.
+  for (const char* c : {"-DGEMM_DTYPE_F16=3", "-DGEMM_DTYPE_BF16=4", "-DGEMM_LAYOUT_NN=1", "-DGEMM_LAYOUT_NT=2",
+                        "-DGEMM_EPI_NONE=1", "-DGEMM_EPI_BIAS=2", "-DGEMM_EPI_RESIDUAL=3", "-DGEMM_EPI_SILU=4",
+                        "-DGEMM_EPI_GELU=5", "-DGEMM_EPI_BIAS_GELU=6", "-DGEMM_EPI_GATED=7"})
+    opts.push_back(c);
+  static const char* const kEpi[] = {"NONE", "BIAS", "RESIDUAL", "SILU", "GELU", "BIAS_GELU", "GATED"};
+  opts.push_back(std::string("-DGEMM_DTYPE=") + (cfg.DT() == 0 ? "GEMM_DTYPE_BF16" : "GEMM_DTYPE_F16"));
+  opts.push_back(std::string("-DGEMM_LAYOUT=") + (cfg.BT() ? "GEMM_LAYOUT_NT" : "GEMM_LAYOUT_NN"));
+  opts.push_back(std::string("-DGEMM_EPILOGUE=GEMM_EPI_") + kEpi[cfg.EPI() >= 0 && cfg.EPI() <= 6 ? cfg.EPI() : 0]);
   src += "#line 1 \"gemm_wgmma.cu\"\n" + ss.str();
   nvrtcProgram p;
   if (create(&p, src.c_str(), "gemm_wgmma.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return 1;

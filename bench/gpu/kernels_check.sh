@@ -35,8 +35,8 @@ for c in rec.get("configs", []):
         print("   ", c.get("result"), c.get("params"), (c.get("error") or "")[:160])
 EOF
 }
-check gemm_bf16_nt_gated.toml M=64 N=2048 K=8192
-check gemm_wgmma_bf16_nt_residual.toml M=256 N=1024 K=8192
-check gemm_decode_bf16_nt_gated.toml M=3 N=4096 K=4096
-check gemm_decode_bf16_nt_residual.toml M=12 N=1000 K=2048
+check gemm.toml:bf16_nt_gated M=64 N=2048 K=8192
+check gemm_wgmma.toml:bf16_nt_residual M=256 N=1024 K=8192
+check gemm_decode.toml:bf16_nt_gated M=3 N=4096 K=4096
+check gemm_decode.toml:bf16_nt_residual M=12 N=1000 K=2048
 "$B/tests/kiln_tests" --gtest_filter='Cuda*:Program*:FirstCall*' 2>&1 | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran"

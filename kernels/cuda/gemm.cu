@@ -1,23 +1,19 @@
 // bf16 / fp16 GEMM on the tensor cores (mma.sync m16n8k16, fp32 accumulate):
 //   C[M,N] = epilogue(A[M,K] . B)          A, C row-major; any M, N, K
-// with B, by the define BT:
-//   BT = 0: B is K x N row-major             C = A . B
-//   BT = 1: B is N x K row-major (a linear layer's weight)   C = A . B^T
-// Element type by the define DT: 0 __nv_bfloat16, 1 __half (A, B, C, bias, R
-// all of it). Epilogue by the define EPI, on the fp32 accumulators before the
-// single rounding to DT:
-//   EPI 0  C = A.B
-//   EPI 1  C = A.B + bias[n]
-//   EPI 2  C = A.B + R[m,n]                    (R: M x N, DT)
-//   EPI 3  C = silu(A.B)                       silu(x) = x / (1 + exp(-x))
-//   EPI 4  C = gelu(A.B)                       the erf form: 0.5 x (1 + erf(x / sqrt 2)), erf to 1.5e-7
-//   EPI 5  C = gelu(A.B + bias[n])             (erf form)
-//   EPI 6  C = silu(A.Bg) * (A.Bu)             two weights, same layout as B, one pass over A
-// Entry (one name, `gemm`; the arguments follow EPI):
-//   EPI 0, 3, 4:  gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
-//   EPI 1, 5:     gemm(const T* A, const T* B, T* C, const T* bias, long long M, long long N, long long K)
-//   EPI 2:        gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
-//   EPI 6:        gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
+// The family kernels/cuda/gemm.toml: a member is one GEMM problem, whose defines
+// (gemm_problem.cuh) choose, at compile time:
+//   the layout of B   GEMM_LAYOUT_NT: B is N x K row-major (a linear layer's weight), C = A . B^T;
+//                     GEMM_LAYOUT_NN: B is K x N row-major, C = A . B
+//   the element type  GEMM_DTYPE_BF16 or GEMM_DTYPE_F16 (A, B, C, bias, R all of it)
+//   the epilogue, on the fp32 accumulators before the single rounding to the element type:
+//     GEMM_EPI_NONE       C = A.B
+//     GEMM_EPI_BIAS       C = A.B + bias[n]
+//     GEMM_EPI_RESIDUAL   C = A.B + R[m,n]                (R: M x N)
+//     GEMM_EPI_SILU       C = silu(A.B)                   silu(x) = x / (1 + exp(-x))
+//     GEMM_EPI_GELU       C = gelu(A.B)                   the erf form: 0.5 x (1 + erf(x / sqrt 2)), erf to 1.5e-7
+//     GEMM_EPI_BIAS_GELU  C = gelu(A.B + bias[n])         (erf form)
+//     GEMM_EPI_GATED      C = silu(A.Bg) * (A.Bu)         two weights, same layout as B, one pass over A
+// Entry `gemm`, its arguments the problem's (GEMM_PARAMS): A, B (or Bg, Bu), C[, bias | R], M, N, K.
 // R may be the same buffer as C (in place) when SPLIT == 1: every R element of a tile is
 // read before the barrier that precedes the stores of that tile. (Not with SPLIT > 1.)
 //
@@ -44,9 +40,9 @@
 // the matrices' edges: src-size 0), STAGES-1 tiles ahead of the one being multiplied.
 // Shared tiles are stored in 16-byte chunks with an XOR swizzle (see swz) so that both
 // the cp.async writes and the ldmatrix reads are bank-conflict free, with no padding.
-// Fragments come from ldmatrix.x4 (A and a BT=1 B tile: plain; a BT=0 B tile, stored
+// Fragments come from ldmatrix.x4 (A and an nt B tile: plain; an nn B tile, stored
 // k-major: .trans). The epilogue applies the bias/residual/activation on the fp32
-// accumulators, rounds to DT, stages the tile through shared memory (swizzled again)
+// accumulators, rounds to the element type, stages the tile through shared memory (swizzled again)
 // and writes C with 16-byte stores (VEC 8) or guarded scalar stores.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,42 +51,25 @@
     !defined(SPLIT) || !defined(GROUP_M) || !defined(VEC)
 #error "gemm.cu: the params BM BN BK WM WN STAGES SPLIT GROUP_M VEC must be defined"
 #endif
-#ifndef DT
-#define DT 0
-#endif
-#ifndef BT
-#define BT 0
-#endif
-#ifndef EPI
-#define EPI 0
-#endif
 
-#if DT == 0
-typedef __nv_bfloat16 gemm_t;
-typedef __nv_bfloat162 gemm_t2;
-#define GEMM_MMA_TYPE "bf16"
-#else
-typedef __half gemm_t;
-typedef __half2 gemm_t2;
-#define GEMM_MMA_TYPE "f16"
-#endif
+#include "gemm_problem.cuh"  // the member's problem: element type, epilogue, parameters
 #include "gemm_common.cuh"  // PTX wrappers, tile order, split-K finish; the epilogues' math
 
 #define GEMM_NWN (BN / WN)                   // warps along N
 #define GEMM_NT ((BM / WM) * (BN / WN) * 32)  // threads
 #define GEMM_MI (WM / 16)                    // m16 fragments a warp
 #define GEMM_NI (WN / 8)                     // n8 fragments a warp
-#define GEMM_NB (EPI == 6 ? 2 : 1)           // weight operands
+#define GEMM_NB GEMM_WEIGHTS
 #define GEMM_A_ELEMS (BM * BK)
 #define GEMM_B_ELEMS (BN * BK)
 #define GEMM_STAGE_ELEMS (GEMM_A_ELEMS + GEMM_NB * GEMM_B_ELEMS)
 // Launch bounds. With the block size alone, ptxas picks a register count at an occupancy
 // boundary and may accept a few bytes of spills to reach it; it did so (4 to 32 bytes) for
-// gated (EPI 6) and VEC 1 configs, so those also say "1 block an SM is enough", which
+// gated and VEC 1 configs, so those also say "1 block an SM is enough", which
 // lets ptxas use what it needs (up to 255). For the others the block size alone gave the
 // faster code (the 8-warp 128 x 128 tile: 126 registers and 2 blocks an SM, 370 TFLOP/s,
 // against 155 registers, 1 block, 277 TFLOP/s with the ", 1") and no spills in any config.
-#if EPI == 6 || VEC == 1
+#if GEMM_GATED || VEC == 1
 #define GEMM_LAUNCH_BOUNDS __launch_bounds__(GEMM_NT, 1)
 #else
 #define GEMM_LAUNCH_BOUNDS __launch_bounds__(GEMM_NT)
@@ -192,20 +171,7 @@ __device__ __forceinline__ void gemm_load_tile(unsigned s_tile, const gemm_t* __
 
 
 
-extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __restrict__ A,
-#if EPI == 6
-                                                           const gemm_t* __restrict__ B0,
-                                                           const gemm_t* __restrict__ B1,
-#else
-                                                           const gemm_t* __restrict__ B0,
-#endif
-                                                           gemm_t* C,
-#if EPI == 1 || EPI == 5
-                                                           const gemm_t* __restrict__ bias,
-#elif EPI == 2
-                                                           const gemm_t* R,
-#endif
-                                                           long long M, long long N, long long K) {
+extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(GEMM_PARAMS) {
   extern __shared__ __align__(1024) unsigned char gemm_smem[];
   gemm_t* const sm = reinterpret_cast<gemm_t*>(gemm_smem);
   (void)sm;  // unused where SPLIT > 1
@@ -231,12 +197,12 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
 #pragma unroll
     for (int j = 0; j < GEMM_NB; ++j) {
       const int bb = base + GEMM_A_ELEMS + j * GEMM_B_ELEMS;
-#if EPI == 6
+#if GEMM_GATED
       const gemm_t* Bj = j == 0 ? B0 : B1;
 #else
       const gemm_t* Bj = B0;
 #endif
-#if BT
+#if GEMM_B_NT
       gemm_load_tile<BN, BK / 8>(sm_u32 + bb * 2, Bj, K, bn, N, k0, K, tid);  // [BN][BK]
 #else
       gemm_load_tile<BK, BN / 8>(sm_u32 + bb * 2, Bj, N, k0, K, bn, N, tid);  // [BK][BN]
@@ -256,12 +222,12 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
 
   // Per-lane parts of the ldmatrix addresses. Every row an ldmatrix reads is
   // (a multiple of 8) + (lane % 8), so the swizzle's XOR term is a function of the lane.
-  // A (and a BT=1 B tile): lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at
+  // A (and an nt B tile): lanes 0-15 give rows 0-15 at k 0-7, lanes 16-31 rows 0-15 at
   // k 8-15: matrices a0 (rows 0-7, k 0-7), a1 (rows 8-15, k 0-7), a2 (rows 0-7, k 8-15),
   // a3 (rows 8-15, k 8-15), the m16n8k16 A fragment.
   const int a_row = warp_m * WM + (lane & 15);
   const int a_chk = lane >> 4;
-#if BT
+#if GEMM_B_NT
   // B as [n][k]: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
   // = b0, b1 of n-fragment 2p, then b0, b1 of fragment 2p+1.
   const int b_row = warp_n * WN + ((lane >> 4) << 3) + (lane & 7);
@@ -287,7 +253,7 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
         unsigned bf[GEMM_NI / 2][4];
 #pragma unroll
         for (int p = 0; p < GEMM_NI / 2; ++p) {
-#if BT
+#if GEMM_B_NT
           gemm_ldsm_x4(bf[p], sb + gemm_swz<BK / 8>(b_row + p * 16, kk * 2 + b_chk) * 2);
 #else
           gemm_ldsm_x4_trans(bf[p], sb + gemm_swz<BN / 8>(kk * 16 + b_row, b_chk + p * 2) * 2);
@@ -327,7 +293,7 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
 
 #if SPLIT == 1
   // Epilogue on the accumulators: fragment (mi, ni) holds rows lr, lr + 8 and columns
-  // lc, lc + 1 of the block tile. Applied, rounded to DT, staged in shared memory.
+  // lc, lc + 1 of the block tile. Applied, rounded to the element type, staged in shared memory.
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int mi = 0; mi < GEMM_MI; ++mi)
@@ -341,10 +307,10 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
         (void)gr;
         (void)gc;
         float v0 = acc[0][mi][ni][2 * h], v1 = acc[0][mi][ni][2 * h + 1];
-#if EPI == 1 || EPI == 5
+#if GEMM_HAS_BIAS
         if (gc < N) v0 += epi_to_f(bias[gc]);
         if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
-#elif EPI == 2
+#elif GEMM_HAS_R
         if (gr < M) {
           if (VEC == 8 && gc + 1 < N) {  // N % 8 == 0, R 16-byte aligned: a 4-byte aligned pair
             const gemm_t2 r = *reinterpret_cast<const gemm_t2*>(R + gr * N + gc);
@@ -356,13 +322,13 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
           }
         }
 #endif
-#if EPI == 3
+#if GEMM_EPILOGUE == GEMM_EPI_SILU
         v0 = epi_silu(v0);
         v1 = epi_silu(v1);
-#elif EPI == 4 || EPI == 5
+#elif GEMM_HAS_GELU
         v0 = epi_gelu(v0);
         v1 = epi_gelu(v1);
-#elif EPI == 6
+#elif GEMM_GATED
         v0 = epi_silu(v0) * acc[1][mi][ni][2 * h];
         v1 = epi_silu(v1) * acc[1][mi][ni][2 * h + 1];
 #endif
@@ -410,9 +376,9 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(const gemm_t* __
               make_float2(acc[j][mi][ni][2 * h], acc[j][mi][ni][2 * h + 1]);
         }
   ptx_cluster_sync();
-#if EPI == 1 || EPI == 5
+#if GEMM_HAS_BIAS
   const gemm_t* const extra = bias;
-#elif EPI == 2
+#elif GEMM_HAS_R
   const gemm_t* const extra = R;
 #else
   const gemm_t* const extra = nullptr;

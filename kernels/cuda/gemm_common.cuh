@@ -2,8 +2,8 @@
 // share: PTX wrappers for cp.async, 16-byte stores and thread-block clusters; for the
 // two tile families, the grouped tile order and the split-K finish through distributed
 // shared memory. The epilogues' element math is in gemm_epilogue.cuh (included).
-// Uses the defines of the file that includes it: DT, EPI, and for the tile families
-// BM, BN, GROUP_M and SPLIT.
+// Uses the member's problem (gemm_problem.cuh) and, for the tile families, the params
+// BM, BN, GROUP_M and SPLIT of the file that includes it.
 #pragma once
 #include "gemm_epilogue.cuh"
 
@@ -72,11 +72,11 @@ __device__ __forceinline__ int gemm_fswz(int row, int col) {
 // ([NB][BM][BN], gemm_fswz order, at shared address `tiles`) and passed a cluster
 // barrier: the block of rank q sums rows [q BM / SPLIT, (q + 1) BM / SPLIT) over the
 // SPLIT blocks in rank order (deterministic), applies the epilogue (`extra`: the bias
-// for EPI 1 and 5, R for EPI 2, else unused), rounds to DT and stores 8 columns at a
+// or R, else unused), rounds to the element type and stores 8 columns at a
 // time (16-byte stores where `vec`). Threads first, first + stride, ... share the work.
 template <int NB>
 __device__ __forceinline__ void gemm_split_finish(unsigned tiles, int first, int stride, long long bm, long long bn,
-                                                  long long M, long long N, epi_t* C, const epi_t* extra, bool vec) {
+                                                  long long M, long long N, gemm_t* C, const gemm_t* extra, bool vec) {
   const unsigned rank = ptx_cluster_rank();
   constexpr int ROWS = BM / SPLIT, CPR = BN / 8;  // rows this block finishes; 8-column chunks a row
   for (int i = first; i < ROWS * CPR; i += stride) {
@@ -103,19 +103,19 @@ __device__ __forceinline__ void gemm_split_finish(unsigned tiles, int first, int
       const bool in = gc + e < N;
       (void)in;
       (void)extra;
-#if EPI == 1 || EPI == 5
+#if GEMM_HAS_BIAS
       if (in) x += epi_to_f(extra[gc + e]);
-#elif EPI == 2
+#elif GEMM_HAS_R
       if (in) x += epi_to_f(extra[gr * N + gc + e]);
 #endif
-#if EPI == 3
+#if GEMM_EPILOGUE == GEMM_EPI_SILU
       x = epi_silu(x);
-#elif EPI == 4 || EPI == 5
+#elif GEMM_HAS_GELU
       x = epi_gelu(x);
-#elif EPI == 6
+#elif GEMM_GATED
       x = epi_silu(x) * v[NB - 1][e];
 #endif
-      const epi_t y = epi_from_f(x);
+      const gemm_t y = epi_from_f(x);
       out[e] = *reinterpret_cast<const unsigned short*>(&y);
     }
     if (vec) {

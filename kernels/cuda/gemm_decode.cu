@@ -1,14 +1,14 @@
 // The decode GEMM: C[M,N] = epilogue(A[M,K] . W^T) for M <= 16 (a few tokens) and W an
-// N x K row-major weight (a linear layer's), bf16 or fp16 (define DT: 0 bf16, 1 fp16),
+// N x K row-major weight (a linear layer's), bf16 or fp16 (GEMM_DTYPE),
 // fp32 accumulation. Such a call only streams W, so the kernel is built to read each
 // weight byte exactly once, 16 bytes a load, with many loads in flight.
 //
-// Epilogue by the define EPI (on the fp32 sums, before the one rounding to DT):
-//   EPI 0  C = A.W^T                 gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
-//   EPI 2  C = A.W^T + R             gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
-//   EPI 6  C = silu(A.Wg^T) * (A.Wu^T)
-//                                    gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
-// (the same entry name and argument orders as gemm.cu's).
+// The family kernels/cuda/gemm_decode.toml; a member's epilogue (gemm_problem.cuh), on the
+// fp32 sums before the one rounding to the element type:
+//   GEMM_EPI_NONE      C = A.W^T
+//   GEMM_EPI_RESIDUAL  C = A.W^T + R
+//   GEMM_EPI_GATED     C = silu(A.Wg^T) * (A.Wu^T)
+// Entry `gemm`, the problem's arguments (GEMM_PARAMS), as gemm.cu's.
 //
 // Params:
 //   RG      groups of 16 weight rows (output columns) a block computes: 16*RG columns
@@ -17,7 +17,7 @@
 //           UNROLL * (MT + 2*RG*NB) 16-byte loads)
 //   KSPLIT  K split over blockIdx.y (1, 2, 4, 8), for few columns (small N): the KSPLIT blocks
 //           of a column group are one thread-block cluster and add their fp32 sums through
-//           distributed shared memory before the epilogue (no atomics, no zeroed C, any EPI).
+//           distributed shared memory before the epilogue (no atomics, no zeroed C, any epilogue).
 //   MT      token tiles of 8: the call must have M <= 8*MT
 //   VEC     8: 16-byte loads (A and W 16-byte aligned, K % 8 == 0) and paired 4-byte stores
 //           (N % 2 == 0, C 4-byte aligned): the spec's constraint; 1: any shape and
@@ -42,31 +42,19 @@
 #if !defined(RG) || !defined(WARPS) || !defined(UNROLL) || !defined(KSPLIT) || !defined(MT) || !defined(VEC)
 #error "gemm_decode.cu: the params RG WARPS UNROLL KSPLIT MT VEC must be defined"
 #endif
-#ifndef DT
-#define DT 0
-#endif
-#ifndef EPI
-#define EPI 0
-#endif
 
-#if DT == 0
-typedef __nv_bfloat16 dec_t;
-typedef __nv_bfloat162 dec_t2;
-#define DEC_MMA_TYPE "bf16"
-#else
-typedef __half dec_t;
-typedef __half2 dec_t2;
-#define DEC_MMA_TYPE "f16"
-#endif
+#include "gemm_problem.cuh"  // the member's problem: element type, epilogue, parameters
 #include "gemm_common.cuh"  // PTX wrappers for clusters; the epilogues' math
 
 #define DEC_NT (WARPS * 32)
-#define DEC_NB (EPI == 6 ? 2 : 1)
+#define DEC_NB GEMM_WEIGHTS
 #define DEC_KSTEP (32 * UNROLL)
 #define DEC_TOK (8 * MT)
 #define DEC_PITCH (16 * RG + 4)  // floats a token row in the reduction buffer (+4: no bank conflicts)
 
-static_assert(EPI == 0 || EPI == 2 || EPI == 6, "the decode kernel has EPI 0, 2 and 6");
+static_assert(GEMM_EPILOGUE == GEMM_EPI_NONE || GEMM_HAS_R || GEMM_GATED,
+              "the decode kernel has the epilogues none, residual and gated");
+static_assert(GEMM_B_NT, "the decode kernel reads an N x K weight (nt)");
 static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8, "KSPLIT in {1, 2, 4, 8}");
 #if KSPLIT > 1
 #define DEC_CLUSTER __cluster_dims__(1, KSPLIT, 1)  // the KSPLIT K-slices of a column group: one cluster
@@ -78,7 +66,7 @@ static_assert(VEC == 1 || VEC == 8, "VEC is 1 or 8");
 
 __device__ __forceinline__ void dec_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                         unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." DEC_MMA_TYPE "." DEC_MMA_TYPE
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE
                ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -88,12 +76,12 @@ __device__ __forceinline__ void dec_mma(float (&d)[4], unsigned a0, unsigned a1,
 // Weights stream (read once: no L1 allocation); activations are re-read by every block
 // (read-only path, cached).
 template <bool STREAM>
-__device__ __forceinline__ uint4 dec_load(const dec_t* __restrict__ p, long long row, long long rows, long long ld,
+__device__ __forceinline__ uint4 dec_load(const gemm_t* __restrict__ p, long long row, long long rows, long long ld,
                                           long long k, long long kend) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
 #if VEC == 8
   if (row < rows && k < kend) {  // kend % 8 == 0: whole chunks
-    const dec_t* q = p + row * ld + k;
+    const gemm_t* q = p + row * ld + k;
     if (STREAM)
       asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -117,17 +105,7 @@ __device__ __forceinline__ uint4 dec_load(const dec_t* __restrict__ p, long long
 // flight need (40 to 128) instead of stopping at an occupancy boundary with a few bytes of
 // spills, which it did with the block size alone; measured faster too (M = 1, 4096 x 4096
 // weight: 19 us against 21 us; the gated 4-warp config 31 us against 47 us).
-extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const dec_t* __restrict__ A,
-#if EPI == 6
-                                                          const dec_t* __restrict__ W0, const dec_t* __restrict__ W1,
-#else
-                                                          const dec_t* __restrict__ W0,
-#endif
-                                                          dec_t* C,
-#if EPI == 2
-                                                          const dec_t* R,
-#endif
-                                                          long long M, long long N, long long K) {
+extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PARAMS) {
   extern __shared__ __align__(16) float dec_red[];  // [NB][WARPS][TOK][PITCH]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -161,10 +139,10 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const d
         for (int r = 0; r < RG; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-#if EPI == 6
-            const dec_t* Wj = j == 0 ? W0 : W1;
+#if GEMM_GATED
+            const gemm_t* Wj = j == 0 ? B0 : B1;
 #else
-            const dec_t* Wj = W0;
+            const gemm_t* Wj = B0;
 #endif
             w[j][u][r][h] = dec_load<true>(Wj, n0 + r * 16 + h * 8 + g, N, K, k, ke);
           }
@@ -217,16 +195,16 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(const d
     const long long m = p / (RG * 8), n = n0 + (p % (RG * 8)) * 2;
     if (m >= M || n >= N) return;
     float v0 = s[0].x, v1 = s[0].y;
-#if EPI == 2
+#if GEMM_HAS_R
     v0 += epi_to_f(R[m * N + n]);
     if (n + 1 < N) v1 += epi_to_f(R[m * N + n + 1]);
-#elif EPI == 6
+#elif GEMM_GATED
     v0 = v0 / (1.f + __expf(-v0)) * s[DEC_NB - 1].x;
     v1 = v1 / (1.f + __expf(-v1)) * s[DEC_NB - 1].y;
 #endif
-    dec_t* c = C + m * N + n;
+    gemm_t* c = C + m * N + n;
     if (VEC == 8 && n + 1 < N) {  // VEC 8: N even and C 4-byte aligned, so c is too
-      *reinterpret_cast<dec_t2*>(c) = epi_pack(v0, v1);
+      *reinterpret_cast<gemm_t2*>(c) = epi_pack(v0, v1);
     } else {
       c[0] = epi_from_f(v0);
       if (n + 1 < N) c[1] = epi_from_f(v1);

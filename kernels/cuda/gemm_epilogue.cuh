@@ -1,34 +1,28 @@
 // The epilogues' element math, shared by gemm.cu (mma.sync) and
 // gemm_wgmma.cu (wgmma): conversions between fp32 accumulators and the
-// element type (DT: 0 bf16, 1 fp16), SiLU, and GELU in the erf form.
+// element type (gemm_t, gemm_problem.cuh), SiLU, and GELU in the erf form.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#if DT == 0
-typedef __nv_bfloat16 epi_t;
-typedef __nv_bfloat162 epi_t2;
-#else
-typedef __half epi_t;
-typedef __half2 epi_t2;
-#endif
+#include "gemm_problem.cuh"
 
-__device__ __forceinline__ float epi_to_f(epi_t x) {
-#if DT == 0
+__device__ __forceinline__ float epi_to_f(gemm_t x) {
+#if GEMM_DTYPE == GEMM_DTYPE_BF16
   return __bfloat162float(x);
 #else
   return __half2float(x);
 #endif
 }
-__device__ __forceinline__ epi_t2 epi_pack(float a, float b) {
-#if DT == 0
+__device__ __forceinline__ gemm_t2 epi_pack(float a, float b) {
+#if GEMM_DTYPE == GEMM_DTYPE_BF16
   return __floats2bfloat162_rn(a, b);
 #else
   return __floats2half2_rn(a, b);
 #endif
 }
-__device__ __forceinline__ epi_t epi_from_f(float a) {
-#if DT == 0
+__device__ __forceinline__ gemm_t epi_from_f(float a) {
+#if GEMM_DTYPE == GEMM_DTYPE_BF16
   return __float2bfloat16_rn(a);
 #else
   return __float2half_rn(a);

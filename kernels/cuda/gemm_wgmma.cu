@@ -1,27 +1,15 @@
 // bf16 / fp16 GEMM on Hopper's warpgroup tensor-core instructions (wgmma.mma_async,
 // fp32 accumulate), sm_90a only:
 //   C[M,N] = epilogue(A[M,K] . B)          A, C row-major; any M, N; K % 8 == 0
-// with B, by the define BT:
-//   BT = 1: B is N x K row-major (a linear layer's weight)   C = A . B^T   (the main case)
-//   BT = 0: B is K x N row-major                              C = A . B     (needs N % 8 == 0)
-// Element type by the define DT: 0 __nv_bfloat16, 1 __half (A, B, C, bias, R all of it).
-// Epilogue by the define EPI, on the fp32 accumulators before the single rounding to DT
-// (the same math as gemm.cu):
-//   EPI 0  C = A.B
-//   EPI 1  C = A.B + bias[n]
-//   EPI 2  C = A.B + R[m,n]                    (R: M x N, DT; may be C itself, in place)
-//   EPI 3  C = silu(A.B)                       silu(x) = x / (1 + exp(-x))
-//   EPI 4  C = gelu(A.B)                       erf form, erf to 1.5e-7
-//   EPI 5  C = gelu(A.B + bias[n])
-//   EPI 6  C = silu(A.Bg) * (A.Bu)             two weights, same layout as B, one pass over A
-// Entry (one name, `gemm`; the same arguments as gemm.cu's):
-//   EPI 0, 3, 4:  gemm(const T* A, const T* B, T* C, long long M, long long N, long long K)
-//   EPI 1, 5:     gemm(const T* A, const T* B, T* C, const T* bias, long long M, long long N, long long K)
-//   EPI 2:        gemm(const T* A, const T* B, T* C, const T* R, long long M, long long N, long long K)
-//   EPI 6:        gemm(const T* A, const T* Bg, const T* Bu, T* C, long long M, long long N, long long K)
+// The family kernels/cuda/gemm_wgmma.toml: a member is one GEMM problem, whose defines
+// (gemm_problem.cuh) choose the layout of B (GEMM_LAYOUT_NT: N x K row-major, a linear layer's
+// weight, C = A . B^T, the main case; GEMM_LAYOUT_NN: K x N row-major, C = A . B, needs
+// N % 8 == 0), the element type (GEMM_DTYPE_BF16, GEMM_DTYPE_F16) and the epilogue, with the same
+// math as gemm.cu's (none, bias, residual, silu, gelu, bias_gelu, gated; R may be C
+// itself, in place). Entry `gemm`, the problem's arguments (GEMM_PARAMS).
 // Requirements of a call (the spec's constraints): A and B (Bg, Bu) 16-byte aligned,
 // K % 8 == 0 (16-byte cp.async chunks; the K tail inside the last 64-wide tile is
-// zero-filled), and for BT = 0 also N % 8 == 0. C, R and bias have no alignment or shape
+// zero-filled), and for nn also N % 8 == 0. C, R and bias have no alignment or shape
 // requirement: the kernel checks at run time whether C can take 16-byte stores (N % 8 == 0
 // and C 16-byte aligned) and R 16-byte loads, and falls back to 2-byte accesses.
 // Measured on an H100 (GEMM_WGMMA_NOTES.md): the default 128 x 256 tile runs 4096^3 at
@@ -31,7 +19,7 @@
 //   BM       block tile rows: 64 (one consumer warpgroup), 128 or 256 (two; each owns
 //            BM/2 rows, as one or two m64 wgmma row blocks)
 //   BN       block tile columns: 64, 128 or 256 (a multiple of 64). The consumer's wgmma is
-//            n = min(NB * BN, 256) wide (NB = 2 for EPI 6: the Bg and Bu tiles sit side by
+//            n = min(NB * BN, 256) wide (NB = 2 gated: the Bg and Bu tiles sit side by
 //            side in shared memory and one n = 2*BN instruction multiplies both)
 //   STAGES   depth of the shared-memory ring of BK = 64 deep A/B tiles, 2..8
 //   SPLIT    split K over a cluster of SPLIT blocks (1, 2, 4, 8) that add their fp32
@@ -54,16 +42,16 @@
 //     wait_group(1): the previous k-tile's wgmmas are then complete, and one thread of the
 //     warpgroup arrives on that stage's `empty` mbarrier (NC arrivals a phase).
 //   - Shared layouts (each stage 1024-byte aligned; tiles start on 1024-byte boundaries):
-//       A, and B with BT = 1 (K-major): row r of the tile is 128 bytes (64 k), its 16-byte
+//       A, and an nt B (K-major): row r of the tile is 128 bytes (64 k), its 16-byte
 //       chunk c stored at chunk c ^ (r % 8): the SWIZZLE_128B K-major canonical layout;
 //       descriptor SBO = 1024 (8-row core groups), k16 step = +32 bytes of start address.
-//       B with BT = 0 (MN-major, wgmma's transpose-B bit): BN/64 atoms of [64 k][64 n],
+//       an nn B (MN-major, wgmma's transpose-B bit): BN/64 atoms of [64 k][64 n],
 //       8 KiB each; k row k of an atom is 128 bytes (64 n), chunk c at c ^ (k % 8);
 //       descriptor LBO = 8192 (next 64 n), SBO = 1024 (next 8 k), k16 step = +2048 bytes.
 //   - Epilogue (SPLIT = 1): the consumers synchronise (named barrier), then each warpgroup
-//     applies bias/activation on its fp32 accumulators, rounds to DT, stages its BM/NC x BN
+//     applies bias/activation on its fp32 accumulators, rounds to the element type, stages its BM/NC x BN
 //     slab in shared memory (16-byte chunks XOR-swizzled by row % 8) and writes it with
-//     16-byte stores (or 2-byte ones where C cannot take them). EPI 2 stages the slab in
+//     16-byte stores (or 2-byte ones where C cannot take them). The residual stages the slab in
 //     fp32 instead and adds R in the store phase (16-byte coalesced reads of R, prefetched
 //     into registers before the staging), then rounds once. SPLIT > 1: the
 //     fp32 partial tiles go to shared memory, a cluster barrier, rank q sums rows
@@ -78,34 +66,17 @@
 #if !defined(BM) || !defined(BN) || !defined(STAGES) || !defined(SPLIT) || !defined(GROUP_M) || !defined(MINB)
 #error "gemm_wgmma.cu: the params BM BN STAGES SPLIT GROUP_M MINB must be defined"
 #endif
-#ifndef DT
-#define DT 0
-#endif
-#ifndef BT
-#define BT 1
-#endif
-#ifndef EPI
-#define EPI 0
-#endif
 
-#if DT == 0
-typedef __nv_bfloat16 wg_t;
-typedef __nv_bfloat162 wg_t2;
-#define WG_MMA_TYPE "bf16"
-#else
-typedef __half wg_t;
-typedef __half2 wg_t2;
-#define WG_MMA_TYPE "f16"
-#endif
+#include "gemm_problem.cuh"  // the member's problem: element type, epilogue, parameters
 #include "gemm_common.cuh"  // PTX wrappers, tile order, split-K finish; the epilogues' math
-#if BT
+#if GEMM_B_NT
 #define WG_TRANS_B "0"  // B K-major
 #else
 #define WG_TRANS_B "1"  // B N-major (transposed)
 #endif
 
 #define WG_BK 64                                   // k per stage: one 128-byte swizzle row
-#define WG_NB (EPI == 6 ? 2 : 1)                   // weight operands
+#define WG_NB GEMM_WEIGHTS
 #define WG_NC (BM == 64 ? 1 : 2)                   // consumer warpgroups
 #define WG_ROWS (BM / WG_NC)                       // rows a consumer warpgroup owns: 64 or 128
 #define WG_MI (WG_ROWS / 64)                       // m64 row blocks a consumer
@@ -210,12 +181,12 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
 // The wgmma instructions, one an n (generated: the accumulator operand lists are long).
 // scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators need no zeroing; a
 // zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning C7515), then 1
-// (D += A.B). A and B scales 1, A K-major, B K-major (BT = 1) or N-major (BT = 0).
+// (D += A.B). A and B scales 1, A K-major, B K-major (nt) or N-major (nn).
 // D[64 x 64] += A (descriptor) . B (descriptor); 32 fp32 accumulators a thread.
 __device__ __forceinline__ void wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int sc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
       "{"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -230,7 +201,7 @@ __device__ __forceinline__ void wg_mma_n64(float (&d)[32], unsigned long long da
 __device__ __forceinline__ void wg_mma_n128(float (&d)[64], unsigned long long da, unsigned long long db, int sc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
       "{"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -251,7 +222,7 @@ __device__ __forceinline__ void wg_mma_n128(float (&d)[64], unsigned long long d
 __device__ __forceinline__ void wg_mma_n256(float (&d)[128], unsigned long long da, unsigned long long db, int sc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_MMA_TYPE "." WG_MMA_TYPE " "
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
       "{"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -319,20 +290,7 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
 }
 
 
-extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const wg_t* __restrict__ A,
-#if EPI == 6
-                                                                      const wg_t* __restrict__ B0,
-                                                                      const wg_t* __restrict__ B1,
-#else
-                                                                      const wg_t* __restrict__ B0,
-#endif
-                                                                      wg_t* C,
-#if EPI == 1 || EPI == 5
-                                                                      const wg_t* __restrict__ bias,
-#elif EPI == 2
-                                                                      const wg_t* R,
-#endif
-                                                                      long long M, long long N, long long K) {
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_PARAMS) {
   extern __shared__ unsigned char wg_smem[];
   __shared__ __align__(8) unsigned long long wg_bars[2 * STAGES];  // full[STAGES], empty[STAGES]
   const unsigned sbase = (wg_smem_u32(wg_smem) + 1023u) & ~1023u;  // the spec's `shared` has 1 KiB to spare
@@ -366,18 +324,18 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
     wg_regs_producer();
 #endif
     const int pt = tid;
-    // A (and a BT = 1 B): thread pt copies 16-byte chunk pt % 8 of rows pt / 8 + 16 j. Row
+    // A (and an nt B): thread pt copies 16-byte chunk pt % 8 of rows pt / 8 + 16 j. Row
     // r's chunk c goes to chunk c ^ (r % 8), and (pt / 8 + 16 j) % 8 does not depend on j.
     const int c = pt & 7, r0 = pt >> 3;
     const unsigned dst0 = sbase + r0 * 128 + ((c ^ (r0 & 7)) << 4);
     const long long arows = M - bm - r0;  // this thread's A rows are valid while 16 j < arows
-    const wg_t* const pa0 = A + (arows > 0 ? (bm + r0) * K : 0) + c * 8;
+    const gemm_t* const pa0 = A + (arows > 0 ? (bm + r0) * K : 0) + c * 8;
     const long long step = 16 * K;
-#if BT
+#if GEMM_B_NT
     const long long brows = N - bn - r0;
-    const wg_t* const pb0 = B0 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
-#if EPI == 6
-    const wg_t* const pb1 = B1 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
+    const gemm_t* const pb0 = B0 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
+#if GEMM_GATED
+    const gemm_t* const pb1 = B1 + (brows > 0 ? (bn + r0) * K : 0) + c * 8;
 #endif
 #else
     // B (K x N, N-major): thread pt copies n-chunk pt % CPR of k-rows pt / CPR + RP j into
@@ -387,9 +345,9 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
     const int bc = pt % CPR, bk0 = pt / CPR;
     const long long gcol = bn + bc * 8;
     const bool nv = gcol < N;  // N % 8 == 0: a chunk is wholly inside or outside
-    const wg_t* const qb0 = B0 + (nv ? gcol : 0) + bk0 * N;
-#if EPI == 6
-    const wg_t* const qb1 = B1 + (nv ? gcol : 0) + bk0 * N;
+    const gemm_t* const qb0 = B0 + (nv ? gcol : 0) + bk0 * N;
+#if GEMM_GATED
+    const gemm_t* const qb1 = B1 + (nv ? gcol : 0) + bk0 * N;
 #endif
     const unsigned bdst0 = (bc >> 3) * 8192 + bk0 * 128;
     const long long bstep = RP * N;
@@ -402,7 +360,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
       const unsigned dst = dst0 + s * WG_STAGE_BYTES;
       const bool kv = k0 + c * 8 < K;  // K % 8 == 0: a chunk is wholly inside or outside
       {
-        const wg_t* p = pa0 + k0;
+        const gemm_t* p = pa0 + k0;
 #pragma unroll
         for (int j = 0; j < BM / 16; ++j) {
           const bool v = kv && 16 * j < arows;
@@ -412,13 +370,13 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
       }
 #pragma unroll
       for (int b = 0; b < WG_NB; ++b) {
-#if BT
-#if EPI == 6
-        const wg_t* p = (b == 0 ? pb0 : pb1) + k0;
-        const wg_t* const base = b == 0 ? B0 : B1;
+#if GEMM_B_NT
+#if GEMM_GATED
+        const gemm_t* p = (b == 0 ? pb0 : pb1) + k0;
+        const gemm_t* const base = b == 0 ? B0 : B1;
 #else
-        const wg_t* p = pb0 + k0;
-        const wg_t* const base = B0;
+        const gemm_t* p = pb0 + k0;
+        const gemm_t* const base = B0;
 #endif
 #pragma unroll
         for (int j = 0; j < BN / 16; ++j) {
@@ -427,12 +385,12 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
           p += step;
         }
 #else
-#if EPI == 6
-        const wg_t* p = (b == 0 ? qb0 : qb1) + k0 * N;
-        const wg_t* const base = b == 0 ? B0 : B1;
+#if GEMM_GATED
+        const gemm_t* p = (b == 0 ? qb0 : qb1) + k0 * N;
+        const gemm_t* const base = b == 0 ? B0 : B1;
 #else
-        const wg_t* p = qb0 + k0 * N;
-        const wg_t* const base = B0;
+        const gemm_t* p = qb0 + k0 * N;
+        const gemm_t* const base = B0;
 #endif
         const unsigned bdst = sbase + s * WG_STAGE_BYTES + WG_A_BYTES + b * (BN / 64) * 8192 + bdst0;
 #pragma unroll
@@ -478,7 +436,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
 #pragma unroll
           for (int ns = 0; ns < WG_NSUB; ++ns) {
             const unsigned long long da = wg_desc(sa + mi * 64 * 128 + kk * 32, 16, 1024);
-#if BT
+#if GEMM_B_NT
             const unsigned long long db = wg_desc(sb + ns * WG_NI * 128 + kk * 32, 16, 1024);
 #else
             const unsigned long long db = wg_desc(sb + ns * (WG_NI / 64) * 8192 + kk * 2048, 8192, 1024);
@@ -509,7 +467,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
     // d[4i+2], d[4i+3] at row 16 w + l/4 + 8.
     const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
     const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
-#if SPLIT == 1 && EPI == 2
+#if SPLIT == 1 && GEMM_HAS_R
     // Residual: the fp32 sums are staged unrounded and R is read in the store phase, 16
     // coalesced bytes a thread (prefetched into registers before the staging, so its
     // latency hides behind it): C = round(acc + R), one rounding, and no 4-byte reads of R
@@ -551,11 +509,11 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
       const float4 x = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8 + 4) * 4);
       const float f[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
       if (r_vec) {
-        const wg_t2* rp = reinterpret_cast<const wg_t2*>(&rv[q]);
+        const gemm_t2* rp = reinterpret_cast<const gemm_t2*>(&rv[q]);
         unsigned o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const wg_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
+          const gemm_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
           o[e] = *reinterpret_cast<const unsigned*>(&pk);
         }
         ptx_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
@@ -581,17 +539,17 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
           (void)gc;
           const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
           float v0 = acc[mi][(i8 * 8) / WG_NI][e], v1 = acc[mi][(i8 * 8) / WG_NI][e + 1];
-#if EPI == 1 || EPI == 5
+#if GEMM_HAS_BIAS
           if (gc < N) v0 += epi_to_f(bias[gc]);
           if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
 #endif
-#if EPI == 3
+#if GEMM_EPILOGUE == GEMM_EPI_SILU
           v0 = epi_silu(v0);
           v1 = epi_silu(v1);
-#elif EPI == 4 || EPI == 5
+#elif GEMM_HAS_GELU
           v0 = epi_gelu(v0);
           v1 = epi_gelu(v1);
-#elif EPI == 6
+#elif GEMM_GATED
           {
             const int cu = BN + i8 * 8;  // the up projection's column
             const int eu = 4 * (cu % WG_NI / 8) + 2 * h;
@@ -599,7 +557,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
             v1 = epi_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
           }
 #endif
-          const wg_t2 pk = epi_pack(v0, v1);
+          const gemm_t2 pk = epi_pack(v0, v1);
           wg_st_shared32(stg + wg_swz<BN / 8>(lr, i8) * 2 + t4 * 4, *reinterpret_cast<const unsigned*>(&pk));
         }
     if (cw == 0)  // the slab is staged
@@ -641,12 +599,12 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(const 
                             acc[mi][col / WG_NI][e + 1]);
           }
     ptx_cluster_sync();
-#if EPI == 1 || EPI == 5
-    const wg_t* const extra = bias;
-#elif EPI == 2
-    const wg_t* const extra = R;
+#if GEMM_HAS_BIAS
+    const gemm_t* const extra = bias;
+#elif GEMM_HAS_R
+    const gemm_t* const extra = R;
 #else
-    const wg_t* const extra = nullptr;
+    const gemm_t* const extra = nullptr;
 #endif
     gemm_split_finish<WG_NB>(sbase, tid - 128, WG_NC * 128, bm, bn, M, N, C, extra, c_vec);
     ptx_cluster_sync();
