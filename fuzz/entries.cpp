@@ -12,6 +12,7 @@
 #include "core/format.hpp"
 #include "kiln/expr.hpp"
 #include "kiln/program.hpp"
+#include "emit.hpp"
 #include "kiln/spec.hpp"
 #include "kiln/tuning.hpp"
 

@@ -12,6 +12,7 @@
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/program.hpp"
+#include "emit.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
 

@@ -30,14 +30,6 @@ namespace kiln {
 
 class Runtime;
 
-// C++ that loads and runs the program through libkiln with its steps
-// unrolled (kiln emit): a struct with one handle per kernel and a call
-// operator taking the inputs and outputs as pointers and the symbols'
-// values, checking at each call what Program::run checks (guards, integer
-// overflow and division by zero, sizes, i32 ranges). Program names reach
-// the C++ only as prefixed identifiers and escaped literals.
-std::string emit_program_cpp(const ProgramSpec& spec);
-
 // A buffer of a call: where it is and its shape.
 struct Tensor {
   void* data = nullptr;

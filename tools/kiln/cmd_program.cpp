@@ -12,6 +12,7 @@
 #include "kiln/memory_plan.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/program.hpp"
+#include "emit.hpp"
 #include "kiln/runtime.hpp"
 
 namespace kiln::cli {

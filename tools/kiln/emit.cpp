@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "core/format.hpp"
-#include "kiln/program.hpp"
+#include "emit.hpp"
 
 namespace kiln {
 
