@@ -184,11 +184,9 @@ extern "C" __global__ void GEMM_CLUSTER GEMM_LAUNCH_BOUNDS gemm(GEMM_PARAMS) {
   gemm_tile_of(blockIdx.x, M, N, bm, bn);
 
   // This block's part of K: whole BK tiles.
-  const long long kchunk = ((K + SPLIT - 1) / SPLIT + BK - 1) / BK * BK;
-  const long long kbeg = static_cast<long long>(blockIdx.z) * kchunk;
-  const long long kend = kbeg + kchunk < K ? kbeg + kchunk : K;
-  // (No early exit for an empty slice: every block of a cluster must reach its barriers.)
-  const int ktiles = kbeg < kend ? static_cast<int>((kend - kbeg + BK - 1) / BK) : 0;
+  const GemmKSlice kslice = gemm_k_slice(K, BK);
+  const long long kbeg = kslice.beg;
+  const int ktiles = kslice.tiles;
 
   // Stage s: A tile at sm + s * STAGE_ELEMS, then the B tile(s).
   auto load_stage = [&](int s, long long k0) {

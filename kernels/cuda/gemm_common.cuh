@@ -60,6 +60,22 @@ __device__ __forceinline__ void gemm_tile_of(long long pid, long long M, long lo
   bn = ((pid % group) / group_m) * BN;
 }
 
+// This block's part of K (blockIdx.z of SPLIT slices), in whole `bk`-deep tiles: [beg, end)
+// and its tile count. No block exits early on an empty slice: every block of a split
+// cluster must reach its barriers (an empty slice adds zeros).
+struct GemmKSlice {
+  long long beg, end;
+  int tiles;
+};
+__device__ __forceinline__ GemmKSlice gemm_k_slice(long long K, int bk) {
+  const long long chunk = ((K + SPLIT - 1) / SPLIT + bk - 1) / bk * bk;
+  GemmKSlice s;
+  s.beg = static_cast<long long>(blockIdx.z) * chunk;
+  s.end = s.beg + chunk < K ? s.beg + chunk : K;
+  s.tiles = s.beg < s.end ? static_cast<int>((s.end - s.beg + bk - 1) / bk) : 0;
+  return s;
+}
+
 // Float offset of element (row, col) in an fp32 [BM][BN] tile, swizzled by 16-byte
 // chunk (4 floats): conflict-free 16-byte reads along a row, and fragment writes
 // (8 rows x 4 float2) spread over the banks.

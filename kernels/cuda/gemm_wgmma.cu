@@ -301,12 +301,10 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
   long long bm, bn;  // this block's tile
   gemm_tile_of(blockIdx.x, M, N, bm, bn);
 
-  // This block's part of K: whole 64-wide tiles (no block exits early: a split cluster
-  // must reach its barriers, and an empty slice adds zeros).
-  const long long kchunk = ((K + SPLIT - 1) / SPLIT + WG_BK - 1) / WG_BK * WG_BK;
-  const long long kbeg = static_cast<long long>(blockIdx.z) * kchunk;
-  const long long kend = kbeg + kchunk < K ? kbeg + kchunk : K;
-  const int ktiles = kbeg < kend ? static_cast<int>((kend - kbeg + WG_BK - 1) / WG_BK) : 0;
+  // This block's part of K: whole 64-wide tiles.
+  const GemmKSlice kslice = gemm_k_slice(K, WG_BK);
+  const long long kbeg = kslice.beg;
+  const int ktiles = kslice.tiles;
 
   if (tid == 0) {
 #pragma unroll
