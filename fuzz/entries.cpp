@@ -55,18 +55,21 @@ void expr_one(const uint8_t* data, size_t size) {
 
 void spec_one(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
-  try {
-    KernelSpec s = parse_spec(text, "fuzz.toml", [](const std::filesystem::path&) -> std::optional<std::string> {
-      return std::string("void k() {}");
-    });
-    for (const auto& g : s.grid) (void)g.str();
-    if (s.space.size() <= 64) (void)s.space.all();
-    auto pts = s.tuning.hint_point_list();
-    (void)pts;
-    (void)s.space.hash();
-  } catch (const Error&) {
-  } catch (const std::exception& e) {
-    broken(e.what(), text);
+  // A plain spec, then the text as a kernel family's members (a plain spec refuses a member at once).
+  for (const char* member : {"", "f32_nt", "bf16_nt_gated", "f32_nt_residual", "bf16_nn"}) {
+    try {
+      KernelSpec s = parse_spec(
+          text, "fuzz.toml", [](const std::filesystem::path&) -> std::optional<std::string> { return std::string("void k() {}"); },
+          member);
+      for (const auto& g : s.grid) (void)g.str();
+      if (s.space.size() <= 64) (void)s.space.all();
+      auto pts = s.tuning.hint_point_list();
+      (void)pts;
+      (void)s.space.hash();
+    } catch (const Error&) {
+    } catch (const std::exception& e) {
+      broken(e.what(), text);
+    }
   }
 }
 

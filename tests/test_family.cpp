@@ -203,6 +203,13 @@ TEST(Family, SmCountIsTheDevicesAndAnAbsentOperandIsAligned) {
   KernelSpec r = load_spec(p.string() + ":f32_nt_residual");
   int64_t rslots[7] = {256, 256, 256, 8, 100, 1000, 10};
   EXPECT_CONTAINS(Tuner::why_not(r, r.space.at(0), rslots, l), "constraint 'align_R % 16 == 0' is false");
+  // A constant is no call's scalar: a handle's memo key holds none, and the handle is made.
+  EXPECT_TRUE(s.unkeyed_launch_scalars().empty());
+  {
+    TempDir d("kiln-family");
+    Runtime rt(test::options_in(d.path()));
+    EXPECT_NO_THROW(Kernel(rt, s));
+  }
   // With no device to ask, SM_COUNT is an error, not a guess.
   EXPECT_THROW(compile_expr(s, s.grid[0], &c), Error);
   // Sizes are allocated before any device is asked: they may not use it; nor may a name take it.

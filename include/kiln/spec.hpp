@@ -137,6 +137,8 @@ struct KernelSpec {
 
   int arg_index(std::string_view name) const;  // -1 when absent
   std::optional<int64_t> constant(std::string_view name) const;
+  // What names this spec on a command line: spec_path, and ":member" for a family's member.
+  std::string path_text() const;
   // Integer scalars that decide whether a config can run, or with what launch
   // shape (grid, block, shared memory and constraints use them), but are not
   // in the tuning key: a call is checked against them (see Kernel).

@@ -158,7 +158,7 @@ std::string pruned_by_sibling_registers(const Backend& backend, const KernelSpec
   try {
     for (const auto& e : spec.block) {
       for (const auto& sym : e.symbols())
-        if (!spec.space.find(sym)) return "";  // the block depends on the call
+        if (!spec.space.find(sym) && !spec.constant(sym)) return "";  // the block depends on the call
       threads *= compile_expr(spec, e, &c).eval(nullptr);
     }
   } catch (const Error&) {

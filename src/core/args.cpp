@@ -53,6 +53,9 @@ std::vector<ScalarValue> parse_scalars(const KernelSpec& spec,
 
 CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* config, const LaunchLimits* device) {
   return CompiledExpr::compile(e, [&](std::string_view sym) -> std::optional<SymbolBinding> {
+    int i = spec.arg_index(sym);
+    if (i >= 0 && !spec.args[i].pointer && !dtype_is_float(spec.args[i].dtype)) return SymbolBinding::slot(i);
+    // (A kernel spec refuses SM_COUNT as a name; a program's scope may have a symbol of that name, found above.)
     if (sym == kSmCountSymbol) {
       if (!device || device->multiprocessors < 1)
         fail(Errc::usage, "kernel '{}': '{}' uses SM_COUNT, which only a launch on a known device has", spec.name,
@@ -60,8 +63,6 @@ CompiledExpr compile_expr(const KernelSpec& spec, const Expr& e, const Config* c
       return SymbolBinding::constant(device->multiprocessors);
     }
     if (auto v = spec.constant(sym)) return SymbolBinding::constant(*v);
-    int i = spec.arg_index(sym);
-    if (i >= 0 && !spec.args[i].pointer && !dtype_is_float(spec.args[i].dtype)) return SymbolBinding::slot(i);
     // align_X reads buffer X's slot, which holds its alignment (read_int_slots).
     if (std::string_view t = align_target(sym); !t.empty()) {
       int p = spec.arg_index(t);

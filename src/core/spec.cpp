@@ -185,6 +185,10 @@ std::optional<int64_t> KernelSpec::constant(std::string_view n) const {
   return std::nullopt;
 }
 
+std::string KernelSpec::path_text() const {
+  return member.empty() ? spec_path.string() : spec_path.string() + ":" + member;
+}
+
 std::string_view align_target(std::string_view sym) {
   return sym.size() > 6 && sym.substr(0, 6) == "align_" ? sym.substr(6) : std::string_view();
 }
@@ -202,7 +206,8 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool alig
   auto take = [&](const Expr& e) {
     for (const auto& sym : e.symbols()) {
       if (is_int_scalar(s, sym)) used.insert(sym);
-      if (aligns && !align_target(sym).empty() &&
+      // align_X of a buffer argument X (a family's align_ constants are no call's).
+      if (aligns && !align_target(sym).empty() && s.arg_index(align_target(sym)) >= 0 &&
           std::find(align_names.begin(), align_names.end(), sym) == align_names.end())
         align_names.push_back(sym);
     }
@@ -814,6 +819,7 @@ class SpecReader {
     }
     root.insert_or_assign("args", std::move(args));
     if (!root.get("cflags")) root.insert("cflags", toml::array{});
+    array(*root.get("cflags"), "cflags");  // an array, or an error
     for (const std::string& d : p.defines()) root.get("cflags")->as_array()->push_back(d);
     if (toml::node* lib = root.get("library")) {
       array(*lib, "library");  // an array, or an error

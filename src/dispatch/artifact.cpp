@@ -286,6 +286,11 @@ KernelSpec Artifact::spec(const std::string& kernel, const fs::path& dir) const 
         fs::create_directories((dir / n).parent_path());
         write_file_atomic(dir / n, d);
       }
+    // The spec entry is a file the artifact holds, with ":member" for a family's member.
+    const auto [file, member] = split_member(k.spec);
+    if (!safe_name(file.string()) || file.string().compare(0, prefix.size(), prefix) != 0 ||
+        (!member.empty() && !is_identifier(member)))
+      fail(Errc::usage, "the artifact's kernel '{}' names its spec '{}', not a file of its own sources", kernel, k.spec);
     return load_spec(dir / k.spec);
   }
   fail(Errc::usage, "the artifact holds no kernel '{}'", kernel);

@@ -290,7 +290,7 @@ void Runtime::note_miss(const KernelSpec& spec, const TuningKey& key, const std:
   if (missed_.insert(key.base_hex() + "/" + key.values_hex()).second) {
     log::warn("serving: kernel '{}' has no tuned choice at {}; running {} ({}); `kiln report {} --misses` lists "
               "such keys",
-              spec.name, key.values_text(), ran, how, spec.spec_path.string());
+              spec.name, key.values_text(), ran, how, spec.path_text());
     if (cache) cache->note_serving_miss(key);
   }
 }

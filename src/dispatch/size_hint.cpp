@@ -61,7 +61,7 @@ struct SizeHintMultiKernel::Impl {
       if (auto text = cache->get_plan(base))
         if (auto p = plan_from_text(*text, base, spec)) return p;
     log::warn("kernel '{}': no valid dispatch plan for this device (run `kiln plan {}`); dispatching by its hints",
-              spec.name, spec.spec_path.string());
+              spec.name, spec.path_text());
     return std::nullopt;
   }
 

@@ -198,7 +198,7 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
       else
         specs.push_back(&k.kernel);
       for (const KernelSpec* s : specs) {
-        if (!json) std::fprintf(out(), "%skernel %s: %s\n", first ? "" : "\n", k.name.c_str(), s->spec_path.c_str());
+        if (!json) std::fprintf(out(), "%skernel %s: %s\n", first ? "" : "\n", k.name.c_str(), s->path_text().c_str());
         first = false;
         kernels.push_back(compile_spec(g, rt, *s, json, explain));
       }
@@ -215,7 +215,7 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
   MultiKernelSpec m = load_multi_spec(spec_path);
   nlohmann::json variants = nlohmann::json::array();
   for (size_t i = 0; i < m.variants.size(); ++i) {
-    if (!json) std::fprintf(out(), "%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.spec_path.c_str());
+    if (!json) std::fprintf(out(), "%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.path_text().c_str());
     variants.push_back(compile_spec(g, rt, m.variants[i].kernel, json, explain));
   }
   if (json) std::fprintf(out(), "%s\n", dump_json(nlohmann::json({{"multi_kernel", m.name}, {"variants", variants}}), 2).c_str());

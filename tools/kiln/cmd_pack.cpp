@@ -46,7 +46,7 @@ std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const Kerne
   if (a.hints) {
     if (spec.tuning.hints.empty())
       fail(Errc::usage, "kernel '{}' ({}) declares no size hints; give its shape with --set", spec.name,
-           spec.spec_path.string());
+           spec.path_text());
     for (const auto& point : spec.tuning.hint_point_list()) {
       std::vector<std::pair<std::string, std::string>> s;
       for (size_t i = 0; i < point.size(); ++i) s.push_back({spec.tuning.key[i], std::to_string(point[i])});
