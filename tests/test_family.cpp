@@ -136,6 +136,25 @@ TEST(Family, EveryMemberComputesItsProblem) {
   }
 }
 
+// Every member of every built-in family (the cuda ones read here, with no GPU):
+// what a handle checks a call against is arguments only, never a family's constants.
+TEST(Family, EveryBuiltInMembersCallChecksAreArgumentsOnly) {
+  size_t members = 0;
+  for (const char* dir : {"/cpu", "/cuda"})
+    for (const auto& e : fs::directory_iterator(test::kernels() + dir)) {
+      if (e.path().extension() != ".toml") continue;
+      for (const std::string& m : family_members(e.path())) {
+        KernelSpec s = load_spec(e.path().string() + ":" + m);
+        for (const std::string& n : s.unkeyed_launch_scalars()) {
+          const std::string_view target = align_target(n).empty() ? std::string_view(n) : align_target(n);
+          EXPECT_GE(s.arg_index(target), 0) << s.name << ": " << n;
+        }
+        ++members;
+      }
+    }
+  EXPECT_EQ(members, 7u + 10u + 4u + 3u);
+}
+
 TEST(Family, ANameThatIsNotAMemberSaysWhichAreAndBadFamiliesAreRefused) {
   EXPECT_CONTAINS(load_error(linear()), "a kernel family (linear); name a member as");
   EXPECT_CONTAINS(load_error(linear()), "f32_nt_gated");
