@@ -104,13 +104,19 @@ std::string LaunchPlan::check(const LaunchDims& d) const {
   return "";
 }
 
+namespace {
+// Whether `e` is the same for every call of a config: it names params and a
+// family's constants only (no call scalar, no alignment, no SM_COUNT).
+bool same_for_every_call(const KernelSpec& spec, const Expr& e) {
+  for (const auto& sym : e.symbols())
+    if (!spec.space.find(sym) && !spec.constant(sym)) return false;
+  return true;
+}
+}  // namespace
+
 std::string statically_pruned(const KernelSpec& spec, const Config& c, const LaunchLimits& limits) {
   if (!c.library.empty()) return "";
-  auto params_only = [&](const Expr& e) {
-    for (const auto& sym : e.symbols())
-      if (!spec.space.find(sym) && !spec.constant(sym)) return false;
-    return true;
-  };
+  auto params_only = [&](const Expr& e) { return same_for_every_call(spec, e); };
   try {
     for (const auto& e : spec.constraints)
       if (params_only(e) && compile_expr(spec, e, &c).eval(nullptr) == 0)
@@ -157,8 +163,7 @@ std::string pruned_by_sibling_registers(const Backend& backend, const KernelSpec
   int64_t threads = 1;
   try {
     for (const auto& e : spec.block) {
-      for (const auto& sym : e.symbols())
-        if (!spec.space.find(sym) && !spec.constant(sym)) return "";  // the block depends on the call
+      if (!same_for_every_call(spec, e)) return "";  // the block depends on the call
       threads *= compile_expr(spec, e, &c).eval(nullptr);
     }
   } catch (const Error&) {

@@ -1193,6 +1193,12 @@ class SpecReader {
 
 namespace {
 
+// A spec's kind = "..." ("multi", "family"), or "" for a plain kernel spec.
+std::string kind_of(const toml::table& root) {
+  const toml::node* k = root.get("kind");
+  return k && k->is_string() ? k->as_string()->get() : "";
+}
+
 toml::table parse_toml(const AsciiDoc& doc, const fs::path& spec_path) {
   try {
     return toml::parse(doc.text, spec_path.string());
@@ -1231,8 +1237,7 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
                       std::string_view member) {
   AsciiDoc doc = asciify(toml_text, spec_path);
   toml::table root = parse_toml(doc, spec_path);
-  const toml::node* k = root.get("kind");
-  const std::string kind = k && k->is_string() ? k->as_string()->get() : "";
+  const std::string kind = kind_of(root);
   if (kind == "multi")
     fail(Errc::spec, "{}: a multi-kernel spec (kind = \"multi\"); load it as a multi-kernel", spec_path.string());
   SpecReader r(spec_path, read_source, doc);
@@ -1242,7 +1247,8 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
     s.member = std::string(member);
     return s;
   }
-  if (k) r.error(*k, fmt::format("kind: unknown '{}' for a kernel spec (known: family; multi and program are read "
+  if (const toml::node* k = root.get("kind"))
+    r.error(*k, fmt::format("kind: unknown '{}' for a kernel spec (known: family; multi and program are read "
                                  "as such)", kind));
   if (!member.empty())
     fail(Errc::spec, "{}: not a kernel family (kind = \"family\"), so it has no member '{}'", spec_path.string(),
@@ -1254,8 +1260,7 @@ std::vector<std::string> family_members(const fs::path& file) {
   std::string text = read_spec_file(file);
   AsciiDoc doc = asciify(text, file);
   toml::table root = parse_toml(doc, file);
-  const toml::node* k = root.get("kind");
-  if (!k || !k->is_string() || k->as_string()->get() != "family") return {};
+  if (kind_of(root) != "family") return {};
   SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
   return SpecReader(file, none, doc).family_members(root);
 }
@@ -1273,8 +1278,7 @@ MultiKernelSpec parse_multi_spec(std::string_view toml_text, const fs::path& spe
                                  const std::function<KernelSpec(const fs::path&)>& load_variant) {
   AsciiDoc doc = asciify(toml_text, spec_path);
   toml::table root = parse_toml(doc, spec_path);
-  const toml::node* k = root.get("kind");
-  if (!k || !k->is_string() || k->as_string()->get() != "multi")
+  if (kind_of(root) != "multi")
     fail(Errc::spec, "{}: not a multi-kernel spec (it needs kind = \"multi\")", spec_path.string());
   SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
   SpecReader r(spec_path, none, doc);
@@ -1291,8 +1295,7 @@ bool is_multi_spec(const fs::path& spec) {
   std::string text = read_spec_file(file);
   AsciiDoc doc = asciify(text, file);
   toml::table root = parse_toml(doc, file);
-  const toml::node* k = root.get("kind");
-  return k && k->is_string() && k->as_string()->get() == "multi";
+  return kind_of(root) == "multi";
 }
 
 KernelSpec load_spec(const fs::path& spec) {
