@@ -21,21 +21,8 @@ check() {  # family file, M, N, K
   for m in $(members "kernels/cuda/$f"); do
     timeout 200 "$B/kiln" -q tune "kernels/cuda/$f:$m" --set M=$M --set N=$N --set K=$K --no-library --json \
       >"$KILN_CACHE_DIR/out.json" 2>"$KILN_CACHE_DIR/err.txt"
-    python3 - "$f:$m" "M=$M N=$N K=$K" "$?" "$KILN_CACHE_DIR/out.json" "$KILN_CACHE_DIR/err.txt" <<'PY'
-import json, sys, collections
-spec, sets, rc, out, err = sys.argv[1:]
-try:
-    j = json.load(open(out))
-except Exception:
-    print(f"{spec} {sets}: rc={rc}, no JSON; stderr tail: {open(err).read()[-400:]}")
-    sys.exit()
-rec = j.get("record", j)
-kinds = collections.Counter(c.get("result", "?") for c in rec.get("configs", []))
-print(f"{spec} {sets}: rc={rc} configs by kind {dict(kinds)} best {rec.get('best')}")
-for c in rec.get("configs", []):
-    if c.get("result") not in ("ok", "pruned"):
-        print("   ", c.get("result"), c.get("params"), (c.get("error") or "")[:160])
-PY
+    rc=$?
+    python3 bench/gpu/tune_summary.py "$f:$m" "M=$M N=$N K=$K" "$rc" "$KILN_CACHE_DIR/out.json" "$KILN_CACHE_DIR/err.txt"
   done
 }
 echo "== the machine"

@@ -19,21 +19,7 @@ check() {  # spec, --set values...
   for s in "$@"; do sets+=(--set "$s"); done
   timeout 150 "$B/kiln" -q tune "kernels/cuda/$spec" "${sets[@]}" --effort full --no-library --json >"$KILN_CACHE_DIR/out.json" 2>"$KILN_CACHE_DIR/err.txt"
   local rc=$?
-  python3 - "$spec" "$*" "$rc" "$KILN_CACHE_DIR/out.json" "$KILN_CACHE_DIR/err.txt" <<'EOF'
-import json, sys, collections
-spec, sets, rc, out, err = sys.argv[1:]
-try:
-    j = json.load(open(out))
-except Exception:
-    print(f"{spec} {sets}: rc={rc}, no JSON; stderr tail: {open(err).read()[-400:]}")
-    sys.exit()
-rec = j.get("record", j)
-kinds = collections.Counter(c.get("result", "?") for c in rec.get("configs", []))
-print(f"{spec} {sets}: rc={rc} configs by kind {dict(kinds)} best {rec.get('best')}")
-for c in rec.get("configs", []):
-    if c.get("result") not in ("ok", "pruned"):
-        print("   ", c.get("result"), c.get("params"), (c.get("error") or "")[:160])
-EOF
+  python3 bench/gpu/tune_summary.py "$spec" "$*" "$rc" "$KILN_CACHE_DIR/out.json" "$KILN_CACHE_DIR/err.txt"
 }
 check gemm.toml:bf16_nt_gated M=64 N=2048 K=8192
 check gemm_wgmma.toml:bf16_nt_residual M=256 N=1024 K=8192
