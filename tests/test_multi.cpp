@@ -152,6 +152,21 @@ TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
   }
 }
 
+// The call path keeps scratch per thread. A multi-kernel that dies, with its
+// runtime, must leave nothing a later one (made where it was, or evicting its
+// slot) reads or frees: each round below needs more scratch than the last,
+// and there are more rounds than a thread has slots.
+TEST_F(MultiTest, ScratchOutlivesNoMultiKernel) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cpu/softmax_multi.toml");
+  opts.force_variant = 1;  // the variant with scratch
+  for (int64_t round = 1; round <= 12; ++round) {
+    Runtime rt(opts);
+    MultiKernel k(rt, ms);
+    expect_softmax(k, 8 * round, 64);
+    expect_softmax(k, 8 * round + 3, 64);  // grows this multi-kernel's own slot
+  }
+}
+
 TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   write_scale_specs(dir.path(), true);
   opts.first_call = FirstCall::wait;  // the benchmark on the first call itself is under test

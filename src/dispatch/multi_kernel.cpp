@@ -1,5 +1,5 @@
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -20,50 +20,70 @@ namespace kiln {
 
 namespace {
 
-// Scratch memory of the calling thread: a few grow-only buffers, keyed by
-// owner and scratch index. Grows (allocates) only the first time a thread
-// needs more than it has.
+// What a multi-kernel's call path remembers of its scratch, per thread: a few
+// slots, each naming an owner by an id that is never reused (an address would be,
+// once a multi-kernel dies and another is made where it was) and a scratch index.
+// The memory itself belongs to the multi-kernel (ScratchPool below), which frees
+// it when it dies; a slot of a dead owner is never matched again, so its pointer
+// is never read, and evicting it frees nothing.
 struct ThreadScratch {
   struct Slot {
-    const void* owner = nullptr;
+    uint64_t owner = 0;  // 0: unused
     size_t index = 0;
     void* ptr = nullptr;
     size_t bytes = 0;
-    Device* dev = nullptr;
-    bool host = true;
   };
   Slot slots[8];
-  // At thread exit host scratch is freed; device scratch is left to the
-  // device's teardown (the device may be gone before the thread is).
-  ~ThreadScratch() {
-    for (auto& s : slots)
-      if (s.ptr && s.host) std::free(s.ptr);
-  }
-  void* get(const void* owner, size_t index, size_t bytes, Device& dev) {
+  template <class Grow>
+  void* get(uint64_t owner, size_t index, size_t bytes, Grow&& grow) {
     Slot* free_slot = nullptr;
     for (auto& s : slots) {
       if (s.owner == owner && s.index == index) {
-        if (s.bytes < bytes) grow(s, bytes, dev);
+        if (s.bytes < bytes) {
+          s.bytes = round(bytes);
+          s.ptr = grow(s.ptr, s.bytes);
+        }
         return s.ptr;
       }
       if (!s.owner && !free_slot) free_slot = &s;
     }
-    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full
-    s.owner = owner;
-    s.index = index;
-    grow(s, bytes, dev);
+    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full: the old owner keeps its memory
+    s = Slot{owner, index, nullptr, round(bytes)};
+    s.ptr = grow(nullptr, s.bytes);
     return s.ptr;
   }
-  static void grow(Slot& s, size_t bytes, Device& dev) {
-    if (s.ptr) s.dev->free(s.ptr);
-    s.ptr = nullptr;
-    s.bytes = (bytes + 255) / 256 * 256;
-    s.ptr = dev.alloc(s.bytes ? s.bytes : 256);
-    s.dev = &dev;
-    s.host = dev.host_addressable();
-  }
+  static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
 };
 thread_local ThreadScratch t_scratch;
+std::atomic<uint64_t> g_next_owner{1};
+
+// The scratch memory one multi-kernel handed out to the threads that called it;
+// freed when the multi-kernel is.
+class ScratchPool {
+ public:
+  explicit ScratchPool(Device& dev) : dev_(dev) {}
+  ScratchPool(const ScratchPool&) = delete;
+  ScratchPool& operator=(const ScratchPool&) = delete;
+  ~ScratchPool() {
+    for (void* p : owned_) dev_.free(p);
+  }
+  // Replaces `old` (this pool's, or null) by a buffer of `bytes`.
+  void* grow(void* old, size_t bytes) {
+    std::lock_guard lk(mu_);
+    void* p = dev_.alloc(bytes);
+    if (old) {
+      dev_.free(old);
+      std::erase(owned_, old);
+    }
+    owned_.push_back(p);
+    return p;
+  }
+
+ private:
+  Device& dev_;
+  std::mutex mu_;
+  std::vector<void*> owned_;
+};
 
 }  // namespace
 
@@ -144,6 +164,8 @@ struct MultiKernel::Impl {
   std::vector<CallShape> vshapes;
   std::vector<CompiledExpr> scratch_sizes;
   std::optional<size_t> forced;
+  const uint64_t id = g_next_owner.fetch_add(1);  // names this multi-kernel's per-thread scratch slots
+  ScratchPool scratch_pool{rt.backend(spec.backend).device()};
   KernelSpec as_kernel;
   std::vector<std::string> variant_ids;  // what a variant's result is kept by in the record
   std::mutex m;                          // guards chosen
@@ -496,8 +518,8 @@ void MultiKernel::launch(void* const* params, Stream stream) {
     } else {
       size_t k = static_cast<size_t>(-map[j] - 1);
       int64_t n = m.scratch_sizes[k].eval(slots);
-      scratch[k] = t_scratch.get(&m, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
-                                 m.rt.backend(m.spec.backend).device());
+      scratch[k] = t_scratch.get(m.id, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
+                                 [&m](void* old, size_t bytes) { return m.scratch_pool.grow(old, bytes); });
       vp[j] = &scratch[k];
     }
   }
