@@ -6,7 +6,7 @@
 //        -DBM=128 -DBN=128 -DBK=32 -DWM=64 -DWN=64 -DSTAGES=4 -DSPLIT=1 -DGROUP_M=8 -DVEC=8 \
 //        -DDT=0 -DBT=1 -DEPI=0
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o gemm_check_dec bench/gpu/gemm_check.cu -lcublas \
-//        -DDECODE=1 -DRG=1 -DWARPS=8 -DUNROLL=2 -DKSPLIT=1 -DMT=1 -DVEC=8 -DDT=0 -DEPI=0
+//        -DDECODE=1 -DRG=1 -DWARPS=8 -DUNROLL=2 -DKSPLIT=1 -DMT=1 -DVEC=8 -DPIPE=1 -DL2PF=1 -DDT=0 -DEPI=0
 //   ./gemm_check            # every shape the config can run, then timings
 //   ./gemm_check -q         # no timings;  -s, -t: small / tiny shapes only, no timings (for compute-sanitizer)
 //   ./gemm_check -x         # timings only
@@ -20,8 +20,8 @@
 //   v1    -DBM=64 -DBN=128 -DBK=32 -DWM=64 -DWN=16 -DSTAGES=3 -DSPLIT=1 -DGROUP_M=8 -DVEC=1 -DDT=0 -DBT=0 -DEPI=6
 //   split -DBM=128 -DBN=128 -DBK=64 -DWM=64 -DWN=64 -DSTAGES=4 -DSPLIT=8 -DGROUP_M=8 -DVEC=8 -DDT=0 -DBT=1 -DEPI=2
 //   gated -DBM=128 -DBN=128 -DBK=32 -DWM=64 -DWN=32 -DSTAGES=4 -DSPLIT=1 -DGROUP_M=8 -DVEC=8 -DDT=0 -DBT=1 -DEPI=6
-//   dec   -DDECODE=1 -DRG=1 -DWARPS=8 -DUNROLL=2 -DKSPLIT=1 -DMT=2 -DVEC=8 -DDT=0 -DEPI=6
-//   dec_split -DDECODE=1 -DRG=2 -DWARPS=4 -DUNROLL=2 -DKSPLIT=8 -DMT=1 -DVEC=8 -DDT=0 -DEPI=2
+//   dec   -DDECODE=1 -DRG=1 -DWARPS=8 -DUNROLL=2 -DKSPLIT=1 -DMT=2 -DVEC=8 -DPIPE=1 -DL2PF=1 -DDT=0 -DEPI=6
+//   dec_split -DDECODE=1 -DRG=2 -DWARPS=4 -DUNROLL=2 -DKSPLIT=8 -DMT=1 -DVEC=8 -DPIPE=1 -DL2PF=1 -DDT=0 -DEPI=2
 //   EOF
 //
 // For each shape (non-multiples of every tile among them: M = 1, 7, 33, ..., K = 1 .. 8200)
@@ -376,23 +376,110 @@ static void timing(cublasHandle_t h, long long M, long long N, long long K, void
   release(b);
 }
 
+#if DECODE
+// The device's copy bandwidth: a device-to-device copy of 1 GiB (far larger than L2),
+// bytes read + written (2N / t), the copies back to back between two events.
+static double copy_gbps() {
+  const size_t n = 1ull << 30;
+  void *src = nullptr, *dst = nullptr;
+  CK(cudaMalloc(&src, n));
+  CK(cudaMalloc(&dst, n));
+  CK(cudaMemset(src, 1, n));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));  // warm-up
+  const int reps = 10;
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0), cudaEventDestroy(e1), cudaFree(src), cudaFree(dst);
+  return 2.0 * n * reps / (ms * 1e-3) * 1e-9;
+}
+
+// Weight bytes streamed a second by the kernel and by cuBLAS at one decode shape, two ways:
+//   b2b:   calls back to back between two events, each call on the next of a ring of weight
+//          copies that together hold at least 4x L2, so no call finds its weights in L2;
+//   flush: single calls, the median of 50, each after a 256 MB write (L2 cold).
+// The kernel's result on the first copy is checked against the reference first (check_shape).
+static void bandwidth(cublasHandle_t h, long long M, long long N, long long K, double copy, int l2_bytes) {
+  if (!applicable(M, N, K)) {
+    std::printf("  %lldx%lldx%lld: the config cannot run it\n", M, N, K);
+    return;
+  }
+  const double wbytes = (double)N * K * sizeof(elem_t) * CHECK_NB;
+  const int ring = std::max(2, (int)std::ceil(4.0 * l2_bytes / wbytes));
+  std::vector<Bufs> bs(ring);
+  for (int i = 0; i < ring; ++i) {
+    if (i == 0) {
+      alloc(bs[0], M, N, K, false);
+    } else {  // the same A, C, R; weights of its own
+      bs[i] = bs[0];
+      CK(cudaMalloc(&bs[i].B0, N * K * sizeof(elem_t)));
+      CK(cudaMemcpy(bs[i].B0, bs[0].B0, N * K * sizeof(elem_t), cudaMemcpyDeviceToDevice));
+      if (EPI == 6) {
+        CK(cudaMalloc(&bs[i].B1, N * K * sizeof(elem_t)));
+        CK(cudaMemcpy(bs[i].B1, bs[0].B1, N * K * sizeof(elem_t), cudaMemcpyDeviceToDevice));
+      }
+    }
+  }
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto b2b = [&](auto&& f) {
+    for (int i = 0; i < ring; ++i) f(bs[i]);  // warm-up
+    const int reps = std::max(200, 4 * ring);
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < reps; ++i) f(bs[i % ring]);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaGetLastError());
+    return ms / reps;
+  };
+  size_t flush_bytes = 256ull << 20;
+  void* flush = nullptr;
+  CK(cudaMalloc(&flush, flush_bytes));
+  const float k_b2b = b2b([](const Bufs& b) { run_kernel(b); });
+  const float c_b2b = b2b([&](const Bufs& b) { cublas_gemm(h, b); });
+  const float k_fl = time_ms([&] { run_kernel(bs[0]); }, 50, flush, flush_bytes);
+  const float c_fl = time_ms([&] { cublas_gemm(h, bs[0]); }, 50, flush, flush_bytes);
+  const double cbytes = (double)N * K * sizeof(elem_t);  // cuBLAS's plain GEMM reads one weight
+  auto gb = [](double bytes, float ms) { return bytes / (ms * 1e-3) * 1e-9; };
+  std::printf("  M=%-3lld N=%-6lld K=%-6lld ring %2d | b2b: kernel %7.4f ms %5.0f GB/s = %5.1f%% of copy, cuBLAS%s "
+              "%5.0f GB/s = %5.1f%% | flush: kernel %7.4f ms %5.0f GB/s = %5.1f%%, cuBLAS %5.0f GB/s = %5.1f%%\n",
+              M, N, K, ring, k_b2b, gb(wbytes, k_b2b), 100 * gb(wbytes, k_b2b) / copy, CHECK_NB == 2 ? " (one weight)" : "",
+              gb(cbytes, c_b2b), 100 * gb(cbytes, c_b2b) / copy, k_fl, gb(wbytes, k_fl), 100 * gb(wbytes, k_fl) / copy,
+              gb(cbytes, c_fl), 100 * gb(cbytes, c_fl) / copy);
+  cudaFree(flush);
+  for (int i = 1; i < ring; ++i) cudaFree(bs[i].B0), cudaFree(bs[i].B1);
+  release(bs[0]);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+#endif
+
 int main(int argc, char** argv) {
   // -q: no timings; -s / -t: no timings, only shapes of up to 2^28 / 2^22 multiply-adds
   // (sanitizers); -x: timings only
-  bool quick = false;
+  bool quick = false, bw = false;
   long long limit = 1LL << 62;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-q") == 0) quick = true;
     if (std::strcmp(argv[i], "-s") == 0) quick = true, limit = 1LL << 28;
     if (std::strcmp(argv[i], "-t") == 0) quick = true, limit = 1LL << 22;
     if (std::strcmp(argv[i], "-x") == 0) limit = 0;  // timings only
+    if (std::strcmp(argv[i], "-b") == 0) bw = true;   // decode: bandwidth against the copy's, after the check
   }
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   std::printf("device: %s (sm_%d%d, %d SMs)\n", p.name, p.major, p.minor, p.multiProcessorCount);
 #if DECODE
-  std::printf("config: decode RG=%d WARPS=%d UNROLL=%d KSPLIT=%d MT=%d VEC=%d DT=%d EPI=%d\n", RG, WARPS, UNROLL, KSPLIT,
-              MT, VEC, DT, EPI);
+  std::printf("config: decode RG=%d WARPS=%d UNROLL=%d KSPLIT=%d MT=%d VEC=%d PIPE=%d L2PF=%d DT=%d EPI=%d\n", RG, WARPS,
+              UNROLL, KSPLIT, MT, VEC, PIPE, L2PF, DT, EPI);
 #else
   std::printf("config: BM=%d BN=%d BK=%d WM=%d WN=%d STAGES=%d SPLIT=%d GROUP_M=%d VEC=%d DT=%d BT=%d EPI=%d\n", BM, BN, BK,
               WM, WN, STAGES, SPLIT, GROUP_M, VEC, DT, BT, EPI);
@@ -421,6 +508,20 @@ int main(int argc, char** argv) {
     if (s[0] * s[1] * s[2] <= limit) check_shape(s[0], s[1], s[2]);
   std::printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
 
+#if DECODE
+  if (bw) {
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    const double copy = copy_gbps();
+    std::printf("bandwidth (copy: %.0f GB/s, 1 GiB device-to-device, read + write; L2 %d MB):\n", copy,
+                p.l2CacheSize >> 20);
+    const long long bshapes[][3] = {{1, 4096, 4096},  {1, 14336, 4096}, {1, 4096, 14336}, {8, 14336, 4096},
+                                    {16, 4096, 14336}, {4, 5120, 5120},  {1, 3584, 18944}, {12, 8192, 3072}};
+    for (const auto& s : bshapes) bandwidth(h, s[0], s[1], s[2], copy, p.l2CacheSize);
+    cublasDestroy(h);
+    quick = true;
+  }
+#endif
   if (!quick) {
     cublasHandle_t h;
     CB(cublasCreate(&h));

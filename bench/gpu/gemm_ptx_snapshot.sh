@@ -19,5 +19,5 @@ for dt in 0 1; do for bt in 0 1; do for epi in 0 1 2 3 4 5 6; do for split in 1 
   run wg_${dt}_${bt}_${epi}_${split} gemm_wgmma.cu $(problem $dt $bt $epi) -DBM=128 -DBN=128 -DSTAGES=4 -DSPLIT=$split -DGROUP_M=8 -DMINB=1 &
 done; done; wait; done; done
 for dt in 0 1; do for epi in 0 2 6; do for ks in 1 2; do for vec in 1 8; do
-  run dec_${dt}_${epi}_${ks}_${vec} gemm_decode.cu $(problem $dt 1 $epi) -DRG=1 -DWARPS=4 -DUNROLL=2 -DKSPLIT=$ks -DMT=1 -DVEC=$vec &
+  run dec_${dt}_${epi}_${ks}_${vec} gemm_decode.cu $(problem $dt 1 $epi) -DRG=1 -DWARPS=4 -DUNROLL=2 -DKSPLIT=$ks -DMT=1 -DVEC=$vec -DPIPE=1 -DL2PF=0 &
 done; done; wait; done; done

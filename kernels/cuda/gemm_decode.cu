@@ -18,6 +18,11 @@
 //   KSPLIT  K split over blockIdx.y (1, 2, 4, 8), for few columns (small N): the KSPLIT blocks
 //           of a column group are one thread-block cluster and add their fp32 sums through
 //           distributed shared memory before the epilogue (no atomics, no zeroed C, any epilogue).
+//   PIPE    1: a warp loads a step, multiplies it, loads the next; 2: it issues the next
+//           step's loads before it multiplies this one's, so two steps are in flight
+//           (twice the registers: PIPE * UNROLL * (MT + 2*RG*NB) 16-byte loads)
+//   L2PF    1: the weight loads ask L2 to fetch the whole 256-byte segment (.L2::256B), so
+//           the rows' next bytes are on their way before a warp asks for them; 0: no hint
 //   MT      token tiles of 8: the call must have M <= 8*MT
 //   VEC     8: 16-byte loads (A and W 16-byte aligned, K % 8 == 0) and paired 4-byte stores
 //           (N % 2 == 0, C 4-byte aligned): the spec's constraint; 1: any shape and
@@ -39,8 +44,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#if !defined(RG) || !defined(WARPS) || !defined(UNROLL) || !defined(KSPLIT) || !defined(MT) || !defined(VEC)
-#error "gemm_decode.cu: the params RG WARPS UNROLL KSPLIT MT VEC must be defined"
+#if !defined(RG) || !defined(WARPS) || !defined(UNROLL) || !defined(KSPLIT) || !defined(MT) || !defined(VEC) || \
+    !defined(PIPE) || !defined(L2PF)
+#error "gemm_decode.cu: the params RG WARPS UNROLL KSPLIT MT VEC PIPE L2PF must be defined"
 #endif
 
 #include "gemm_problem.cuh"  // the member's problem: element type, epilogue, parameters
@@ -63,6 +69,13 @@ static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8, "KSPLIT 
 #endif
 static_assert(MT == 1 || MT == 2, "MT is 1 (M <= 8) or 2 (M <= 16)");
 static_assert(VEC == 1 || VEC == 8, "VEC is 1 or 8");
+static_assert(PIPE == 1 || PIPE == 2, "PIPE is 1 or 2");
+static_assert(L2PF == 0 || L2PF == 1, "L2PF is 0 or 1");
+#if L2PF
+#define DEC_STREAM_LD "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"
+#else
+#define DEC_STREAM_LD "ld.global.nc.L1::no_allocate.v4.u32"
+#endif
 
 __device__ __forceinline__ void dec_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                         unsigned b1) {
@@ -83,7 +96,7 @@ __device__ __forceinline__ uint4 dec_load(const gemm_t* __restrict__ p, long lon
   if (row < rows && k < kend) {  // kend % 8 == 0: whole chunks
     const gemm_t* q = p + row * ld + k;
     if (STREAM)
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      asm volatile(DEC_STREAM_LD " {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "l"(q));
     else
@@ -127,9 +140,11 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][r][m][e] = 0.f;
 
-  for (long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP; kp < ke;
-       kp += static_cast<long long>(WARPS) * DEC_KSTEP) {
-    uint4 a[UNROLL][MT], w[DEC_NB][UNROLL][RG][2];
+  // One step: the loads of UNROLL 32-wide K steps at kp (zeros past ke: no memory
+  // traffic, and the multiplies below then add nothing), and the multiplies of a loaded step.
+  typedef uint4 StepA[UNROLL][MT];
+  typedef uint4 StepW[DEC_NB][UNROLL][RG][2];
+  auto load_step = [&](long long kp, StepA& a, StepW& w) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const long long k = kp + u * 32 + t * 8;
@@ -149,6 +164,8 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
 #pragma unroll
       for (int m = 0; m < MT; ++m) a[u][m] = dec_load<false>(A, m * 8 + g, M, K, k, ke);
     }
+  };
+  auto mma_step = [&](const StepA& a, const StepW& w) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -161,7 +178,31 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
             dec_mma(acc[j][r][m], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
             dec_mma(acc[j][r][m], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
           }
+  };
+  const long long kstride = static_cast<long long>(WARPS) * DEC_KSTEP;
+  long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP;
+#if PIPE == 1
+  for (; kp < ke; kp += kstride) {
+    StepA a;
+    StepW w;
+    load_step(kp, a, w);
+    mma_step(a, w);
   }
+#else
+  // Two steps in flight: the next step's loads are issued before this step's multiplies
+  // wait for its own.
+  if (kp < ke) {
+    StepA a0, a1;
+    StepW w0, w1;
+    load_step(kp, a0, w0);
+    for (; kp < ke; kp += 2 * kstride) {
+      load_step(kp + kstride, a1, w1);
+      mma_step(a0, w0);
+      load_step(kp + 2 * kstride, a0, w0);
+      mma_step(a1, w1);
+    }
+  }
+#endif
 
   // Each warp's sums into shared memory as [token][column]; then the block adds them up.
 #pragma unroll
