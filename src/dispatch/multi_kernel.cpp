@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -20,70 +21,98 @@ namespace kiln {
 
 namespace {
 
+// The scratch memory one multi-kernel hands out to the threads that call it;
+// what is still out is freed when the multi-kernel is. The device is looked up
+// on the first allocation, not before: a multi-kernel can be made (and
+// compiled) where its backend has no device.
+class ScratchPool {
+ public:
+  using DeviceOf = std::function<Device&()>;
+  explicit ScratchPool(DeviceOf device_of) : device_of_(std::move(device_of)) {}
+  ScratchPool(const ScratchPool&) = delete;
+  ScratchPool& operator=(const ScratchPool&) = delete;
+  ~ScratchPool() {
+    for (void* p : owned_) dev_->free(p);
+  }
+  // Frees `old` (this pool's, or null), then allocates `bytes`. When the
+  // allocation throws, `old` is gone all the same.
+  void* replace(void* old, size_t bytes) {
+    std::lock_guard lk(mu_);
+    if (old) release_locked(old);
+    if (!dev_) dev_ = &device_of_();
+    void* p = dev_->alloc(bytes);
+    owned_.push_back(p);
+    return p;
+  }
+  // A buffer a thread gives back (its slot evicted, or the thread ending).
+  void release(void* p) {
+    std::lock_guard lk(mu_);
+    release_locked(p);
+  }
+
+ private:
+  void release_locked(void* p) {
+    dev_->free(p);
+    std::erase(owned_, p);
+  }
+  DeviceOf device_of_;
+  Device* dev_ = nullptr;  // set by the first allocation; owned_ is empty until then
+  std::mutex mu_;
+  std::vector<void*> owned_;  // a buffer per calling thread and scratch index, at most
+};
+
 // What a multi-kernel's call path remembers of its scratch, per thread: a few
-// slots, each naming an owner by an id that is never reused (an address would be,
-// once a multi-kernel dies and another is made where it was) and a scratch index.
-// The memory itself belongs to the multi-kernel (ScratchPool below), which frees
-// it when it dies; a slot of a dead owner is never matched again, so its pointer
-// is never read, and evicting it frees nothing.
+// slots, each naming its owner by an id that is never reused (an address would
+// be, once a multi-kernel dies and another is made where it was), so a slot of a
+// dead owner never matches again. The memory is the owner's pool's: a slot that
+// is evicted, or whose thread ends, gives its buffer back to the pool if the
+// owner still lives (a dead owner's pool freed it already).
 struct ThreadScratch {
   struct Slot {
     uint64_t owner = 0;  // 0: unused
     size_t index = 0;
     void* ptr = nullptr;
     size_t bytes = 0;
+    std::weak_ptr<ScratchPool> pool;
   };
   Slot slots[8];
-  template <class Grow>
-  void* get(uint64_t owner, size_t index, size_t bytes, Grow&& grow) {
+  ThreadScratch() = default;
+  ThreadScratch(const ThreadScratch&) = delete;
+  ThreadScratch& operator=(const ThreadScratch&) = delete;
+  ~ThreadScratch() {
+    for (auto& s : slots) give_back(s);
+  }
+  // The hot path: a matching slot that is large enough costs a scan of 8 ids.
+  void* get(uint64_t owner, size_t index, size_t bytes, const std::shared_ptr<ScratchPool>& pool) {
+    const size_t want = round(bytes);
     Slot* free_slot = nullptr;
     for (auto& s : slots) {
       if (s.owner == owner && s.index == index) {
         if (s.bytes < bytes) {
-          s.bytes = round(bytes);
-          s.ptr = grow(s.ptr, s.bytes);
+          void* old = s.ptr;
+          s.ptr = nullptr, s.bytes = 0;  // a throw below leaves the slot empty, never too small
+          s.ptr = pool->replace(old, want);
+          s.bytes = want;
         }
         return s.ptr;
       }
       if (!s.owner && !free_slot) free_slot = &s;
     }
-    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full: the old owner keeps its memory
-    s = Slot{owner, index, nullptr, round(bytes)};
-    s.ptr = grow(nullptr, s.bytes);
-    return s.ptr;
+    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full
+    give_back(s);
+    void* p = pool->replace(nullptr, want);
+    s = Slot{owner, index, p, want, pool};
+    return p;
+  }
+  static void give_back(Slot& s) {
+    if (s.ptr)
+      if (std::shared_ptr<ScratchPool> p = s.pool.lock()) p->release(s.ptr);
+    s = Slot{};
   }
   static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
 };
 thread_local ThreadScratch t_scratch;
 std::atomic<uint64_t> g_next_owner{1};
-
-// The scratch memory one multi-kernel handed out to the threads that called it;
-// freed when the multi-kernel is.
-class ScratchPool {
- public:
-  explicit ScratchPool(Device& dev) : dev_(dev) {}
-  ScratchPool(const ScratchPool&) = delete;
-  ScratchPool& operator=(const ScratchPool&) = delete;
-  ~ScratchPool() {
-    for (void* p : owned_) dev_.free(p);
-  }
-  // Replaces `old` (this pool's, or null) by a buffer of `bytes`.
-  void* grow(void* old, size_t bytes) {
-    std::lock_guard lk(mu_);
-    void* p = dev_.alloc(bytes);
-    if (old) {
-      dev_.free(old);
-      std::erase(owned_, old);
-    }
-    owned_.push_back(p);
-    return p;
-  }
-
- private:
-  Device& dev_;
-  std::mutex mu_;
-  std::vector<void*> owned_;
-};
 
 }  // namespace
 
@@ -165,7 +194,8 @@ struct MultiKernel::Impl {
   std::vector<CompiledExpr> scratch_sizes;
   std::optional<size_t> forced;
   const uint64_t id = g_next_owner.fetch_add(1);  // names this multi-kernel's per-thread scratch slots
-  ScratchPool scratch_pool{rt.backend(spec.backend).device()};
+  std::shared_ptr<ScratchPool> scratch_pool =
+      std::make_shared<ScratchPool>([this]() -> Device& { return rt.backend(spec.backend).device(); });
   KernelSpec as_kernel;
   std::vector<std::string> variant_ids;  // what a variant's result is kept by in the record
   std::mutex m;                          // guards chosen
@@ -519,7 +549,7 @@ void MultiKernel::launch(void* const* params, Stream stream) {
       size_t k = static_cast<size_t>(-map[j] - 1);
       int64_t n = m.scratch_sizes[k].eval(slots);
       scratch[k] = t_scratch.get(m.id, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
-                                 [&m](void* old, size_t bytes) { return m.scratch_pool.grow(old, bytes); });
+                                 m.scratch_pool);
       vp[j] = &scratch[k];
     }
   }
