@@ -116,14 +116,13 @@ bool same_for_every_call(const KernelSpec& spec, const Expr& e) {
 
 std::string statically_pruned(const KernelSpec& spec, const Config& c, const LaunchLimits& limits) {
   if (!c.library.empty()) return "";
-  auto params_only = [&](const Expr& e) { return same_for_every_call(spec, e); };
   try {
     for (const auto& e : spec.constraints)
-      if (params_only(e) && compile_expr(spec, e, &c).eval(nullptr) == 0)
+      if (same_for_every_call(spec, e) && compile_expr(spec, e, &c).eval(nullptr) == 0)
         return fmt::format("constraint '{}' is false for every call", e.str());
     int64_t threads = 1;
     for (size_t i = 0; i < spec.block.size(); ++i) {
-      if (!params_only(spec.block[i])) return "";
+      if (!same_for_every_call(spec, spec.block[i])) return "";
       int64_t b = compile_expr(spec, spec.block[i], &c).eval(nullptr);
       if (b < 1 || b > limits.block[i])
         return fmt::format("block {} = {} is outside the device's 1 to {}", "xyz"[i], b, limits.block[i]);
@@ -131,7 +130,7 @@ std::string statically_pruned(const KernelSpec& spec, const Config& c, const Lau
     }
     if (threads > limits.block_threads)
       return fmt::format("{} threads per block, more than the device's {}", threads, limits.block_threads);
-    if (spec.shared && params_only(*spec.shared)) {
+    if (spec.shared && same_for_every_call(spec, *spec.shared)) {
       int64_t sh = compile_expr(spec, *spec.shared, &c).eval(nullptr);
       if (sh > limits.shared)
         return fmt::format("{} bytes of shared memory per block, more than the device's {}", sh, limits.shared);

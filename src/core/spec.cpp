@@ -1227,6 +1227,21 @@ std::string read_spec_file(const fs::path& spec_file) {
   return *text;
 }
 
+// A spec's text made ASCII (for toml++, with the original columns kept for
+// errors) and parsed.
+struct ParsedSpec {
+  AsciiDoc doc;
+  toml::table root;
+};
+ParsedSpec parse_spec_text(std::string_view text, const fs::path& spec_path) {
+  ParsedSpec p{asciify(text, spec_path), {}};
+  p.root = parse_toml(p.doc, spec_path);
+  return p;
+}
+
+// For readers of a spec's tables alone (a multi-kernel's, a family's members).
+const SourceReader no_sources = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
+
 }  // namespace
 
 KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source) {
@@ -1235,8 +1250,7 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
 
 KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, const SourceReader& read_source,
                       std::string_view member) {
-  AsciiDoc doc = asciify(toml_text, spec_path);
-  toml::table root = parse_toml(doc, spec_path);
+  auto [doc, root] = parse_spec_text(toml_text, spec_path);
   const std::string kind = kind_of(root);
   if (kind == "multi")
     fail(Errc::spec, "{}: a multi-kernel spec (kind = \"multi\"); load it as a multi-kernel", spec_path.string());
@@ -1257,12 +1271,9 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
 }
 
 std::vector<std::string> family_members(const fs::path& file) {
-  std::string text = read_spec_file(file);
-  AsciiDoc doc = asciify(text, file);
-  toml::table root = parse_toml(doc, file);
+  auto [doc, root] = parse_spec_text(read_spec_file(file), file);
   if (kind_of(root) != "family") return {};
-  SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
-  return SpecReader(file, none, doc).family_members(root);
+  return SpecReader(file, no_sources, doc).family_members(root);
 }
 
 std::pair<fs::path, std::string> split_member(const fs::path& spec_path) {
@@ -1276,12 +1287,10 @@ std::pair<fs::path, std::string> split_member(const fs::path& spec_path) {
 
 MultiKernelSpec parse_multi_spec(std::string_view toml_text, const fs::path& spec_path,
                                  const std::function<KernelSpec(const fs::path&)>& load_variant) {
-  AsciiDoc doc = asciify(toml_text, spec_path);
-  toml::table root = parse_toml(doc, spec_path);
+  auto [doc, root] = parse_spec_text(toml_text, spec_path);
   if (kind_of(root) != "multi")
     fail(Errc::spec, "{}: not a multi-kernel spec (it needs kind = \"multi\")", spec_path.string());
-  SourceReader none = [](const fs::path&) -> std::optional<std::string> { return std::nullopt; };
-  SpecReader r(spec_path, none, doc);
+  SpecReader r(spec_path, no_sources, doc);
   return r.read_multi(root, load_variant);
 }
 
@@ -1292,10 +1301,7 @@ MultiKernelSpec load_multi_spec(const fs::path& file) {
 bool is_multi_spec(const fs::path& spec) {
   const auto [file, member] = split_member(spec);
   if (!member.empty()) return false;
-  std::string text = read_spec_file(file);
-  AsciiDoc doc = asciify(text, file);
-  toml::table root = parse_toml(doc, file);
-  return kind_of(root) == "multi";
+  return kind_of(parse_spec_text(read_spec_file(file), file).root) == "multi";
 }
 
 KernelSpec load_spec(const fs::path& spec) {
