@@ -178,17 +178,28 @@ TEST_F(MultiTest, ScratchSlotsEvictedAndThreadsEnding) {
   Runtime rt(opts);
   std::vector<std::unique_ptr<MultiKernel>> ks;
   for (int i = 0; i < 10; ++i) ks.push_back(std::make_unique<MultiKernel>(rt, ms));
+  auto out = [&] {
+    size_t n = 0;
+    for (const auto& k : ks) n += k->scratch_buffers();
+    return n;
+  };
   for (int pass = 0; pass < 3; ++pass)
     for (size_t i = 0; i < ks.size(); ++i) expect_softmax(*ks[i], 5 + static_cast<int64_t>(i) + 20 * pass, 16);
+  EXPECT_EQ(out(), 8u) << "one buffer a slot of this thread's 8; the evicted ones given back";
+  const size_t mine0 = ks[0]->scratch_buffers(), mine1 = ks[1]->scratch_buffers();
   for (int t = 0; t < 4; ++t) {
     std::thread th([&] {
       expect_softmax(*ks[0], 40 + t, 16);
       expect_softmax(*ks[1], 90 + t, 16);
+      EXPECT_EQ(ks[0]->scratch_buffers(), mine0 + 1);
     });
     th.join();
+    EXPECT_EQ(ks[0]->scratch_buffers(), mine0) << "the ended thread gave its buffer back";
+    EXPECT_EQ(ks[1]->scratch_buffers(), mine1);
   }
   ks.resize(3);  // the other seven die; this thread's slots of them stay, unmatched
   for (int i = 0; i < 12; ++i) expect_softmax(*ks[static_cast<size_t>(i % 3)], 7 + i, 16);
+  EXPECT_LE(out(), 3u);
 }
 
 TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {

@@ -112,6 +112,10 @@ class MultiKernel final : public detail::TypedCall<MultiKernel>, public Launchab
   };
   Pick pick(void* const* params);
   const MultiKernelSpec& spec() const;
+  // Scratch buffers out to the threads that called it (a buffer per thread and
+  // scratch buffer at most: a thread's slot that is evicted, or a thread that
+  // ends, gives its buffer back).
+  size_t scratch_buffers() const;
 
  private:
   struct Impl;

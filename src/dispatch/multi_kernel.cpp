@@ -44,6 +44,10 @@ class ScratchPool {
     owned_.push_back(p);
     return p;
   }
+  size_t size() {
+    std::lock_guard lk(mu_);
+    return owned_.size();
+  }
   // A buffer a thread gives back (its slot evicted, or the thread ending).
   void release(void* p) {
     std::lock_guard lk(mu_);
@@ -64,7 +68,7 @@ class ScratchPool {
 // What a multi-kernel's call path remembers of its scratch, per thread: a few
 // slots, each naming its owner by an id that is never reused (an address would
 // be, once a multi-kernel dies and another is made where it was), so a slot of a
-// dead owner never matches again. The memory is the owner's pool's: a slot that
+// dead owner never matches again; it is taken as a free one. The memory is the owner's pool's: a slot that
 // is evicted, or whose thread ends, gives its buffer back to the pool if the
 // owner still lives (a dead owner's pool freed it already).
 struct ThreadScratch {
@@ -84,11 +88,10 @@ struct ThreadScratch {
   }
   // The hot path: a matching slot that is large enough costs a scan of 8 ids.
   void* get(uint64_t owner, size_t index, size_t bytes, const std::shared_ptr<ScratchPool>& pool) {
-    const size_t want = round(bytes);
-    Slot* free_slot = nullptr;
-    for (auto& s : slots) {
+    for (auto& s : slots)
       if (s.owner == owner && s.index == index) {
         if (s.bytes < bytes) {
+          const size_t want = round(bytes);
           void* old = s.ptr;
           s.ptr = nullptr, s.bytes = 0;  // a throw below leaves the slot empty, never too small
           s.ptr = pool->replace(old, want);
@@ -96,10 +99,16 @@ struct ThreadScratch {
         }
         return s.ptr;
       }
-      if (!s.owner && !free_slot) free_slot = &s;
-    }
-    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict when full
+    // A miss: an unused slot, or a dead owner's (its pool freed the buffer).
+    Slot* free_slot = nullptr;
+    for (auto& s : slots)
+      if (!s.owner || s.pool.expired()) {
+        free_slot = &s;
+        break;
+      }
+    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict a live owner's when full
     give_back(s);
+    const size_t want = round(bytes);
     void* p = pool->replace(nullptr, want);
     s = Slot{owner, index, p, want, pool};
     return p;
@@ -573,6 +582,8 @@ MultiKernel::Pick MultiKernel::pick(void* const* params) {
       p.results = rec->configs;
   return p;
 }
+
+size_t MultiKernel::scratch_buffers() const { return impl_->scratch_pool->size(); }
 
 const MultiKernelSpec& MultiKernel::spec() const { return impl_->spec; }
 
