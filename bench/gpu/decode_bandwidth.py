@@ -41,3 +41,17 @@ for shape in sorted(res, key=lambda s: (s[1] * s[2], s[0])):
     dflt = f"{cfgs[default][0]:10.1f}%" if default in cfgs else "        n/a"
     print(f"{'x'.join(map(str, shape)):>18}  {cfgs[best][0]:7.1f}% {cfgs[best][1]:8.1f}%  {best:<22} {dflt}  {cub[0]:9.1f}% {cub[1]:5.1f}%")
 print("(% of the copy bandwidth: weight bytes / time over 2 x bytes copied / time; cuBLAS: the best of its runs beside each config)")
+
+
+def best_where(cfgs, has):
+    v = [x[0] for k, x in cfgs.items() if has(k)]
+    return f"{max(v):7.1f}" if v else "    n/a"
+
+
+print("\nper shape, the best config with each value of a param (% of copy, back to back):")
+print(f"{'M x N x K':>18} {'L2PF=0':>7} {'L2PF=1':>7} | {'PIPE=1':>7} {'PIPE=2':>7} | {'KSPLIT=1':>8} {'2':>7} {'4':>7}")
+for shape in sorted(res, key=lambda s: (s[1] * s[2], s[0])):
+    c = res[shape]
+    cols = [best_where(c, lambda k, t=t: t in k + "_") for t in ("_pf0_", "_pf1_", "_p1_", "_p2_")]
+    ks = [best_where(c, lambda k, t=t: k.endswith(t)) for t in ("_ks1", "_ks2", "_ks4")]
+    print(f"{'x'.join(map(str, shape)):>18} {cols[0]} {cols[1]} | {cols[2]} {cols[3]} | {ks[0]:>8} {ks[1]} {ks[2]}")
