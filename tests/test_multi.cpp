@@ -279,6 +279,209 @@ TEST_F(MultiTest, MultiSpecErrorsNameFileAndKey) {
   }
 }
 
+// ---- variants of several launches ----
+
+namespace {
+
+// y[r] = the sum of row r of x (M x K). Variant 0 is one launch, and runs
+// only where K % 8 == 0 (as a template that needs aligned rows); variant 1
+// pads x to rows of cdiv(K, 8) * 8 in scratch, then sums those (the padded
+// form); variant 2 sums each row's halves into scratch, then adds them (an
+// unfused form, with an i32 scalar computed from K); variant 3 (only in the
+// "wrong" spec) sums the padded rows as if they were K long.
+void write_rows_specs(const fs::path& d, bool with_wrong) {
+  test::write(d / "rows.cpp", R"SRC(
+void rowsum(kiln::program_id, const float* x, float* y, int64_t M, int64_t K) {
+  for (int64_t r = 0; r < M; ++r) {
+    float acc = 0;
+    for (int64_t c = 0; c < K; ++c) acc += x[r * K + c];
+    y[r] = acc;
+  }
+}
+void pad(kiln::program_id, const float* x, float* p, int64_t M, int64_t K, int64_t Kp) {
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < Kp; ++c) p[r * Kp + c] = c < K ? x[r * K + c] : 0.0f;
+}
+void halves(kiln::program_id, const float* x, float* t, int64_t M, int64_t K, int32_t half) {
+  for (int64_t r = 0; r < M; ++r) {
+    float a = 0, b = 0;
+    for (int64_t c = 0; c < half; ++c) a += x[r * K + c];
+    for (int64_t c = half; c < K; ++c) b += x[r * K + c];
+    t[2 * r] = a, t[2 * r + 1] = b;
+  }
+}
+void add2(kiln::program_id, const float* t, float* y, int64_t M) {
+  for (int64_t r = 0; r < M; ++r) y[r] = t[2 * r] + t[2 * r + 1];
+}
+)SRC");
+  auto kernel = [&](const std::string& file, const std::string& name, const std::string& args,
+                    const std::string& extra) {
+    test::write(d / file, "name = \"" + name + "\"\nbackend = \"cpu\"\nsource = \"rows.cpp\"\nentry = \"" + name +
+                              "\"\ngrid = [\"1\"]\nargs = [" + args + "]\n" + extra + "[params]\nU = [1, 2]\n");
+  };
+  const std::string xy = R"({ name = "x", type = "f32*", size = "M*K", intent = "in" },
+         { name = "y", type = "f32*", size = "M", intent = "out" }, { name = "M", type = "i64" }, { name = "K", type = "i64" })";
+  kernel("rowsum8.toml", "rowsum", xy, "constraints = [\"K % 8 == 0\"]\n");
+  kernel("rowsum.toml", "rowsum", xy, "");
+  kernel("pad.toml", "pad", R"({ name = "x", type = "f32*", size = "M*K", intent = "in" },
+         { name = "p", type = "f32*", size = "M*Kp", intent = "out" }, { name = "M", type = "i64" },
+         { name = "K", type = "i64" }, { name = "Kp", type = "i64" })", "");
+  kernel("halves.toml", "halves", R"({ name = "x", type = "f32*", size = "M*K", intent = "in" },
+         { name = "t", type = "f32*", size = "2*M", intent = "out" }, { name = "M", type = "i64" },
+         { name = "K", type = "i64" }, { name = "half", type = "i32" })", "");
+  kernel("add2.toml", "add2", R"({ name = "t", type = "f32*", size = "2*M", intent = "in" },
+         { name = "y", type = "f32*", size = "M", intent = "out" }, { name = "M", type = "i64" })", "");
+  std::string multi = R"SPEC(name = "rows"
+kind = "multi"
+args = [ { name = "x", type = "f32*", size = "M*K", intent = "in" },
+         { name = "y", type = "f32*", size = "M", intent = "out" }, { name = "M", type = "i64" }, { name = "K", type = "i64" } ]
+scratch = [ { name = "P", type = "f32*", size = "M * (cdiv(K, 8) * 8)" }, { name = "T", type = "f32*", size = "2 * M" } ]
+[tuning]
+key = ["M", "K"]
+[[variants]]
+spec = "rowsum8.toml"
+args = ["x", "y", "M", "K"]
+[[variants]]
+steps = [ { spec = "pad.toml", args = ["x", "P", "M", "K", "cdiv(K, 8) * 8"] },
+          { spec = "rowsum.toml", args = ["P", "y", "M", "cdiv(K, 8) * 8"] } ]
+[[variants]]
+steps = [ { spec = "halves.toml", args = ["x", "T", "M", "K", "K // 2"] },
+          { spec = "add2.toml", args = ["T", "y", "M"] } ]
+)SPEC";
+  if (with_wrong)
+    multi += R"SPEC([[variants]]
+steps = [ { spec = "pad.toml", args = ["x", "P", "M", "K", "cdiv(K, 8) * 8"] },
+          { spec = "rowsum.toml", args = ["P", "y", "M", "K"] } ]
+)SPEC";
+  test::write(d / "rows.toml", multi);
+}
+
+void expect_rows(MultiKernel& k, int64_t M, int64_t K) {
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M), -1.0f);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), static_cast<uint64_t>(M * 31 + K));
+  k(x.data(), y.data(), M, K);
+  for (int64_t r = 0; r < M; ++r) {
+    double want = 0;
+    for (int64_t c = 0; c < K; ++c) want += x[static_cast<size_t>(r * K + c)];
+    ASSERT_NEAR(y[static_cast<size_t>(r)], want, 1e-4 * (1 + std::abs(want))) << "M " << M << " K " << K << " row " << r;
+  }
+}
+
+}  // namespace
+
+TEST_F(MultiTest, AVariantOfSeveralLaunchesIsTimedAsAWholeAndRunsItsSteps) {
+  write_rows_specs(dir.path(), true);
+  MultiKernelSpec ms = load_multi_spec(dir.path() / "rows.toml");
+  ASSERT_EQ(ms.variants.size(), 4u);
+  EXPECT_EQ(ms.variants[1].steps.size(), 2u);
+  EXPECT_EQ(ms.variants[1].name(), "pad + rowsum");
+  opts.first_call = FirstCall::wait;  // the benchmark on the first call itself is under test
+  Runtime rt(opts);
+  MultiKernel k(rt, ms);
+  // K = 13: variant 0 cannot run; the two forms of several launches are timed,
+  // and variant 3 (the wrong one) disagrees with the first that ran (variant 1).
+  expect_rows(k, 37, 13);
+  std::vector<float> x(37 * 13), y(37);
+  float *px = x.data(), *py = y.data();
+  int64_t M = 37, K = 13;
+  void* params[] = {&px, &py, &M, &K};
+  MultiKernel::Pick p = k.pick(params);
+  EXPECT_EQ(p.source, ChoiceSource::benchmarked);
+  ASSERT_EQ(p.results.size(), 4u);
+  EXPECT_EQ(p.results[0].kind, FailKind::wrong);  // no config of rowsum8 can run K = 13
+  EXPECT_TRUE(p.results[1].ns && p.results[2].ns) << p.results[1].error << p.results[2].error;
+  EXPECT_EQ(p.results[3].kind, FailKind::wrong);
+  EXPECT_NE(p.results[3].error.find("variant 3 disagrees with variant 1 in 'y'"), std::string::npos)
+      << p.results[3].error;
+  EXPECT_TRUE(p.variant == 1 || p.variant == 2) << p.variant;
+  EXPECT_EQ(p.steps.size(), 2u);
+  EXPECT_EQ(p.config, p.steps[0]);
+  // Each step was tuned on its own: its records are the steps' own.
+  EXPECT_NE(k.running(params).what.find(" ; "), std::string::npos) << k.running(params).what;
+  // Memoised calls, other shapes (K % 8 == 0 lets variant 0 in), and odd sizes.
+  expect_rows(k, 37, 13);
+  expect_rows(k, 5, 64);
+  expect_rows(k, 1, 1);
+  expect_rows(k, 200, 1001);
+  // Each form forced computes the same (the scratch of the call path, the computed scalars).
+  for (int v : {1, 2}) {
+    Options o = opts;
+    o.force_variant = v;
+    Runtime rf(o);
+    MultiKernel kf(rf, ms);
+    expect_rows(kf, 37, 13);
+    expect_rows(kf, 64, 9);
+    expect_rows(kf, 3, 1);
+    EXPECT_EQ(kf.pick(params).source, ChoiceSource::forced);
+    EXPECT_EQ(kf.pick(params).variant, static_cast<size_t>(v));
+  }
+  // A new runtime takes the variant from the cache, and each step's config from its own record.
+  Runtime rt2(opts);
+  MultiKernel k2(rt2, ms);
+  MultiKernel::Pick p2 = k2.pick(params);
+  EXPECT_EQ(p2.source, ChoiceSource::cache);
+  EXPECT_EQ(p2.variant, p.variant);
+  EXPECT_EQ(p2.steps, p.steps);
+  expect_rows(k2, 37, 13);
+}
+
+TEST_F(MultiTest, AVariantOfSeveralLaunchesIsNeverTheSafeChoice) {
+  // Under KILN_FIRST_CALL=swap a shape that no one-launch variant can run is
+  // tuned before the call returns; one that variant 0 can run starts on it.
+  write_rows_specs(dir.path(), false);
+  opts.first_call = FirstCall::swap;
+  Runtime rt(opts);
+  MultiKernel k(rt, load_multi_spec(dir.path() / "rows.toml"));
+  expect_rows(k, 20, 11);
+  std::vector<float> x(20 * 11), y(20);
+  float *px = x.data(), *py = y.data();
+  int64_t M = 20, K = 11;
+  void* params[] = {&px, &py, &M, &K};
+  EXPECT_EQ(k.pick(params).source, ChoiceSource::benchmarked);
+  EXPECT_NE(k.pick(params).variant, 0u);
+  expect_rows(k, 20, 16);
+  M = 20, K = 16;
+  x.resize(20 * 16);
+  px = x.data();
+  MultiKernel::Pick p = k.pick(params);
+  EXPECT_TRUE(p.source == ChoiceSource::safe || p.source == ChoiceSource::tuned) << choice_source_name(p.source);
+}
+
+TEST_F(MultiTest, StepSpecErrors) {
+  write_rows_specs(dir.path(), false);
+  std::string good = *read_file(dir.path() / "rows.toml");
+  auto error_of = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    EXPECT_NE(t.find(from), std::string::npos) << from;
+    t.replace(t.find(from), from.size(), to);
+    test::write(dir.path() / "bad.toml", t);
+    try {
+      load_multi_spec(dir.path() / "bad.toml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A step reads scratch no earlier step wrote.
+  EXPECT_NE(error_of(R"({ spec = "add2.toml", args = ["T", "y", "M"] })", R"({ spec = "add2.toml", args = ["P", "y", "M"] })")
+                .find("scratch 'P' passed as 't', which the kernel reads; scratch starts undefined (no earlier step writes it)"),
+            std::string::npos);
+  // An expression where a buffer goes; a bad expression; an unknown symbol in one.
+  EXPECT_NE(error_of(R"(args = ["x", "T", "M", "K", "K // 2"])", R"(args = ["x", "K + 1", "M", "K", "K // 2"])")
+                .find("'K + 1' is neither an argument nor a scratch buffer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"("K // 2"])", R"("K // "])").find("nor an expression of the integer scalars"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"("K // 2"])", R"("Q // 2"])").find("Q"), std::string::npos);
+  // steps beside spec, and empty steps.
+  EXPECT_NE(error_of("[[variants]]\nsteps = [ { spec = \"halves.toml\"", "[[variants]]\nspec = \"x.toml\"\nsteps = [ { spec = \"halves.toml\"")
+                .find("lists them under steps alone"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"(steps = [ { spec = "halves.toml", args = ["x", "T", "M", "K", "K // 2"] },
+          { spec = "add2.toml", args = ["T", "y", "M"] } ])", "steps = []").find("steps is empty"),
+            std::string::npos);
+}
+
 // ---- size hints ----
 
 namespace {

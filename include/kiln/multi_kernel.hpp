@@ -7,9 +7,12 @@
 // called often is re-tuned in the background and switched to when ready.
 //
 // MultiKernel: several kernels (variants) that compute the same thing, perhaps
-// with different argument lists. The first call with a new shape key tunes
-// each variant, benchmarks them against each other on that call's arguments,
-// and remembers the winner (in memory and in the tuning cache).
+// with different argument lists; a variant may also be several launches run
+// in order (an unfused form, a GEMM on padded copies), with scratch buffers
+// between them. The first call with a new shape key tunes each variant (each
+// launch of a variant on its own), benchmarks them against each other on that
+// call's arguments (a variant of several launches timed as a whole), and
+// remembers the winner (in memory and in the tuning cache).
 //
 // In both, a memoised shape costs a lock-free, allocation-free table lookup,
 // a launch-shape evaluation and the launch. Both remember a bounded number
@@ -106,9 +109,10 @@ class MultiKernel final : public detail::TypedCall<MultiKernel>, public Launchab
   struct Pick {
     size_t variant = 0;
     ChoiceSource source = ChoiceSource::benchmarked;  // benchmarked, cache, forced, only variant, safe, tuned
-    Config config;       // the variant's own config
+    Config config;       // the variant's own config (its first step's, for a variant of several launches)
     // When benchmarked or from the cache: each variant's time or failure (VARIANT=i).
     std::vector<ConfigResult> results;
+    std::vector<Config> steps;  // each launch's config, in order (one for a variant of one launch)
   };
   Pick pick(void* const* params);
   const MultiKernelSpec& spec() const;

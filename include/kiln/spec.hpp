@@ -191,11 +191,24 @@ std::string c_escape(std::string_view s);
 
 // ---- multi-kernel specs (kind = "multi"; docs/spec.md) ----
 
-// A variant: a kernel spec and how the multi-kernel's arguments (and scratch
-// buffers) map onto its own, one name per variant argument (a name may repeat).
-struct VariantSpec {
+// One launch of a variant: a kernel spec and how the multi-kernel's
+// arguments (and scratch buffers) map onto its own, one entry per kernel
+// argument: a name of ours or of a scratch buffer (a name may repeat), or,
+// for an integer scalar, an expression over our integer scalars
+// ("cdiv(K, 8) * 8").
+struct VariantStep {
   KernelSpec kernel;
   std::vector<std::string> args;
+};
+
+inline constexpr size_t kMaxVariantSteps = 8;
+
+// A variant: one launch, or several run in order (a multi-launch variant,
+// such as an unfused form or a GEMM on padded copies), timed as a whole.
+struct VariantSpec {
+  std::vector<VariantStep> steps;  // at least one
+  // What names it in messages: the kernel's name, or "a + b + c".
+  std::string name() const;
 };
 
 // A buffer kiln allocates for variants that need one (per calling thread).

@@ -185,6 +185,12 @@ std::optional<int64_t> KernelSpec::constant(std::string_view n) const {
   return std::nullopt;
 }
 
+std::string VariantSpec::name() const {
+  std::string out;
+  for (const auto& st : steps) out += (out.empty() ? "" : " + ") + st.kernel.name;
+  return out;
+}
+
 std::string KernelSpec::path_text() const {
   return member.empty() ? spec_path.string() : spec_path.string() + ":" + member;
 }
@@ -915,16 +921,40 @@ class SpecReader {
     return x;
   }
 
-  // A variant: a kernel spec and, per its argument, one of ours or a scratch buffer of the same type.
+  // A variant: one launch ({spec, args}) or several in order ({steps = [{spec, args}, ...]}).
   VariantSpec read_variant(MultiKernelSpec& m, const KernelSpec& s, const toml::node& node, size_t i,
                            const std::function<KernelSpec(const fs::path&)>& load_variant) const {
     std::string where = fmt::format("variants[{}]", i);
+    const toml::table& t = table(node, where);
+    VariantSpec v;
+    if (const toml::node* st = t.get("steps")) {
+      only_keys(t, {"steps"}, " in " + where + " (a variant of several launches lists them under steps alone)");
+      const toml::array& arr = array(*st, where + ".steps");
+      if (arr.empty()) error(*st, fmt::format("{}.steps is empty", where));
+      if (arr.size() > kMaxVariantSteps)
+        error(*st, fmt::format("{}.steps has {} launches; kiln takes at most {}", where, arr.size(), kMaxVariantSteps));
+      std::vector<std::string> written;  // scratch buffers an earlier step writes
+      for (size_t k = 0; k < arr.size(); ++k)
+        v.steps.push_back(read_step(m, s, arr[k], fmt::format("{}.steps[{}]", where, k), load_variant, &written));
+    } else {
+      v.steps.push_back(read_step(m, s, node, where, load_variant, nullptr));
+    }
+    return v;
+  }
+
+  // One launch: a kernel spec and, per its argument, one of ours or a scratch
+  // buffer of the same type, or an expression of our integer scalars for an
+  // integer scalar. `written` (steps only): the scratch buffers earlier steps
+  // write, which a step may read; without it no scratch may be read.
+  VariantStep read_step(MultiKernelSpec& m, const KernelSpec& s, const toml::node& node, const std::string& where,
+                        const std::function<KernelSpec(const fs::path&)>& load_variant,
+                        std::vector<std::string>* written) const {
     const toml::table& t = table(node, where);
     only_keys(t, {"spec", "args"}, " in " + where);
     const toml::node* sp = t.get("spec");
     const toml::node* va = t.get("args");
     if (!sp || !va) error(node, fmt::format("{} needs spec and args", where));
-    VariantSpec v;
+    VariantStep v;
     v.kernel = load_variant(resolve(str(*sp, where + ".spec")));
     if (m.backend.empty()) m.backend = v.kernel.backend;
     if (v.kernel.backend != m.backend)
@@ -933,6 +963,7 @@ class SpecReader {
     if (names.size() != v.kernel.args.size())
       error(*va, fmt::format("{}: {} names for the {} arguments of kernel '{}'", where, names.size(),
                              v.kernel.args.size(), v.kernel.name));
+    std::vector<std::string> writes;
     for (size_t j = 0; j < names.size(); ++j) {
       const std::string& an = str(names[j], where + ".args");
       const ArgSpec& want = v.kernel.args[j];
@@ -940,15 +971,32 @@ class SpecReader {
       const ScratchSpec* sc = nullptr;
       for (const auto& x : m.scratch)
         if (x.name == an) sc = &x;
-      if (ai < 0 && !sc)
-        error(names[j], fmt::format("{}: '{}' is neither an argument nor a scratch buffer", where, an));
+      if (ai < 0 && !sc) {
+        if (want.pointer || dtype_is_float(want.dtype))
+          error(names[j], fmt::format("{}: '{}' is neither an argument nor a scratch buffer", where, an));
+        // An integer scalar computed from ours.
+        Expr e;
+        try {
+          e = Expr::parse(an);
+        } catch (const ExprError& err) {
+          error(names[j], fmt::format("{}: '{}' is neither an argument, a scratch buffer nor an expression of the "
+                                      "integer scalars: {}", where, an, err.what_only()));
+        }
+        check_scalars_only(s, names[j], where + ".args", e);
+        v.args.push_back(an);
+        continue;
+      }
       if (sc) {
         if (!want.pointer || want.dtype != sc->dtype)
           error(names[j], fmt::format("{}: scratch '{}' ({}*) passed as '{}' ({})", where, an, dtype_name(sc->dtype),
                                       want.name, want.type_text()));
-        if (want.intent == Intent::in)
-          error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the variant only reads; scratch starts "
-                                      "undefined", where, an, want.name));
+        const bool written_before =
+            written && std::find(written->begin(), written->end(), an) != written->end();
+        if (want.intent != Intent::out && !written_before)
+          error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the kernel reads; scratch starts "
+                                      "undefined{}", where, an, want.name,
+                                      written ? " (no earlier step writes it)" : ""));
+        if (want.intent != Intent::in) writes.push_back(an);
       } else {
         const ArgSpec& have = s.args[ai];
         if (have.pointer != want.pointer || have.dtype != want.dtype)
@@ -960,6 +1008,7 @@ class SpecReader {
       }
       v.args.push_back(an);
     }
+    if (written) written->insert(written->end(), writes.begin(), writes.end());
     return v;
   }
 

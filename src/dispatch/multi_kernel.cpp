@@ -126,12 +126,29 @@ std::atomic<uint64_t> g_next_owner{1};
 }  // namespace
 
 struct MultiKernel::Impl {
-  struct Chosen {
-    size_t variant = 0;
+  // One launch of a chosen variant: its step's config, loaded, and its launch shape.
+  struct Run {
     Config config;
-    ChoiceSource source = ChoiceSource::benchmarked;
     std::shared_ptr<LoadedKernel> kernel;
     LaunchPlan plan;
+  };
+  struct Chosen {
+    size_t variant = 0;
+    ChoiceSource source = ChoiceSource::benchmarked;
+    std::vector<Run> runs;  // one per step of the variant
+    std::string text;       // the configs: "BM=64 BN=128", or "a ; b ; c" for several steps
+  };
+
+  // Where a step's argument comes from on a call.
+  struct ArgFrom {
+    enum Kind : uint8_t { ours, scratch, computed } kind = ours;
+    int index = 0;     // our argument, the scratch buffer, or the step's computed scalar
+    bool i32 = false;  // computed: the kernel takes an i32
+  };
+  struct StepMap {
+    std::vector<ArgFrom> from;
+    std::vector<CompiledExpr> exprs;  // the computed scalars, over our integer scalars
+    CallShape shape;                  // the step kernel's integer scalars
   };
 
   static std::vector<std::string> int_scalars(const std::vector<ArgSpec>& args) {
@@ -144,29 +161,48 @@ struct MultiKernel::Impl {
   Impl(Runtime& r, MultiKernelSpec s, TuneOptions t)
       : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, int_scalars(spec.args)),
         memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
-    for (const auto& v : spec.variants) {
-      r.backend(spec.backend).check_libraries(v.kernel);
-      std::vector<int> map;
-      for (const auto& name : v.args) {
-        int idx = -1;
-        for (size_t i = 0; i < spec.args.size(); ++i)
-          if (spec.args[i].name == name) idx = static_cast<int>(i);
-        if (idx < 0)
-          for (size_t k = 0; k < spec.scratch.size(); ++k)
-            if (spec.scratch[k].name == name) idx = -static_cast<int>(k) - 1;
-        map.push_back(idx);
-      }
-      maps.push_back(std::move(map));
-      vshapes.emplace_back(v.kernel.name, v.kernel.args, std::vector<std::string>{});
-    }
     if (spec.scratch.size() > 8)
       fail(Errc::usage, "multi-kernel '{}' has {} scratch buffers; kiln takes at most 8", spec.name, spec.scratch.size());
-    for (const auto& sc : spec.scratch) {
-      KernelSpec host;
-      host.name = spec.name;
-      host.args = spec.args;
-      scratch_sizes.push_back(compile_expr(host, sc.size, nullptr));
+    KernelSpec host;  // our arguments, for expressions over our integer scalars
+    host.name = spec.name;
+    host.args = spec.args;
+    for (const auto& v : spec.variants) {
+      if (v.steps.empty() || v.steps.size() > kMaxVariantSteps)
+        fail(Errc::usage, "multi-kernel '{}': a variant has {} steps (1 to {})", spec.name, v.steps.size(),
+             kMaxVariantSteps);
+      std::vector<StepMap> vmaps;
+      std::vector<size_t> used;
+      for (const auto& st : v.steps) {
+        r.backend(spec.backend).check_libraries(st.kernel);
+        StepMap sm{{}, {}, CallShape(st.kernel.name, st.kernel.args, {})};
+        for (size_t j = 0; j < st.args.size(); ++j) {
+          const std::string& name = st.args[j];
+          ArgFrom f;
+          int idx = -1;
+          for (size_t i = 0; i < spec.args.size(); ++i)
+            if (spec.args[i].name == name) idx = static_cast<int>(i);
+          if (idx >= 0) {
+            f = {ArgFrom::ours, idx, false};
+          } else {
+            for (size_t k = 0; k < spec.scratch.size(); ++k)
+              if (spec.scratch[k].name == name) idx = static_cast<int>(k);
+            if (idx >= 0) {
+              f = {ArgFrom::scratch, idx, false};
+              if (std::find(used.begin(), used.end(), static_cast<size_t>(idx)) == used.end())
+                used.push_back(static_cast<size_t>(idx));
+            } else {
+              sm.exprs.push_back(compile_expr(host, Expr::parse(name), nullptr));
+              f = {ArgFrom::computed, static_cast<int>(sm.exprs.size() - 1), st.kernel.args[j].dtype == DType::i32};
+            }
+          }
+          sm.from.push_back(f);
+        }
+        vmaps.push_back(std::move(sm));
+      }
+      steps.push_back(std::move(vmaps));
+      scratch_used.push_back(std::move(used));
     }
+    for (const auto& sc : spec.scratch) scratch_sizes.push_back(compile_expr(host, sc.size, nullptr));
     if (auto f = r.options().force_variant) {
       if (*f < 0 || static_cast<size_t>(*f) >= spec.variants.size())
         fail(Errc::usage, "KILN_FORCE_VARIANT={} but multi-kernel '{}' has {} variants (0 to {})", *f, spec.name,
@@ -184,9 +220,13 @@ struct MultiKernel::Impl {
     Param p{"VARIANT", {}};
     for (size_t i = 0; i < spec.variants.size(); ++i) {
       p.values.push_back(static_cast<int64_t>(i));
-      const auto& v = spec.variants[i];
-      std::string id = v.kernel.name + ":" + kernel_source_hash(v.kernel).hex() + ":" + spec_semantics_hash(v.kernel);
-      for (const auto& a : v.args) id += "," + a;
+      std::string id;
+      for (size_t k = 0; k < spec.variants[i].steps.size(); ++k) {
+        const VariantStep& st = spec.variants[i].steps[k];
+        id += (k ? ";" : "") + st.kernel.name + ":" + kernel_source_hash(st.kernel).hex() + ":" +
+              spec_semantics_hash(st.kernel);
+        for (const auto& a : st.args) id += "," + a;
+      }
       as_kernel.source_text += id + "\n";
       variant_ids.push_back(hash_bytes(id).hex());
     }
@@ -198,8 +238,8 @@ struct MultiKernel::Impl {
   TuneOptions tune;
   CallShape shape;
   ShapeMemo<const Chosen*> memo;
-  std::vector<std::vector<int>> maps;  // per variant, per its argument: ours (>= 0) or scratch -(k + 1)
-  std::vector<CallShape> vshapes;
+  std::vector<std::vector<StepMap>> steps;     // per variant, per step
+  std::vector<std::vector<size_t>> scratch_used;  // per variant: the scratch buffers its steps use
   std::vector<CompiledExpr> scratch_sizes;
   std::optional<size_t> forced;
   const uint64_t id = g_next_owner.fetch_add(1);  // names this multi-kernel's per-thread scratch slots
@@ -208,12 +248,14 @@ struct MultiKernel::Impl {
   KernelSpec as_kernel;
   std::vector<std::string> variant_ids;  // what a variant's result is kept by in the record
   std::mutex m;                          // guards chosen
-  std::vector<std::unique_ptr<Chosen>> chosen;  // one per (variant, config, source)
+  std::vector<std::unique_ptr<Chosen>> chosen;  // one per (variant, configs, source)
   std::weak_ptr<Impl> self;                     // what a background tuning holds
   Swaps<Chosen> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
 
-  // The scratch buffers of one call, on the device, for deciding (the call
-  // path uses per-thread scratch); freed with it.
+  bool several(size_t v) const { return spec.variants[v].steps.size() > 1; }
+
+  // The scratch buffers of one call, on the device, for deciding and timing
+  // (the call path uses per-thread scratch); freed with it.
   struct Scratch {
     Scratch(const Impl& m, void* const* params) : dev(m.rt.backend(m.spec.backend).device()) {
       int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
@@ -238,17 +280,61 @@ struct MultiKernel::Impl {
     std::vector<void*> ptrs;
   };
 
-  // Variant v's params array for a call with our `params`, its scratch in `scratch`.
-  std::vector<void*> variant_params(size_t v, void* const* params, Scratch& scratch) const {
-    std::vector<void*> out(maps[v].size());
-    map_params(v, params, scratch.ptrs.data(), out.data());
-    return out;
+  // Step k of variant v's params from ours (`slots`: our integer scalars);
+  // scratch from `scratch_ptrs`, computed scalars into `values`. Allocates nothing.
+  void map_params(size_t v, size_t k, void* const* params, const int64_t* slots, void** scratch_ptrs,
+                  int64_t* values, void** out) const {
+    const StepMap& sm = steps[v][k];
+    for (size_t j = 0; j < sm.from.size(); ++j) {
+      const ArgFrom& f = sm.from[j];
+      switch (f.kind) {
+        case ArgFrom::ours: out[j] = params[f.index]; break;
+        case ArgFrom::scratch: out[j] = &scratch_ptrs[f.index]; break;
+        case ArgFrom::computed: {
+          const int64_t x = sm.exprs[static_cast<size_t>(f.index)].eval(slots);
+          if (f.i32) {
+            const auto x32 = static_cast<int32_t>(x);
+            std::memcpy(&values[j], &x32, sizeof x32);
+          } else {
+            values[j] = x;
+          }
+          out[j] = &values[j];
+          break;
+        }
+      }
+    }
   }
 
-  // The variant's params array from ours; scratch from `scratch_ptrs`.
-  void map_params(size_t v, void* const* params, void** scratch_ptrs, void** out) const {
-    const auto& map = maps[v];
-    for (size_t j = 0; j < map.size(); ++j) out[j] = map[j] >= 0 ? params[map[j]] : &scratch_ptrs[-map[j] - 1];
+  // A step's params for deciding and timing: the array and the values it points to.
+  struct StepParams {
+    std::vector<void*> ptrs;
+    std::vector<int64_t> values;
+    StepParams() = default;
+    StepParams(const StepParams&) = delete;
+    StepParams& operator=(const StepParams&) = delete;
+    void* const* data() const { return ptrs.data(); }
+  };
+  void step_params(size_t v, size_t k, void* const* params, Scratch& scratch, StepParams& out) const {
+    int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+    shape.read(params, slots, unused);
+    out.ptrs.assign(steps[v][k].from.size(), nullptr);
+    out.values.assign(steps[v][k].from.size(), 0);
+    map_params(v, k, params, slots, scratch.ptrs.data(), out.values.data(), out.ptrs.data());
+  }
+
+  // Launches each step of a chosen variant (the call path and the timing of a
+  // multi-launch variant). Allocates nothing.
+  void run_chosen(const Chosen& c, void* const* params, const int64_t* slots, void** scratch_ptrs,
+                  Stream stream) const {
+    for (size_t k = 0; k < c.runs.size(); ++k) {
+      void* vp[CallShape::kMaxArgs];
+      int64_t values[CallShape::kMaxArgs];
+      map_params(c.variant, k, params, slots, scratch_ptrs, values, vp);
+      int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+      steps[c.variant][k].shape.read(vp, vslots, unused);
+      const Run& r = c.runs[k];
+      r.kernel->launch(vp, r.plan.eval(vslots), stream);
+    }
   }
 
   // The choice for the call's shape (decided on first sight); fills slots.
@@ -260,19 +346,73 @@ struct MultiKernel::Impl {
     return decide(params, key, stream);
   }
 
-  const Chosen* chosen_for(size_t variant, const Config& config, ChoiceSource source) {
+  Run make_run(size_t variant, size_t k, const Config& config) {
+    const KernelSpec& ks = spec.variants[variant].steps[k].kernel;
+    Run r;
+    r.config = config;
+    r.kernel = rt.load(*rt.compile_pool(spec.backend).submit(ks, config).get());
+    if (config.library.empty()) r.plan = LaunchPlan(ks, config, rt.backend(spec.backend).limits());
+    return r;
+  }
+
+  const Chosen* chosen_for(size_t variant, const std::vector<Config>& configs, ChoiceSource source) {
     std::lock_guard<std::mutex> g(m);
-    for (const auto& c : chosen)
-      if (c->variant == variant && c->config == config && c->source == source) return c.get();
-    const VariantSpec& v = spec.variants[variant];
+    for (const auto& c : chosen) {
+      if (c->variant != variant || c->source != source || c->runs.size() != configs.size()) continue;
+      bool same = true;
+      for (size_t k = 0; k < configs.size(); ++k) same = same && c->runs[k].config == configs[k];
+      if (same) return c.get();
+    }
     auto c = std::make_unique<Chosen>();
     c->variant = variant;
-    c->config = config;
     c->source = source;
-    c->kernel = rt.load(*rt.compile_pool(spec.backend).submit(v.kernel, config).get());
-    if (config.library.empty()) c->plan = LaunchPlan(v.kernel, config, rt.backend(spec.backend).limits());
+    for (size_t k = 0; k < configs.size(); ++k) {
+      c->runs.push_back(make_run(variant, k, configs[k]));
+      c->text += (k ? " ; " : "") + configs[k].str();
+    }
     chosen.push_back(std::move(c));
     return chosen.back().get();
+  }
+
+  // Tunes each step of variant v for this call, in order (each from its own
+  // record where there is one): a step that writes only scratch runs its
+  // choice before the next is tuned, so that one is tuned on real data.
+  // Returns each step's choice, and fills `runs` (when given) with them
+  // loaded. Throws Error(Errc::tune) when a step has no config that runs.
+  std::vector<Config> tune_steps(size_t v, void* const* params, Scratch& scratch, Stream stream,
+                                 const std::atomic<bool>* cancel, std::vector<Run>* runs) {
+    const VariantSpec& var = spec.variants[v];
+    std::vector<Config> out;
+    for (size_t k = 0; k < var.steps.size(); ++k) {
+      const VariantStep& st = var.steps[k];
+      StepParams sp;
+      step_params(v, k, params, scratch, sp);
+      TuneOptions to = tune;
+      to.stream = stream;
+      to.cancel = cancel;
+      TuneOutcome o = rt.tune(st.kernel, sp.data(), to);
+      if (!o.choice)
+        fail(Errc::tune, "{}{}: {}", several(v) ? fmt::format("step {} ('{}')", k, st.kernel.name) : "",
+             several(v) ? "" : st.kernel.name, o.record.all_failed_message());
+      out.push_back(*o.choice);
+      if (!several(v)) break;
+      bool scratch_only = true;
+      for (size_t j = 0; j < st.args.size(); ++j)
+        if (st.kernel.args[j].pointer && st.kernel.args[j].intent != Intent::in &&
+            steps[v][k].from[j].kind != ArgFrom::scratch)
+          scratch_only = false;
+      if (runs || (scratch_only && k + 1 < var.steps.size())) {
+        Run r = make_run(v, k, *o.choice);
+        if (scratch_only && k + 1 < var.steps.size()) {
+          int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+          steps[v][k].shape.read(sp.data(), vslots, unused);
+          r.kernel->launch(sp.data(), r.plan.eval(vslots), stream);
+          scratch.dev.sync(stream);
+        }
+        if (runs) runs->push_back(std::move(r));
+      }
+    }
+    return out;
   }
 
   const Chosen* decide(void* const* params, const int64_t* key, Stream stream) {
@@ -280,7 +420,6 @@ struct MultiKernel::Impl {
     const Chosen* found;
     if (memo.find(key, &found)) return found;
     Scratch scratch(*this, params);
-    auto vparams = [&](size_t v) { return variant_params(v, params, scratch); };
     TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend), params);
 
     size_t variant = 0;
@@ -298,7 +437,7 @@ struct MultiKernel::Impl {
       rt.tuning_cache()->note_used(*rec);
     } else {
       if (mode != FirstCall::wait) {
-        if (const Chosen* c = first_call(params, key, stream, tkey, mode, vparams)) {
+        if (const Chosen* c = first_call(params, key, stream, tkey, mode, scratch)) {
           memo.insert(key, c);
           return c;
         }
@@ -306,32 +445,35 @@ struct MultiKernel::Impl {
           fail(Errc::tune, "multi-kernel '{}' at {}: KILN_FIRST_CALL=serve, and no variant can run this call "
                "without tuning", spec.name, tkey.values_text());
       }
-      TuningRecord fresh = benchmark(tkey, vparams, stream);
+      TuningRecord fresh = benchmark(tkey, params, scratch, stream);
       variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
       source = ChoiceSource::benchmarked;
     }
     const VariantSpec& v = spec.variants[variant];
-    std::vector<void*> vp = vparams(variant);
-    TuneOptions to = tune;
-    to.stream = stream;
-    TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
-    if (!o.choice)
-      fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant, v.kernel.name,
-           o.record.all_failed_message());
-    const Chosen* c = chosen_for(variant, *o.choice, source);
-    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant,
-              v.kernel.name, c->config.str(), choice_source_name(source));
+    std::vector<Config> configs;
+    try {
+      configs = tune_steps(variant, params, scratch, stream, nullptr, nullptr);
+    } catch (const Error& e) {
+      if (e.code() != Errc::tune) throw;
+      fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant, v.name(), e.what());
+    }
+    const Chosen* c = chosen_for(variant, configs, source);
+    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant, v.name(),
+              c->text, choice_source_name(source));
     memo.insert(key, c);
     return c;
   }
 
   // The first variant with a choice that can run the call now: its record's,
-  // else its first safe choice. nullptr when none can.
-  template <class VParams>
-  const Chosen* safe_variant(Stream stream, VParams&& vparams, std::string* how, std::string* failures) {
+  // else its first safe choice. nullptr when none can. A variant of several
+  // launches is never the one: each of its steps would need tuning first.
+  const Chosen* safe_variant(void* const* params, Stream stream, Scratch& scratch, std::string* how,
+                             std::string* failures) {
     for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
-      const VariantSpec& v = spec.variants[vi];
-      std::vector<void*> vp = vparams(vi);
+      if (several(vi)) continue;
+      const VariantStep& v = spec.variants[vi].steps[0];
+      StepParams vp;
+      step_params(vi, 0, params, scratch, vp);
       const CallView call(v.kernel, rt.backend(spec.backend), vp.data());
       TuneOptions to = tune;
       to.stream = stream;
@@ -339,16 +481,19 @@ struct MultiKernel::Impl {
       TuneOutcome o = rt.tune(call, to);
       if (o.choice) {
         *how = "the variant's own record";
-        return chosen_for(vi, *o.choice, ChoiceSource::safe);
+        return chosen_for(vi, {*o.choice}, ChoiceSource::safe);
       }
       if (o.from_cache) continue;  // its record says nothing of it runs
       std::string f;
       std::optional<SafeChoice> s = first_safe_choice(
           rt, call, stream, tune.libraries,
-          [&](const Config& cfg) -> const LoadedKernel& { return *chosen_for(vi, cfg, ChoiceSource::safe)->kernel; }, &f);
+          [&](const Config& cfg) -> const LoadedKernel& {
+            return *chosen_for(vi, {cfg}, ChoiceSource::safe)->runs[0].kernel;
+          },
+          &f);
       if (s) {
         *how = s->how;
-        return chosen_for(vi, s->config, ChoiceSource::safe);
+        return chosen_for(vi, {s->config}, ChoiceSource::safe);
       }
       *failures += fmt::format("\n variant {} ('{}'):{}", vi, v.kernel.name, f);
     }
@@ -360,49 +505,66 @@ struct MultiKernel::Impl {
   // variants are tuned and benchmarked behind it on a copy of the call's
   // arguments, and the winner replaces it (Swaps). nullptr when no variant
   // can run the call untuned. Holds memo.mutex().
-  template <class VParams>
   const Chosen* first_call(void* const* params, const int64_t* key, Stream stream, const TuningKey& tkey,
-                           FirstCall mode, VParams&& vparams) {
+                           FirstCall mode, Scratch& scratch) {
     std::vector<int64_t> shape_key(key, key + shape.key_size());
     if (const Chosen* running = swaps.running(shape_key)) return running;
     std::string failures, how;
-    const Chosen* c = safe_variant(stream, vparams, &how, &failures);
+    const Chosen* c = safe_variant(params, stream, scratch, &how, &failures);
     if (!c) {
       log::info("multi-kernel '{}': no variant can run this call untuned; it is tuned before it returns:{}",
                 spec.name, failures);
       return nullptr;
     }
     if (mode == FirstCall::serve) {
-      rt.note_miss(as_kernel, tkey, fmt::format("variant {}, {}", c->variant, c->config.str()), how);
+      rt.note_miss(as_kernel, tkey, fmt::format("variant {}, {}", c->variant, c->text), how);
       return c;
     }
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}: {}) runs while the variants are tuned in the background",
-              spec.name, tkey.values_text(), c->variant, spec.variants[c->variant].kernel.name, c->config.str(), how);
+              spec.name, tkey.values_text(), c->variant, spec.variants[c->variant].name(), c->text, how);
     auto copy = std::make_shared<CallCopy>(as_kernel, params, rt.backend(spec.backend).device(), stream);
     swaps.start(rt, memo, self.lock(), shape_key, c, fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
                 [this, copy, tkey](const std::atomic<bool>& stop) -> const Chosen* {
                   Scratch scratch(*this, copy->params());
-                  auto vp_of = [&](size_t v) { return variant_params(v, copy->params(), scratch); };
-                  TuningRecord rec = benchmark(tkey, vp_of, nullptr, &stop);
+                  TuningRecord rec = benchmark(tkey, copy->params(), scratch, nullptr, &stop);
                   const size_t variant = static_cast<size_t>(*rec.best->get("VARIANT"));
-                  std::vector<void*> vp = vp_of(variant);
-                  TuneOptions to = tune;
-                  to.cancel = &stop;
-                  TuneOutcome o = rt.tune(spec.variants[variant].kernel, vp.data(), to);
-                  if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-                  const Chosen* won = chosen_for(variant, *o.choice, ChoiceSource::tuned);
+                  std::vector<Config> configs = tune_steps(variant, copy->params(), scratch, nullptr, &stop, nullptr);
+                  const Chosen* won = chosen_for(variant, configs, ChoiceSource::tuned);
                   log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", spec.name,
-                            tkey.values_text(), variant, won->config.str());
+                            tkey.values_text(), variant, won->text);
                   return won;
                 });
     return c;
   }
 
+  // A variant of several launches as one kernel, for timing it as a whole:
+  // params are ours; its scratch is its own.
+  class Sequence final : public LoadedKernel {
+   public:
+    Sequence(const Impl& m, size_t variant, std::vector<Run> runs, void* const* params)
+        : LoadedKernel("sequence:" + m.variant_ids[variant], KernelMeta{}), m_(m), scratch_(m, params) {
+      chosen_.variant = variant;
+      chosen_.runs = std::move(runs);
+    }
+    void launch(void* const* params, const LaunchDims&, Stream stream) override {
+      int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+      m_.shape.read(params, slots, unused);
+      m_.run_chosen(chosen_, params, slots, scratch_.ptrs.data(), stream);
+    }
+
+   private:
+    const Impl& m_;
+    Scratch scratch_;
+    Chosen chosen_;
+  };
+
   // Tunes each variant, then times the variants' best configs against each
   // other in interleaved rounds on this call's arguments, checking that they
-  // agree. Stores and returns the record (throws when every variant failed).
-  template <class VParams>
-  TuningRecord benchmark(const TuningKey& tkey, VParams&& vparams, Stream stream,
+  // agree. A variant of several launches is timed as a whole, in this process
+  // (each of its steps' configs was checked when its step was tuned, in a
+  // worker unless tuning runs in process). Stores and returns the record
+  // (throws when every variant failed).
+  TuningRecord benchmark(const TuningKey& tkey, void* const* params, Scratch& scratch, Stream stream,
                          const std::atomic<bool>* cancel = nullptr) {
     const size_t n = spec.variants.size();
     TuningRecord rec;
@@ -415,23 +577,27 @@ struct MultiKernel::Impl {
     std::vector<std::shared_ptr<const Binary>> bins(n);
     std::vector<std::shared_ptr<LoadedKernel>> loaded(n);
     std::vector<std::unique_ptr<BenchInputs>> inputs(n);
-    std::vector<Config> best(n);
+    std::vector<std::unique_ptr<StepParams>> vps(n);
+    std::vector<std::vector<Config>> best(n);
     for (size_t i = 0; i < n; ++i) {
       rec.configs[i].config = as_kernel.space.at(i);
       rec.configs[i].binary = variant_ids[i];
-      const VariantSpec& v = spec.variants[i];
-      std::vector<void*> vp = vparams(i);
       try {
-        TuneOptions to = tune;
-        to.stream = stream;
-        to.cancel = cancel;
-        TuneOutcome o = rt.tune(v.kernel, vp.data(), to);
-        if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-        best[i] = *o.choice;
-        bins[i] = rt.compile_pool(spec.backend).submit(v.kernel, best[i]).get();
-        if (rt.options().tune_in_process) loaded[i] = rt.load(*bins[i]);
-        inputs[i] = std::make_unique<BenchInputs>(v.kernel, vp.data(), backend.device(), rt.options().tune_in_process,
-                                                  stream);
+        if (several(i)) {
+          std::vector<Run> runs;
+          best[i] = tune_steps(i, params, scratch, stream, cancel, &runs);
+          loaded[i] = std::make_shared<Sequence>(*this, i, std::move(runs), params);
+          inputs[i] = std::make_unique<BenchInputs>(as_kernel, params, backend.device(), true, stream);
+        } else {
+          const KernelSpec& ks = spec.variants[i].steps[0].kernel;
+          best[i] = tune_steps(i, params, scratch, stream, cancel, nullptr);
+          bins[i] = rt.compile_pool(spec.backend).submit(ks, best[i][0]).get();
+          if (rt.options().tune_in_process) loaded[i] = rt.load(*bins[i]);
+          vps[i] = std::make_unique<StepParams>();
+          step_params(i, 0, params, scratch, *vps[i]);
+          inputs[i] = std::make_unique<BenchInputs>(ks, vps[i]->data(), backend.device(),
+                                                    rt.options().tune_in_process, stream);
+        }
       } catch (const Error& e) {
         if (e.code() != Errc::tune && e.code() != Errc::launch) throw;
         rec.configs[i].error = e.what();
@@ -439,6 +605,7 @@ struct MultiKernel::Impl {
       }
     }
     Benchmarker& bench = rt.benchmarker(spec.backend);
+    std::unique_ptr<BenchExecutor> here;  // times the variants of several launches
     std::vector<std::vector<double>> samples(n);
     std::optional<size_t> ref;
     for (int round = 0; round < 3; ++round) {
@@ -448,15 +615,23 @@ struct MultiKernel::Impl {
         BenchSettings st = bench.settings();
         st.check = round == 0;
         st.budget_ms /= 2;
-        std::vector<int64_t> vslots(v.kernel.args.size(), 0);
-        std::vector<void*> vp = vparams(i);
-        read_int_slots(v.kernel, vp.data(), vslots.data());
-        std::string what = fmt::format("multi-kernel '{}' variant {} ('{}', config {})", spec.name, i,
-                                       v.kernel.name, best[i].str());
+        std::string text;
+        for (size_t k = 0; k < best[i].size(); ++k) text += (k ? " ; " : "") + best[i][k].str();
+        std::string what = fmt::format("multi-kernel '{}' variant {} ('{}', config {})", spec.name, i, v.name(), text);
         try {
-          LaunchDims dims = best[i].library.empty() ? LaunchPlan(v.kernel, best[i], backend.limits()).eval(vslots.data())
-                                                    : LaunchDims{};
-          BenchResult r = bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
+          BenchResult r;
+          if (several(i)) {
+            if (!here) here = std::make_unique<BenchExecutor>(backend.device());
+            r = here->run(*loaded[i], inputs[i]->plan(LaunchDims{}, st), inputs[i]->arena().data(), stream);
+          } else {
+            const KernelSpec& ks = v.steps[0].kernel;
+            std::vector<int64_t> vslots(ks.args.size(), 0);
+            read_int_slots(ks, vps[i]->data(), vslots.data());
+            LaunchDims dims = best[i][0].library.empty()
+                                  ? LaunchPlan(ks, best[i][0], backend.limits()).eval(vslots.data())
+                                  : LaunchDims{};
+            r = bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
+          }
           samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
         } catch (const WorkerError& e) {
           if (!e.fault().of_request) throw;
@@ -513,9 +688,12 @@ struct MultiKernel::Impl {
   std::optional<std::string> disagree(size_t a, size_t b, const BenchInputs& ra, const BenchInputs& rb) const {
     for (size_t m = 0; m < spec.args.size(); ++m) {
       if (!spec.args[m].pointer || spec.args[m].intent == Intent::in) continue;
+      // A variant of several launches was timed on our arguments; one launch on its kernel's.
       auto written = [&](size_t v, const BenchInputs& in) -> std::span<const std::byte> {
-        for (size_t j = 0; j < maps[v].size(); ++j)
-          if (maps[v][j] == static_cast<int>(m)) {
+        if (several(v)) return in.result(m);
+        const StepMap& sm = steps[v][0];
+        for (size_t j = 0; j < sm.from.size(); ++j)
+          if (sm.from[j].kind == ArgFrom::ours && sm.from[j].index == static_cast<int>(m)) {
             auto r = in.result(j);
             if (!r.empty()) return r;
           }
@@ -537,9 +715,10 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
     CompilePool& pool = rt.compile_pool(impl_->spec.backend);
     const LaunchLimits limits = rt.backend(impl_->spec.backend).limits();
     for (const auto& v : impl_->spec.variants)
-      if (v.kernel.space.size() <= 1024)
-        for (const auto& c : v.kernel.space.all())
-          if (statically_pruned(v.kernel, c, limits).empty()) pool.submit(make_compile_request(v.kernel, c));
+      for (const auto& st : v.steps)
+        if (st.kernel.space.size() <= 1024)
+          for (const auto& c : st.kernel.space.all())
+            if (statically_pruned(st.kernel, c, limits).empty()) pool.submit(make_compile_request(st.kernel, c));
   }
 }
 MultiKernel::~MultiKernel() = default;
@@ -549,34 +728,25 @@ void MultiKernel::launch(void* const* params, Stream stream) {
   int64_t slots[CallShape::kMaxArgs];
   const Impl::Chosen* c = m.find(params, slots, stream);
   void* scratch[8];
-  const auto& map = m.maps[c->variant];
-  void* vp[CallShape::kMaxArgs];
-  for (size_t j = 0; j < map.size(); ++j) {
-    if (map[j] >= 0) {
-      vp[j] = params[map[j]];
-    } else {
-      size_t k = static_cast<size_t>(-map[j] - 1);
-      int64_t n = m.scratch_sizes[k].eval(slots);
-      scratch[k] = t_scratch.get(m.id, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
-                                 m.scratch_pool);
-      vp[j] = &scratch[k];
-    }
+  for (size_t k : m.scratch_used[c->variant]) {
+    const int64_t n = m.scratch_sizes[k].eval(slots);
+    scratch[k] = t_scratch.get(m.id, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype),
+                               m.scratch_pool);
   }
-  int64_t vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
-  m.vshapes[c->variant].read(vp, vslots, unused);
-  c->kernel->launch(vp, c->plan.eval(vslots), stream);
+  m.run_chosen(*c, params, slots, scratch, stream);
 }
 
 Launchable::Running MultiKernel::running(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   const Impl::Chosen* c = impl_->find(params, slots, nullptr);
-  return {fmt::format("variant {}: {}", c->variant, c->config.str()), c->source};
+  return {fmt::format("variant {}: {}", c->variant, c->text), c->source};
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   const Impl::Chosen* c = impl_->find(params, slots, nullptr);
-  Pick p{c->variant, c->source, c->config, {}};
+  Pick p{c->variant, c->source, c->runs[0].config, {}, {}};
+  for (const auto& r : c->runs) p.steps.push_back(r.config);
   if (auto cache = impl_->rt.tuning_cache())
     if (auto rec = cache->get(make_tuning_key(impl_->as_kernel, impl_->rt.backend(impl_->spec.backend), params)))
       p.results = rec->configs;

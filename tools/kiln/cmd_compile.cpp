@@ -193,10 +193,15 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
     bool first = true;
     for (const auto& k : p.kernels) {
       std::vector<const KernelSpec*> specs;
-      if (k.kind == ProgramKernel::Kind::multi)
-        for (const auto& v : k.multi.variants) specs.push_back(&v.kernel);
-      else
+      if (k.kind == ProgramKernel::Kind::multi) {
+        for (const auto& v : k.multi.variants)
+          for (const auto& st : v.steps)
+            if (std::none_of(specs.begin(), specs.end(),
+                             [&](const KernelSpec* x) { return x->path_text() == st.kernel.path_text(); }))
+              specs.push_back(&st.kernel);
+      } else {
         specs.push_back(&k.kernel);
+      }
       for (const KernelSpec* s : specs) {
         if (!json) std::fprintf(out(), "%skernel %s: %s\n", first ? "" : "\n", k.name.c_str(), s->path_text().c_str());
         first = false;
@@ -214,9 +219,25 @@ void run_compile(Globals& g, const std::string& spec_path, bool json, bool expla
   // A multi-kernel: every variant's config space.
   MultiKernelSpec m = load_multi_spec(spec_path);
   nlohmann::json variants = nlohmann::json::array();
+  std::vector<std::string> done;  // a spec two variants launch is compiled once
   for (size_t i = 0; i < m.variants.size(); ++i) {
-    if (!json) std::fprintf(out(), "%svariant %zu: %s\n", i ? "\n" : "", i, m.variants[i].kernel.path_text().c_str());
-    variants.push_back(compile_spec(g, rt, m.variants[i].kernel, json, explain));
+    const auto& steps = m.variants[i].steps;
+    nlohmann::json per_step = nlohmann::json::array();
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const KernelSpec& ks = steps[k].kernel;
+      std::string label = steps.size() > 1 ? fmt::format("variant {}, step {}", i, k) : fmt::format("variant {}", i);
+      const bool again = std::find(done.begin(), done.end(), ks.path_text()) != done.end();
+      if (!json)
+        std::fprintf(out(), "%s%s: %s%s\n", i || k ? "\n" : "", label.c_str(), ks.path_text().c_str(),
+                     again ? " (compiled above)" : "");
+      if (again) {
+        per_step.push_back({{"spec", ks.path_text()}, {"compiled_above", true}});
+        continue;
+      }
+      done.push_back(ks.path_text());
+      per_step.push_back(compile_spec(g, rt, ks, json, explain));
+    }
+    variants.push_back(steps.size() > 1 ? nlohmann::json({{"steps", per_step}}) : per_step[0]);
   }
   if (json) std::fprintf(out(), "%s\n", dump_json(nlohmann::json({{"multi_kernel", m.name}, {"variants", variants}}), 2).c_str());
 }

@@ -343,13 +343,13 @@ void run_demo(Globals& g, const std::string& backend, const std::string& sizes_t
   MultiKernel::Pick p = softmax.pick(sa.params());
   std::fprintf(out(), "multi-kernel softmax at M = %lld, N = %lld: variant %zu (%s, %s), %s",
                static_cast<long long>(M), static_cast<long long>(N), p.variant,
-               softmax.spec().variants[p.variant].kernel.name.c_str(), p.config.str().c_str(), choice_source_name(p.source));
+               softmax.spec().variants[p.variant].name().c_str(), p.config.str().c_str(), choice_source_name(p.source));
   if (!p.results.empty()) {
     std::fprintf(out(), ":");
     for (size_t i = 0; i < p.results.size(); ++i)
       std::fprintf(out(), "  %zu: %s", i, p.results[i].ns ? seconds_text(*p.results[i].ns * 1e-9).c_str() : "failed");
   }
-  js["softmax"] = {{"variant", p.variant}, {"kernel", softmax.spec().variants[p.variant].kernel.name},
+  js["softmax"] = {{"variant", p.variant}, {"kernel", softmax.spec().variants[p.variant].name()},
                    {"source", choice_source_name(p.source)}};
   double total = since(t_all);
   std::fprintf(out(), "\n\ndemo done in %s\n", seconds_text(total).c_str());

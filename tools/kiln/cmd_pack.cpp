@@ -97,7 +97,8 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   std::map<std::string, KernelSpec> specs;
   for (const auto& k : ps.kernels) {
     if (k.kind == ProgramKernel::Kind::multi)
-      for (const auto& v : k.multi.variants) specs.emplace(v.kernel.name, v.kernel);
+      for (const auto& v : k.multi.variants)
+        for (const auto& st : v.steps) specs.emplace(st.kernel.name, st.kernel);
     else
       specs.emplace(k.kernel.name, k.kernel);
   }
