@@ -241,3 +241,29 @@ TEST_F(CliTest, TheDemoComparesHintsOracleTemplatesAndTheLibrary) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--sizes: 'x' is not a size"), std::string::npos) << bad.err;
 }
+
+// kiln tune of a multi-kernel spec: each variant's time and the choice, then
+// the same from the records; a missing scalar and --plot are refused.
+TEST_F(CliTest, TuneOfAMultiKernelTimesItsVariants) {
+  const std::string spec = test::kernels() + "/cpu/softmax_multi.toml";
+  Out r = kiln("tune " + spec + " --set M=8 --set N=300");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("multi-kernel softmax_multi at M=8 N=300"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0: softmax_rowwise"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1: softmax_twopass"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chose variant "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; benchmarked in"), std::string::npos) << r.out;
+  Out j = kiln("tune --json " + spec + " --set M=8 --set N=300");
+  ASSERT_EQ(j.code, 0) << j.err;
+  nlohmann::json o = nlohmann::json::parse(j.out);
+  EXPECT_EQ(o["source"], "cache");
+  ASSERT_EQ(o["variants"].size(), 2u);
+  EXPECT_TRUE(o["variants"][0]["ns"].is_number() && o["variants"][1]["ns"].is_number()) << j.out;
+  EXPECT_EQ(o["variants"][o["variant"].get<int>()]["name"], o["name"]);
+  Out missing = kiln("tune " + spec + " --set M=8");
+  EXPECT_EQ(missing.code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("N"), std::string::npos) << missing.err;
+  Out plot = kiln("tune " + spec + " --set M=8 --set N=300 --plot x.png");
+  EXPECT_NE(plot.code, 0);
+  EXPECT_NE(plot.err.find("is a multi-kernel"), std::string::npos) << plot.err;
+}

@@ -471,3 +471,87 @@ T = [256, 1024]
   EXPECT_EQ(without["totals"]["configs"], 4) << without.dump(1);
   EXPECT_EQ(without["pruned_by_registers"], 0);
 }
+
+// The GEMM handles' variants of several launches, forced, on the device,
+// against a host reference at edge shapes: linear_bf16_nt's padded form (K
+// not a multiple of 8), mlp_gate_up_bf16's and linear_residual_bf16_nt's
+// unfused forms. Then linear_bf16_nt chooses by itself at a misaligned K.
+TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
+  NEEDS_GPU();
+  struct Case {
+    std::string spec;
+    int variant;  // -1: benchmarked
+    int64_t M, N, K;
+  };
+  const std::vector<Case> cases = {
+      {"linear_bf16_nt", 3, 1, 7, 9},     {"linear_bf16_nt", 3, 7, 129, 127},  {"linear_bf16_nt", 3, 129, 8, 4100},
+      {"linear_bf16_nt", 3, 9, 127, 1},   {"linear_bf16_nt", -1, 127, 129, 4100},
+      {"mlp_gate_up_bf16", 2, 1, 7, 8},   {"mlp_gate_up_bf16", 2, 9, 129, 64}, {"mlp_gate_up_bf16", 2, 129, 127, 4104},
+      {"linear_residual_bf16_nt", 2, 1, 9, 8}, {"linear_residual_bf16_nt", 2, 127, 129, 4104},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} variant {} at M={} N={} K={}", c.spec, c.variant, c.M, c.N, c.K));
+    Options o = opts;
+    if (c.variant >= 0) o.force_variant = c.variant;
+    o.first_call = FirstCall::wait;
+    Runtime rt(o);
+    MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cuda/" + c.spec + ".toml");
+    KernelSpec shape;
+    shape.name = ms.name;
+    shape.args = ms.args;
+    std::vector<ScalarValue> scalars(ms.args.size());
+    for (size_t i = 0; i < ms.args.size(); ++i) {
+      if (ms.args[i].name == "M") scalars[i].i = c.M;
+      if (ms.args[i].name == "N") scalars[i].i = c.N;
+      if (ms.args[i].name == "K") scalars[i].i = c.K;
+    }
+    Device& dev = rt.backend("cuda").device();
+    DeviceArgs args(shape, scalars, dev);
+    args.fill_random(static_cast<uint64_t>(c.M * 1000003 + c.N * 101 + c.K));
+    MultiKernel k(rt, ms);
+    k.launch(args.params());
+    dev.sync(nullptr);
+    MultiKernel::Pick p = k.pick(args.params());
+    if (c.variant >= 0) {
+      EXPECT_EQ(p.variant, static_cast<size_t>(c.variant));
+    }
+    auto host = [&](const char* name) {
+      for (size_t i = 0; i < ms.args.size(); ++i)
+        if (ms.args[i].name == name) {
+          std::vector<std::byte> b = args.read(i);
+          std::vector<double> v(b.size() / 2);
+          for (size_t j = 0; j < v.size(); ++j) {
+            uint16_t h;
+            std::memcpy(&h, b.data() + 2 * j, 2);
+            v[j] = bf16_bits_to_f32(h);
+          }
+          return v;
+        }
+      return std::vector<double>{};
+    };
+    const std::vector<double> A = host("A"), C = host("C");
+    const bool gated = c.spec == "mlp_gate_up_bf16";
+    const std::vector<double> B = host(gated ? "Bg" : "B"), Bu = host("Bu"), R = host("R");
+    ASSERT_EQ(C.size(), static_cast<size_t>(c.M * c.N));
+    size_t bad = 0;
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double g = 0, u = 0, mag = 0;
+        for (int64_t kk = 0; kk < c.K; ++kk) {
+          const double a = A[static_cast<size_t>(m * c.K + kk)];
+          g += a * B[static_cast<size_t>(n * c.K + kk)];
+          mag += std::abs(a * B[static_cast<size_t>(n * c.K + kk)]);
+          if (gated) u += a * Bu[static_cast<size_t>(n * c.K + kk)];
+        }
+        double want = g;
+        if (gated) want = g / (1 + std::exp(-g)) * u;
+        if (!R.empty()) want += R[static_cast<size_t>(m * c.N + n)];
+        // bf16 operands rounded on the way (the unfused forms round G and U, or the product, once more).
+        const double tol = 2e-2 * (std::abs(want) + mag / std::sqrt(static_cast<double>(c.K)) + 1e-2);
+        const double got = C[static_cast<size_t>(m * c.N + n)];
+        if (!(std::abs(got - want) <= tol) && bad++ < 3)
+          ADD_FAILURE() << "C[" << m << ", " << n << "] = " << got << ", want " << want << " (tol " << tol << ")";
+      }
+    EXPECT_EQ(bad, 0u);
+  }
+}

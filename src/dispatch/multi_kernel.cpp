@@ -255,29 +255,33 @@ struct MultiKernel::Impl {
   bool several(size_t v) const { return spec.variants[v].steps.size() > 1; }
 
   // The scratch buffers of one call, on the device, for deciding and timing
-  // (the call path uses per-thread scratch); freed with it.
+  // (the call path uses per-thread scratch), each allocated when a variant
+  // that uses it first needs it (a shape decided from the records needs none);
+  // freed with it.
   struct Scratch {
-    Scratch(const Impl& m, void* const* params) : dev(m.rt.backend(m.spec.backend).device()) {
-      int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
-      m.shape.read(params, slots, unused);
-      try {
-        for (size_t k = 0; k < m.spec.scratch.size(); ++k) {
-          const int64_t n = m.scratch_sizes[k].eval(slots);
-          ptrs.push_back(
-              dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m.spec.scratch[k].dtype) + 64));
-        }
-      } catch (...) {
-        for (void* x : ptrs) dev.free(x);
-        throw;
-      }
+    Scratch(const Impl& m, void* const* params)
+        : m_(m), dev(m.rt.backend(m.spec.backend).device()), ptrs(m.spec.scratch.size(), nullptr) {
+      int64_t unused[CallShape::kMaxKey];
+      m.shape.read(params, slots_, unused);
     }
     ~Scratch() {
-      for (void* x : ptrs) dev.free(x);
+      for (void* x : ptrs)
+        if (x) dev.free(x);
     }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
+    // Allocates the buffers variant v uses that are not yet.
+    void ensure(size_t v) {
+      for (size_t k : m_.scratch_used[v])
+        if (!ptrs[k]) {
+          const int64_t n = m_.scratch_sizes[k].eval(slots_);
+          ptrs[k] = dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m_.spec.scratch[k].dtype) + 64);
+        }
+    }
+    const Impl& m_;
     Device& dev;
     std::vector<void*> ptrs;
+    int64_t slots_[CallShape::kMaxArgs];
   };
 
   // Step k of variant v's params from ours (`slots`: our integer scalars);
@@ -315,6 +319,7 @@ struct MultiKernel::Impl {
     void* const* data() const { return ptrs.data(); }
   };
   void step_params(size_t v, size_t k, void* const* params, Scratch& scratch, StepParams& out) const {
+    scratch.ensure(v);
     int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
     shape.read(params, slots, unused);
     out.ptrs.assign(steps[v][k].from.size(), nullptr);
@@ -383,6 +388,21 @@ struct MultiKernel::Impl {
                                  const std::atomic<bool>* cancel, std::vector<Run>* runs) {
     const VariantSpec& var = spec.variants[v];
     std::vector<Config> out;
+    if (several(v) && !runs && !tune.force) {
+      // Every step answered by its record: nothing needs to run.
+      for (size_t k = 0; k < var.steps.size(); ++k) {
+        StepParams sp;
+        step_params(v, k, params, scratch, sp);
+        TuneOptions to = tune;
+        to.stream = stream;
+        to.cached_only = true;
+        TuneOutcome o = rt.tune(CallView(var.steps[k].kernel, rt.backend(spec.backend), sp.data()), to);
+        if (!o.choice) break;
+        out.push_back(*o.choice);
+      }
+      if (out.size() == var.steps.size()) return out;
+      out.clear();
+    }
     for (size_t k = 0; k < var.steps.size(); ++k) {
       const VariantStep& st = var.steps[k];
       StepParams sp;
@@ -545,6 +565,7 @@ struct MultiKernel::Impl {
         : LoadedKernel("sequence:" + m.variant_ids[variant], KernelMeta{}), m_(m), scratch_(m, params) {
       chosen_.variant = variant;
       chosen_.runs = std::move(runs);
+      scratch_.ensure(variant);
     }
     void launch(void* const* params, const LaunchDims&, Stream stream) override {
       int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];

@@ -16,6 +16,7 @@
 #include "core/format.hpp"
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "plot.hpp"
 
@@ -158,10 +159,98 @@ std::vector<std::pair<std::string, int64_t>> key_values(const KernelSpec& spec,
   return values;
 }
 
+TuneOptions tune_options(const TuneArgs& a, const Options& opts) {
+  TuneOptions to;
+  to.remeasure_noisy = true;  // a record timed on a busy machine is re-measured
+  if (a.search == "exhaustive") to.search = SearchKind::exhaustive;
+  else if (a.search == "coordesc") to.search = SearchKind::coordesc;
+  else if (a.search == "budgeted") to.search = SearchKind::budgeted;
+  to.force = a.force;
+  if (a.effort == "none") to.effort = Effort::none;
+  else if (a.effort == "quick") to.effort = Effort::quick;
+  else if (a.effort == "full") to.effort = Effort::full;
+  to.budget_seconds = a.budget_seconds;
+  to.max_configs = a.max_configs;
+  to.libraries = !a.no_library;
+  to.show_progress = !opts.quiet && !a.json && stderr_is_terminal();
+  return to;
+}
+
+// A multi-kernel: its first call on seeded random inputs, which tunes each
+// variant (each launch of a variant of several) and times the variants
+// against each other; then the variants' times and the choice.
+void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
+  if (!a.plot.empty()) fail(Errc::usage, "--plot draws a kernel's search; {} is a multi-kernel", a.spec);
+  opts.first_call = FirstCall::wait;  // decide on this call, not behind a safe choice
+  Runtime rt(opts);
+  MultiKernelSpec ms = load_multi_spec(a.spec);
+  KernelSpec shape;  // the multi-kernel's arguments, for the inputs
+  shape.name = ms.name;
+  shape.backend = ms.backend;
+  shape.args = ms.args;
+  DeviceArgs args(shape, parse_scalars(shape, split_sets(a.sets)), rt.backend(ms.backend).device());
+  args.fill_random(a.seed, a.inputs == "wide");
+  auto t0 = std::chrono::steady_clock::now();
+  MultiKernel k(rt, ms, tune_options(a, opts));
+  k.launch(args.params());
+  rt.backend(ms.backend).device().sync(nullptr);
+  MultiKernel::Pick p = k.pick(args.params());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string key;
+  for (const auto& name : ms.key)
+    for (size_t i = 0; i < ms.args.size(); ++i)
+      if (ms.args[i].name == name) key += fmt::format("{}{}={}", key.empty() ? "" : " ", name, *static_cast<const int64_t*>(args.params()[i]));
+  std::vector<std::string> configs;
+  for (const auto& c : p.steps) configs.push_back(c.str());
+  if (a.json) {
+    json vs = json::array();
+    for (size_t i = 0; i < ms.variants.size(); ++i) {
+      const ConfigResult* r = i < p.results.size() ? &p.results[i] : nullptr;
+      vs.push_back({{"variant", i},
+                    {"name", ms.variants[i].name()},
+                    {"launches", ms.variants[i].steps.size()},
+                    {"ns", r && r->ns ? json(*r->ns) : json(nullptr)},
+                    {"min_ns", r && r->ns ? json(r->min_ns) : json(nullptr)},
+                    {"result", r ? json(fail_kind_name(r->kind)) : json(nullptr)},
+                    {"error", r && !r->error.empty() ? json(r->error) : json(nullptr)}});
+    }
+    json j = {{"multi_kernel", ms.name},  {"backend", ms.backend},
+              {"key", key},               {"variant", p.variant},
+              {"name", ms.variants[p.variant].name()},
+              {"configs", configs},       {"source", choice_source_name(p.source)},
+              {"seconds", secs},          {"variants", vs}};
+    std::fprintf(out(), "%s\n", dump_json(j, 2).c_str());
+    return;
+  }
+  std::fprintf(out(), "multi-kernel %s at %s\n", ms.name.c_str(), key.c_str());
+  Table t({"variant", "launches", "median", "min", "vs chosen", "result"}, {false, true, true, true, true, false});
+  const double base = p.variant < p.results.size() && p.results[p.variant].ns ? *p.results[p.variant].ns : 0;
+  for (size_t i = 0; i < ms.variants.size(); ++i) {
+    const ConfigResult* r = i < p.results.size() ? &p.results[i] : nullptr;
+    const bool timed = r && r->ns;
+    t.row({fmt::format("{}: {}", i, ms.variants[i].name()), std::to_string(ms.variants[i].steps.size()),
+           timed ? ns_text(*r->ns) : "-", timed ? ns_text(r->min_ns) : "-",
+           timed && base > 0 ? fmt::format("{:.3f}x", *r->ns / base) : "-",
+           i == p.variant ? "chosen" : r ? fail_kind_name(r->kind) : "-"});
+  }
+  std::fprintf(out(), "%s", t.str().c_str());
+  for (size_t i = 0; i < p.results.size(); ++i)
+    if (!p.results[i].ok()) {
+      std::string e = p.results[i].error;
+      if (size_t cut = e.find('\n'); cut != std::string::npos) e = e.substr(0, cut) + " ...";
+      std::fprintf(out(), "  %zu: %s\n", i, e.c_str());
+    }
+  std::fprintf(out(), "chose variant %zu (%s): %s; %s in %s\n", p.variant, ms.variants[p.variant].name().c_str(),
+               fmt::format("{}", fmt::join(configs, " ; ")).c_str(), choice_source_name(p.source),
+               seconds_text(secs).c_str());
+  static_cast<void>(g);
+}
+
 void run_tune(Globals& g, const TuneArgs& a) {
   isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
+  if (is_multi_spec(a.spec)) return run_tune_multi(g, a, opts);
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
   if (std::string why; !a.plot.empty() && !can_plot(&why)) fail(Errc::usage, "--plot {}: {}", a.plot, why);
@@ -176,19 +265,7 @@ void run_tune(Globals& g, const TuneArgs& a) {
   // Seeded random inputs in the backend's memory (the GPU's, on cuda).
   DeviceArgs args(spec, parse_scalars(spec, split_sets(a.sets)), rt.backend(spec.backend).device());
   args.fill_random(a.seed, a.inputs == "wide");
-  TuneOptions to;
-  to.remeasure_noisy = true;  // a record timed on a busy machine is re-measured
-  if (a.search == "exhaustive") to.search = SearchKind::exhaustive;
-  else if (a.search == "coordesc") to.search = SearchKind::coordesc;
-  else if (a.search == "budgeted") to.search = SearchKind::budgeted;
-  to.force = a.force;
-  if (a.effort == "none") to.effort = Effort::none;
-  else if (a.effort == "quick") to.effort = Effort::quick;
-  else if (a.effort == "full") to.effort = Effort::full;
-  to.budget_seconds = a.budget_seconds;
-  to.max_configs = a.max_configs;
-  to.libraries = !a.no_library;
-  to.show_progress = !opts.quiet && !a.json && stderr_is_terminal();
+  TuneOptions to = tune_options(a, opts);
   auto t0 = std::chrono::steady_clock::now();
   TuneOutcome o = rt.tune(spec, args.params(), to);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -314,7 +391,11 @@ void run_misses(const std::string& spec_path, bool as_json) {
 void add_tune(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("tune", "Tune a kernel on seeded random inputs and store the choice");
   auto a = std::make_shared<TuneArgs>();
-  cmd->add_option("spec", a->spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
+  cmd->add_option("spec", a->spec,
+                  "The kernel's spec file (.toml; file.toml:member for a family's member); a multi-kernel's spec "
+                  "tunes each variant and times them against each other")
+      ->required()
+      ->check(SpecFile);
   cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)");
   cmd->add_flag("--json", a->json, "Print one JSON object (see docs/cli.md)");
   cmd->add_option("--search", a->search,
