@@ -7,7 +7,8 @@ The Llama-3-8B MLP block in bf16 (H = 4096, I = 14336, weights out x in):
   n = rmsnorm(x) * g;  y = x + (silu(n Wg^T) * (n Wu^T)) Wd^T
 as eager PyTorch, torch.compile(dynamic=True) and torch.compile(dynamic=True,
 mode="max-autotune-no-cudagraphs"). Per token count T: the device time per call
-(triton.testing.do_bench median, ms) and the host time per call (calls queued
+(triton.testing.do_bench median, ms; and calls back to back between two events, as
+`kiln run` times whole calls) and the host time per call (calls queued
 back to back without synchronising, wall time over calls, us). For each compiled
 form: its first call (compiling, and for max-autotune benchmarking; a fresh
 TORCHINDUCTOR_CACHE_DIR makes it cold), in this process. Also the device's copy
@@ -42,6 +43,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--tokens", default="1,8,64,256,1024,4096")
+    p.add_argument("--forms", default="eager,compile,max-autotune", help="which of eager, compile, max-autotune")
     a = p.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -57,10 +59,12 @@ def main():
     del src, dst
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_GBps": bw / 1e9,
            "weights_bytes": 3 * H * I * 2, "rows": [], "first_call_s": {}}
-    forms = {"eager": block}
+    want = a.forms.split(",")
+    forms = {"eager": block} if "eager" in want else {}
     for name, mode in (("compile", None), ("max-autotune", "max-autotune-no-cudagraphs")):
-        torch._dynamo.reset()
-        forms[name] = torch.compile(block, dynamic=True, mode=mode)
+        if name in want:
+            torch._dynamo.reset()
+            forms[name] = torch.compile(block, dynamic=True, mode=mode)
     for t in tokens:
         x = rnd(t, H)
         row = {"T": t}
@@ -85,10 +89,18 @@ def main():
                 f(x, g, wg, wu, wd)
             row[name + "_host_us"] = (time.perf_counter() - h0) / n * 1e6
             torch.cuda.synchronize()
+            # Calls back to back between two events, as `kiln run` times whole calls.
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(n):
+                f(x, g, wg, wu, wd)
+            e1.record()
+            e1.synchronize()
+            row[name + "_b2b_ms"] = e0.elapsed_time(e1) / n
         res["rows"].append(row)
         with open(a.out, "w") as fo:  # after every row: a run cut short keeps what it measured
             json.dump(res, fo, indent=1)
-        print(f"T={t}: " + ", ".join(f"{k} {row[k + '_ms']:.4f} ms / host {row[k + '_host_us']:.1f} us"
+        print(f"T={t}: " + ", ".join(f"{k} {row[k + '_ms']:.4f} ms (b2b {row[k + '_b2b_ms']:.4f}) / host {row[k + '_host_us']:.1f} us"
                                      for k in forms), flush=True)
     print("first calls (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res["first_call_s"].items()), flush=True)
     with open(a.out, "w") as f:
