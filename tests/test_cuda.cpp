@@ -336,12 +336,13 @@ TEST_F(CudaTest, CubinMetadataAgreesWithPtxasReport) {
       // The tensor-core GEMMs split K over thread-block clusters: sm_90 and up only.
       if (std::string(arch) == "sm_80" && s.source_text.find("__cluster_dims__") != std::string::npos) continue;
       // The last config that a representative call (every size 1024, else 8 or 4096,
-      // every buffer aligned) can run: a spec's constraints may rule out configs
-      // that do not even compile.
+      // else sizes that grow with the argument's place, 1024 (i + 1), every buffer
+      // aligned) can run: a spec's constraints may rule out configs that do not even compile.
       std::optional<Config> pick;
-      for (int64_t size : {1024, 8, 4096}) {
+      for (int64_t size : {1024, 8, 4096, -1024}) {
         std::vector<int64_t> slots(s.args.size());
-        for (size_t i = 0; i < s.args.size(); ++i) slots[i] = s.args[i].pointer ? 256 : size;
+        for (size_t i = 0; i < s.args.size(); ++i)
+          slots[i] = s.args[i].pointer ? 256 : size > 0 ? size : -size * static_cast<int64_t>(i + 1);
         for (size_t i = s.space.size(); i-- > 0 && !pick;) {
           Config c = s.space.at(i);
           bool ok = true;
@@ -350,7 +351,7 @@ TEST_F(CudaTest, CubinMetadataAgreesWithPtxasReport) {
         }
         if (pick) break;
       }
-      ASSERT_TRUE(pick) << s.name << ": no config runs a call of sizes 1024, 8 or 4096";
+      ASSERT_TRUE(pick) << s.name << ": no config runs a call of sizes 1024, 8 or 4096, or 1024 (i + 1)";
       Config c = *pick;
       CompileRequest req = make_compile_request(s, c);
       Binary bin = b->compile(req, make_binary_key(req, *b).hex());  // throws if the two disagree

@@ -116,9 +116,10 @@ class MultiKernel final : public detail::TypedCall<MultiKernel>, public Launchab
   };
   Pick pick(void* const* params);
   const MultiKernelSpec& spec() const;
-  // Scratch buffers out to the threads that called it (a buffer per thread and
-  // scratch buffer at most: a thread's slot that is evicted, or a thread that
-  // ends, gives its buffer back).
+  // Scratch buffers held for the threads that called it: per thread and
+  // scratch buffer, the one in use, and the ones it outgrew (kept while the
+  // multi-kernel lives: a graph captured with one may still run it). A thread
+  // that ends gives its buffers back.
   size_t scratch_buffers() const;
 
  private:

@@ -992,7 +992,8 @@ class SpecReader {
                                       want.name, want.type_text()));
         const bool written_before =
             written && std::find(written->begin(), written->end(), an) != written->end();
-        if (want.intent != Intent::out && !written_before)
+        // One launch: scratch it only reads starts undefined. Steps: a step may read what an earlier one wrote.
+        if (written ? want.intent != Intent::out && !written_before : want.intent == Intent::in)
           error(names[j], fmt::format("{}: scratch '{}' passed as '{}', which the kernel reads; scratch starts "
                                       "undefined{}", where, an, want.name,
                                       written ? " (no earlier step writes it)" : ""));
@@ -1005,6 +1006,11 @@ class SpecReader {
         if (have.pointer && have.intent == Intent::in && want.intent != Intent::in)
           error(names[j], fmt::format("{}: the variant writes '{}' (as '{}'), which the multi-kernel declares "
                                       "intent = \"in\"", where, an, want.name));
+        if (written && have.pointer && have.intent == Intent::out && want.intent != Intent::out &&
+            std::find(written->begin(), written->end(), an) == written->end())
+          error(names[j], fmt::format("{}: '{}' (intent = \"out\") passed as '{}', which the kernel reads, and no "
+                                      "earlier step writes it", where, an, want.name));
+        if (have.pointer && want.intent != Intent::in) writes.push_back(an);
       }
       v.args.push_back(an);
     }

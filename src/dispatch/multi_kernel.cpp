@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
@@ -21,10 +22,16 @@ namespace kiln {
 
 namespace {
 
-// The scratch memory one multi-kernel hands out to the threads that call it;
-// what is still out is freed when the multi-kernel is. The device is looked up
-// on the first allocation, not before: a multi-kernel can be made (and
-// compiled) where its backend has no device.
+std::atomic<uint64_t> g_next_owner{1};   // multi-kernels
+std::atomic<uint64_t> g_next_thread{1};  // threads that called one
+
+// The scratch memory one multi-kernel hands out to the threads that call it:
+// per thread and scratch buffer, one buffer, replaced by a larger one (at
+// least twice as large) when a call needs more. An outgrown buffer is kept:
+// a graph captured with it may still run it. A thread's buffers are freed
+// when the thread ends, and everything when the multi-kernel dies. The device
+// is looked up on the first allocation, not before: a multi-kernel can be
+// made (and compiled) where its backend has no device.
 class ScratchPool {
  public:
   using DeviceOf = std::function<Device&()>;
@@ -32,96 +39,109 @@ class ScratchPool {
   ScratchPool(const ScratchPool&) = delete;
   ScratchPool& operator=(const ScratchPool&) = delete;
   ~ScratchPool() {
-    for (void* p : owned_) dev_->free(p);
+    for (auto& [key, e] : entries_) free_entry(e);
   }
-  // Frees `old` (this pool's, or null), then allocates `bytes`. When the
-  // allocation throws, `old` is gone all the same.
-  void* replace(void* old, size_t bytes) {
+  // Thread `thread`'s buffer `index`, at least `bytes` long, and its size.
+  // When the allocation throws, the thread keeps what it had.
+  std::pair<void*, size_t> get(uint64_t thread, size_t index, size_t bytes) {
     std::lock_guard lk(mu_);
-    if (old) release_locked(old);
+    Entry& e = entries_[{thread, index}];
+    if (e.ptr && e.bytes >= bytes) return {e.ptr, e.bytes};
     if (!dev_) dev_ = &device_of_();
-    void* p = dev_->alloc(bytes);
-    owned_.push_back(p);
-    return p;
+    const size_t want = round(std::max(bytes, e.bytes * 2));
+    void* p = dev_->alloc(want);
+    if (e.ptr) e.retired.push_back(e.ptr);
+    e.ptr = p;
+    e.bytes = want;
+    return {p, want};
+  }
+  // A thread ended: its buffers go.
+  void release_thread(uint64_t thread) {
+    std::lock_guard lk(mu_);
+    for (auto it = entries_.lower_bound({thread, 0}); it != entries_.end() && it->first.first == thread;) {
+      free_entry(it->second);
+      it = entries_.erase(it);
+    }
   }
   size_t size() {
     std::lock_guard lk(mu_);
-    return owned_.size();
+    size_t n = 0;
+    for (const auto& [key, e] : entries_) n += (e.ptr ? 1 : 0) + e.retired.size();
+    return n;
   }
-  // A buffer a thread gives back (its slot evicted, or the thread ending).
-  void release(void* p) {
-    std::lock_guard lk(mu_);
-    release_locked(p);
-  }
+  static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
 
  private:
-  void release_locked(void* p) {
-    dev_->free(p);
-    std::erase(owned_, p);
+  struct Entry {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    std::vector<void*> retired;  // outgrown, kept for graphs captured with them
+  };
+  void free_entry(Entry& e) noexcept {
+    if (e.ptr) dev_->free(e.ptr);
+    for (void* p : e.retired) dev_->free(p);
+    e = Entry{};
   }
   DeviceOf device_of_;
-  Device* dev_ = nullptr;  // set by the first allocation; owned_ is empty until then
+  Device* dev_ = nullptr;  // set by the first allocation; entries_ holds no buffer until then
   std::mutex mu_;
-  std::vector<void*> owned_;  // a buffer per calling thread and scratch index, at most
+  std::map<std::pair<uint64_t, size_t>, Entry> entries_;  // (thread, scratch index)
 };
 
-// What a multi-kernel's call path remembers of its scratch, per thread: a few
-// slots, each naming its owner by an id that is never reused (an address would
-// be, once a multi-kernel dies and another is made where it was), so a slot of a
-// dead owner never matches again; it is taken as a free one. The memory is the owner's pool's: a slot that
-// is evicted, or whose thread ends, gives its buffer back to the pool if the
-// owner still lives (a dead owner's pool freed it already).
+// What a multi-kernel's call path remembers of its scratch, per thread: a
+// cache of 8 slots, each naming its owner by an id that is never reused (an
+// address would be, once a multi-kernel dies and another is made where it
+// was), so a slot of a dead owner never matches again. The buffers are the
+// owners' pools': evicting a slot only forgets the pointer (the next miss
+// finds the same buffer in the pool), and never evicts a slot of the owner
+// asking, whose other buffers a launch may be holding. When the thread ends,
+// it tells every pool it took buffers from that still lives.
 struct ThreadScratch {
   struct Slot {
     uint64_t owner = 0;  // 0: unused
     size_t index = 0;
     void* ptr = nullptr;
     size_t bytes = 0;
-    std::weak_ptr<ScratchPool> pool;
   };
   Slot slots[8];
+  const uint64_t key = g_next_thread.fetch_add(1);
+  std::vector<std::pair<uint64_t, std::weak_ptr<ScratchPool>>> pools;  // (owner, its pool) this thread used
   ThreadScratch() = default;
   ThreadScratch(const ThreadScratch&) = delete;
   ThreadScratch& operator=(const ThreadScratch&) = delete;
   ~ThreadScratch() {
-    for (auto& s : slots) give_back(s);
+    for (auto& [owner, w] : pools)
+      if (std::shared_ptr<ScratchPool> p = w.lock()) p->release_thread(key);
   }
   // The hot path: a matching slot that is large enough costs a scan of 8 ids.
   void* get(uint64_t owner, size_t index, size_t bytes, const std::shared_ptr<ScratchPool>& pool) {
     for (auto& s : slots)
       if (s.owner == owner && s.index == index) {
-        if (s.bytes < bytes) {
-          const size_t want = round(bytes);
-          void* old = s.ptr;
-          s.ptr = nullptr, s.bytes = 0;  // a throw below leaves the slot empty, never too small
-          s.ptr = pool->replace(old, want);
-          s.bytes = want;
-        }
+        if (s.bytes < bytes) std::tie(s.ptr, s.bytes) = pool->get(key, index, bytes);
         return s.ptr;
       }
-    // A miss: an unused slot, or a dead owner's (its pool freed the buffer).
-    Slot* free_slot = nullptr;
-    for (auto& s : slots)
-      if (!s.owner || s.pool.expired()) {
-        free_slot = &s;
+    auto [p, b] = pool->get(key, index, bytes);
+    note(owner, pool);
+    Slot* s = nullptr;
+    for (auto& x : slots)
+      if (!x.owner) {
+        s = &x;
         break;
       }
-    Slot& s = free_slot ? *free_slot : slots[index % 8];  // evict a live owner's when full
-    give_back(s);
-    const size_t want = round(bytes);
-    void* p = pool->replace(nullptr, want);
-    s = Slot{owner, index, p, want, pool};
+    for (size_t j = 0; j < 8 && !s; ++j)
+      if (slots[(index + j) % 8].owner != owner) s = &slots[(index + j) % 8];
+    if (!s) s = &slots[index % 8];  // cannot happen: an owner has at most 8 buffers, and this one is not cached
+    *s = Slot{owner, index, p, b};
     return p;
   }
-  static void give_back(Slot& s) {
-    if (s.ptr)
-      if (std::shared_ptr<ScratchPool> p = s.pool.lock()) p->release(s.ptr);
-    s = Slot{};
+  void note(uint64_t owner, const std::shared_ptr<ScratchPool>& pool) {
+    for (const auto& [o, w] : pools)
+      if (o == owner) return;
+    if (pools.size() >= 16) std::erase_if(pools, [](const auto& x) { return x.second.expired(); });
+    pools.push_back({owner, pool});
   }
-  static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
 };
 thread_local ThreadScratch t_scratch;
-std::atomic<uint64_t> g_next_owner{1};
 
 }  // namespace
 
@@ -151,15 +171,39 @@ struct MultiKernel::Impl {
     CallShape shape;                  // the step kernel's integer scalars
   };
 
-  static std::vector<std::string> int_scalars(const std::vector<ArgSpec>& args) {
+  // The shape key a call's choice is memoised by: every integer scalar, then
+  // the alignment of each buffer of ours that a launch's config may depend on
+  // (a constraint or the launch shape of its kernel names its alignment, or
+  // the kernel has library choices), as many as the key holds: a config chosen
+  // for aligned buffers may need them (16-byte loads), so a call with such a
+  // buffer aligned less is decided again.
+  static std::vector<std::string> memo_key(const MultiKernelSpec& spec) {
     std::vector<std::string> out;
-    for (const auto& a : args)
+    for (const auto& a : spec.args)
       if (!a.pointer && !dtype_is_float(a.dtype)) out.push_back(a.name);
+    for (const auto& v : spec.variants)
+      for (const auto& st : v.steps) {
+        const std::vector<std::string> used = st.kernel.unkeyed_launch_scalars();
+        for (size_t j = 0; j < st.args.size() && j < st.kernel.args.size(); ++j) {
+          const int ours = [&] {
+            for (size_t i = 0; i < spec.args.size(); ++i)
+              if (spec.args[i].name == st.args[j] && spec.args[i].pointer) return static_cast<int>(i);
+            return -1;
+          }();
+          if (ours < 0) continue;
+          const std::string mine = "align_" + spec.args[static_cast<size_t>(ours)].name;
+          const bool matters = !st.kernel.libraries.empty() ||
+                               std::find(used.begin(), used.end(), "align_" + st.kernel.args[j].name) != used.end();
+          if (matters && std::find(out.begin(), out.end(), mine) == out.end() &&
+              out.size() < static_cast<size_t>(CallShape::kMaxKey))
+            out.push_back(mine);
+        }
+      }
     return out;
   }
 
   Impl(Runtime& r, MultiKernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, int_scalars(spec.args)),
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, memo_key(spec)),
         memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
     if (spec.scratch.size() > 8)
       fail(Errc::usage, "multi-kernel '{}' has {} scratch buffers; kiln takes at most 8", spec.name, spec.scratch.size());
@@ -256,8 +300,8 @@ struct MultiKernel::Impl {
 
   // The scratch buffers of one call, on the device, for deciding and timing
   // (the call path uses per-thread scratch), each allocated when a variant
-  // that uses it first needs it (a shape decided from the records needs none);
-  // freed with it.
+  // that uses it first needs it (a shape decided from the records needs only
+  // its variant's); freed with it.
   struct Scratch {
     Scratch(const Impl& m, void* const* params)
         : m_(m), dev(m.rt.backend(m.spec.backend).device()), ptrs(m.spec.scratch.size(), nullptr) {
@@ -297,6 +341,9 @@ struct MultiKernel::Impl {
         case ArgFrom::computed: {
           const int64_t x = sm.exprs[static_cast<size_t>(f.index)].eval(slots);
           if (f.i32) {
+            if (x < INT32_MIN || x > INT32_MAX)
+              fail(Errc::usage, "multi-kernel '{}', variant {}, step {}: '{}' = {} is out of range for the step's "
+                   "i32 argument", spec.name, v, k, spec.variants[v].steps[k].args[j], x);
             const auto x32 = static_cast<int32_t>(x);
             std::memcpy(&values[j], &x32, sizeof x32);
           } else {
@@ -465,18 +512,30 @@ struct MultiKernel::Impl {
           fail(Errc::tune, "multi-kernel '{}' at {}: KILN_FIRST_CALL=serve, and no variant can run this call "
                "without tuning", spec.name, tkey.values_text());
       }
-      TuningRecord fresh = benchmark(tkey, params, scratch, stream);
+    }
+    std::vector<Config> configs;
+    if (source == ChoiceSource::benchmarked) {
+      TuningRecord fresh = benchmark(tkey, params, scratch, stream, nullptr, &configs);
       variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
-      source = ChoiceSource::benchmarked;
+    } else {
+      try {
+        configs = tune_steps(variant, params, scratch, stream, nullptr, nullptr);
+      } catch (const Error& e) {
+        if (e.code() != Errc::tune) throw;
+        if (source != ChoiceSource::cache)
+          fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant,
+               spec.variants[variant].name(), e.what());
+        // The record's variant cannot run this call (the record is kept by
+        // shape, and this call's buffers are aligned less, say): the variants
+        // are benchmarked on it.
+        log::info("multi-kernel '{}' at {}: the recorded variant {} cannot run this call ({}); benchmarking the "
+                  "variants on it", spec.name, tkey.values_text(), variant, e.what());
+        source = ChoiceSource::benchmarked;
+        TuningRecord fresh = benchmark(tkey, params, scratch, stream, nullptr, &configs);
+        variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
+      }
     }
     const VariantSpec& v = spec.variants[variant];
-    std::vector<Config> configs;
-    try {
-      configs = tune_steps(variant, params, scratch, stream, nullptr, nullptr);
-    } catch (const Error& e) {
-      if (e.code() != Errc::tune) throw;
-      fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant, v.name(), e.what());
-    }
     const Chosen* c = chosen_for(variant, configs, source);
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant, v.name(),
               c->text, choice_source_name(source));
@@ -546,9 +605,9 @@ struct MultiKernel::Impl {
     swaps.start(rt, memo, self.lock(), shape_key, c, fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
                 [this, copy, tkey](const std::atomic<bool>& stop) -> const Chosen* {
                   Scratch scratch(*this, copy->params());
-                  TuningRecord rec = benchmark(tkey, copy->params(), scratch, nullptr, &stop);
+                  std::vector<Config> configs;
+                  TuningRecord rec = benchmark(tkey, copy->params(), scratch, nullptr, &stop, &configs);
                   const size_t variant = static_cast<size_t>(*rec.best->get("VARIANT"));
-                  std::vector<Config> configs = tune_steps(variant, copy->params(), scratch, nullptr, &stop, nullptr);
                   const Chosen* won = chosen_for(variant, configs, ChoiceSource::tuned);
                   log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", spec.name,
                             tkey.values_text(), variant, won->text);
@@ -585,8 +644,9 @@ struct MultiKernel::Impl {
   // (each of its steps' configs was checked when its step was tuned, in a
   // worker unless tuning runs in process). Stores and returns the record
   // (throws when every variant failed).
+  // `chosen_configs`: the winner's steps' configs, as tuned here.
   TuningRecord benchmark(const TuningKey& tkey, void* const* params, Scratch& scratch, Stream stream,
-                         const std::atomic<bool>* cancel = nullptr) {
+                         const std::atomic<bool>* cancel, std::vector<Config>* chosen_configs) {
     const size_t n = spec.variants.size();
     TuningRecord rec;
     rec.kernel = spec.name;
@@ -620,7 +680,8 @@ struct MultiKernel::Impl {
                                                     rt.options().tune_in_process, stream);
         }
       } catch (const Error& e) {
-        if (e.code() != Errc::tune && e.code() != Errc::launch) throw;
+        // A variant whose scratch does not fit in memory (io) is passed over, as one that cannot run.
+        if (e.code() != Errc::tune && e.code() != Errc::launch && e.code() != Errc::io) throw;
         rec.configs[i].error = e.what();
         rec.configs[i].kind = e.code() == Errc::tune ? FailKind::wrong : FailKind::launch;
       }
@@ -654,6 +715,13 @@ struct MultiKernel::Impl {
             r = bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
           }
           samples[i].insert(samples[i].end(), r.ns.begin(), r.ns.end());
+          if (round == 0 && several(i))  // a one-launch variant's outputs were checked when it was tuned
+            for (size_t m = 0; m < r.unwritten.size() && m < spec.args.size(); ++m)
+              if (r.unwritten[m] > 0 && !written_by(i, m).empty()) {
+                rec.configs[i].error = fmt::format("its launches left {} elements of '{}' unwritten", r.unwritten[m],
+                                                   spec.args[m].name);
+                rec.configs[i].kind = FailKind::wrong;
+              }
         } catch (const WorkerError& e) {
           if (!e.fault().of_request) throw;
           rec.configs[i].error = e.what();
@@ -665,10 +733,18 @@ struct MultiKernel::Impl {
           rec.configs[i].kind = FailKind::launch;
           continue;
         }
-        if (round == 0) {
-          if (!ref) {
-            ref = i;
-          } else if (auto bad = disagree(*ref, i, *inputs[*ref], *inputs[i])) {
+      }
+      if (round == 0) {
+        // The reference is the first variant of one launch that ran (its
+        // configs were checked against their own reference when tuned), else
+        // the first that ran; the others must agree with it.
+        for (size_t i = 0; i < n && !ref; ++i)
+          if (!several(i) && !samples[i].empty() && rec.configs[i].kind == FailKind::none) ref = i;
+        for (size_t i = 0; i < n && !ref; ++i)
+          if (!samples[i].empty() && rec.configs[i].kind == FailKind::none) ref = i;
+        for (size_t i = 0; i < n; ++i) {
+          if (!ref || i == *ref || samples[i].empty() || rec.configs[i].kind != FailKind::none) continue;
+          if (auto bad = disagree(*ref, i, *inputs[*ref], *inputs[i])) {
             rec.configs[i].error = *bad;
             rec.configs[i].kind = FailKind::wrong;
           }
@@ -701,7 +777,18 @@ struct MultiKernel::Impl {
     }
     if (!rec.best) throw Error(Errc::tune, rec.all_failed_message());
     if (auto cache = rt.tuning_cache()) cache->note_used(rec);
+    if (chosen_configs) *chosen_configs = best[static_cast<size_t>(*rec.best->get("VARIANT"))];
     return rec;
+  }
+
+  // The kernel of variant v's first launch that writes our argument m, or "" where none does.
+  std::string written_by(size_t v, size_t m) const {
+    for (size_t k = 0; k < steps[v].size(); ++k)
+      for (size_t j = 0; j < steps[v][k].from.size(); ++j)
+        if (steps[v][k].from[j].kind == ArgFrom::ours && steps[v][k].from[j].index == static_cast<int>(m) &&
+            spec.variants[v].steps[k].kernel.args[j].intent != Intent::in)
+          return spec.variants[v].steps[k].kernel.name;
+    return "";
   }
 
   // Whether variants a and b wrote the same values into every argument of
@@ -711,7 +798,7 @@ struct MultiKernel::Impl {
       if (!spec.args[m].pointer || spec.args[m].intent == Intent::in) continue;
       // A variant of several launches was timed on our arguments; one launch on its kernel's.
       auto written = [&](size_t v, const BenchInputs& in) -> std::span<const std::byte> {
-        if (several(v)) return in.result(m);
+        if (several(v)) return written_by(v, m).empty() ? std::span<const std::byte>{} : in.result(m);
         const StepMap& sm = steps[v][0];
         for (size_t j = 0; j < sm.from.size(); ++j)
           if (sm.from[j].kind == ArgFrom::ours && sm.from[j].index == static_cast<int>(m)) {

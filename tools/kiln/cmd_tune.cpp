@@ -196,10 +196,10 @@ void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
   rt.backend(ms.backend).device().sync(nullptr);
   MultiKernel::Pick p = k.pick(args.params());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<int64_t> slots(shape.args.size(), 0);
+  read_int_slots(shape, args.params(), slots.data());
   std::string key;
-  for (const auto& name : ms.key)
-    for (size_t i = 0; i < ms.args.size(); ++i)
-      if (ms.args[i].name == name) key += fmt::format("{}{}={}", key.empty() ? "" : " ", name, *static_cast<const int64_t*>(args.params()[i]));
+  for (const auto& name : ms.key) key += fmt::format("{}{}={}", key.empty() ? "" : " ", name, slots[shape.arg_index(name)]);
   std::vector<std::string> configs;
   for (const auto& c : p.steps) configs.push_back(c.str());
   if (a.json) {
