@@ -483,3 +483,83 @@ TEST_F(ProgramTest, TheCheckPassesTheBlockAndFailsItWithTwoArgumentsSwapped) {
   std::vector<float> x(16), g8(8), y(16);
   EXPECT_THROW(p.check({{x.data(), {2, 8}}, {g8.data(), {8}}}, {{y.data(), {2, 8}}}), Error);
 }
+
+// A graph captured with a multi-kernel's scratch replays after the calling
+// thread's scratch was outgrown by a larger shape: the outgrown buffer is kept
+// for it, so the replay writes nothing it does not own (a buffer allocated
+// after the growth keeps its bytes) and gives the same result as before.
+TEST_F(ProgramTest, AGraphReplaysAfterItsScratchWasOutgrown) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  const std::string text = R"(kind = "program"
+version = 1
+name = "gated"
+backend = "cuda"
+constants = { H = 256, I = 512 }
+symbols = ["T"]
+[[inputs]]
+name = "x"
+dtype = "bf16"
+shape = ["T", "H"]
+[[inputs]]
+name = "wg"
+dtype = "bf16"
+shape = ["I", "H"]
+[[inputs]]
+name = "wu"
+dtype = "bf16"
+shape = ["I", "H"]
+[[outputs]]
+name = "h"
+dtype = "bf16"
+shape = ["T", "I"]
+[kernels]
+gate_up = ")" + test::kernels() + R"(/cuda/mlp_gate_up_bf16.toml"
+[[steps]]
+launch = "gate_up"
+args = ["x", "wg", "wu", "h", "T", "I", "H"]
+)";
+  ProgramSpec p = parse_program(text, dir.path() / "p.toml");
+  Options o = opts;
+  o.force_variant = 2;  // the unfused form: two GEMMs into scratch, then silu * mul
+  o.first_call = FirstCall::wait;
+  Runtime rt(o);
+  Device& dev = rt.backend("cuda").device();
+  const int64_t H = 256, I = 512, Tbig = 512;
+  DeviceBuffer x(dev, Tbig * H * 2), wg(dev, I * H * 2), wu(dev, I * H * 2), h(dev, Tbig * I * 2);
+  for (auto [buf, n, seed] : {std::tuple{&x, Tbig * H, 1}, {&wg, I * H, 2}, {&wu, I * H, 3}}) {
+    std::vector<std::byte> b(static_cast<size_t>(n) * 2);
+    fill_random(DType::bf16, b, static_cast<uint64_t>(seed));
+    dev.to_device(buf->get(), b.data(), b.size(), nullptr);
+  }
+  Program prog(rt, p);
+  auto run = [&](int64_t T) { prog.run({{x.get(), {T, H}}, {wg.get(), {I, H}}, {wu.get(), {I, H}}}, {{h.get(), {T, I}}}); };
+  auto out = [&](int64_t T) {
+    dev.sync(nullptr);
+    std::vector<std::byte> b(static_cast<size_t>(T * I * 2));
+    dev.to_host(b.data(), h.get(), b.size(), nullptr);
+    return b;
+  };
+  for (int i = 0; i < 4; ++i) run(8);  // tuned, captured, replayed
+  const std::vector<std::byte> first = out(8);
+  for (int i = 0; i < 4; ++i) run(Tbig);  // the thread's scratch grows past T = 8's
+  dev.sync(nullptr);
+  // Memory allocated now may land where a freed buffer was.
+  std::vector<DeviceBuffer> fresh;
+  std::vector<std::byte> pattern(8 * I * 2, std::byte{0x3c});
+  for (int i = 0; i < 8; ++i) {
+    fresh.emplace_back(dev, pattern.size());
+    dev.to_device(fresh.back().get(), pattern.data(), pattern.size(), nullptr);
+  }
+  const uint64_t replays = prog.stats().graph_replays;
+  std::vector<std::byte> zero(8 * I * 2);
+  dev.to_device(h.get(), zero.data(), zero.size(), nullptr);
+  run(8);
+  EXPECT_GT(prog.stats().graph_replays, replays) << "T = 8 ran its graph";
+  EXPECT_EQ(out(8), first);
+  for (auto& f : fresh) {
+    std::vector<std::byte> b(pattern.size());
+    dev.to_host(b.data(), f.get(), b.size(), nullptr);
+    EXPECT_EQ(b, pattern) << "the replay wrote into memory allocated after the growth";
+  }
+}
