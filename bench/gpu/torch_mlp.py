@@ -32,6 +32,14 @@ def block(x, g, wg, wu, wd):
     return x + h @ wd.t()
 
 
+def block_t(x, g, wgt, wut, wdt):
+    """The same block with the weights stored in x out (the transposes of a linear layer's)."""
+    xf = x.float()
+    n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype) * g
+    h = torch.nn.functional.silu(n @ wgt) * (n @ wut)
+    return x + h @ wdt
+
+
 def reference(x, g, wg, wu, wd, rows=8):
     xd = x[:rows].double()
     n = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * g.double()
@@ -44,6 +52,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--tokens", default="1,8,64,256,1024,4096")
     p.add_argument("--forms", default="eager,compile,max-autotune", help="which of eager, compile, max-autotune")
+    p.add_argument("--layouts", default="out_in",
+                   help="out_in (weights as a linear layer stores them), in_out (their transposes), or both: out_in,in_out")
     a = p.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -60,11 +70,18 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_GBps": bw / 1e9,
            "weights_bytes": 3 * H * I * 2, "rows": [], "first_call_s": {}}
     want = a.forms.split(",")
-    forms = {"eager": block} if "eager" in want else {}
-    for name, mode in (("compile", None), ("max-autotune", "max-autotune-no-cudagraphs")):
-        if name in want:
-            torch._dynamo.reset()
-            forms[name] = torch.compile(block, dynamic=True, mode=mode)
+    layouts = a.layouts.split(",")
+    wts = (wg.t().contiguous(), wu.t().contiguous(), wd.t().contiguous())
+    forms = {}
+    for lay in layouts:
+        fn = block if lay == "out_in" else lambda x, g, wg_, wu_, wd_: block_t(x, g, *wts)
+        tag = "" if lay == "out_in" else "[in x out]"
+        if "eager" in want:
+            forms["eager" + tag] = fn
+        for name, mode in (("compile", None), ("max-autotune", "max-autotune-no-cudagraphs")):
+            if name in want:
+                torch._dynamo.reset()
+                forms[name + tag] = torch.compile(fn, dynamic=True, mode=mode)
     for t in tokens:
         x = rnd(t, H)
         row = {"T": t}
