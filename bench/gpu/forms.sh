@@ -14,6 +14,9 @@
 #               tuning of the wgmma family at the aligned K' next to each;
 #   torch:      bench/gpu/torch_forms.py, PyTorch timed the same way (and back to back);
 #   tests:      the GPU test of these forms against a host reference.
+# With KILN_BENCH_NO_L2_FLUSH=1 in the environment (and an empty KILN_CACHE_DIR), kiln's
+# variants are timed without the flush instead: runs one after another with a warm L2
+# (graph replays of many runs where one lasts under 20 us).
 # Prints the table last (bench/gpu/forms_summary.py). Results: $OUT/forms.tgz.
 # Usage (GPU machine): bench/gpu/forms.sh [build dir] [parts: tests,torch,gated,residual,misaligned]
 set -uo pipefail
