@@ -212,6 +212,7 @@ void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
                     {"ns", r && r->ns ? json(*r->ns) : json(nullptr)},
                     {"min_ns", r && r->ns ? json(r->min_ns) : json(nullptr)},
                     {"result", r ? json(fail_kind_name(r->kind)) : json(nullptr)},
+                    {"detail", r && !r->detail.empty() ? json(r->detail) : json(nullptr)},
                     {"error", r && !r->error.empty() ? json(r->error) : json(nullptr)}});
     }
     json j = {{"multi_kernel", ms.name},  {"backend", ms.backend},
@@ -234,6 +235,8 @@ void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
            i == p.variant ? "chosen" : r ? fail_kind_name(r->kind) : "-"});
   }
   std::fprintf(out(), "%s", t.str().c_str());
+  for (size_t i = 0; i < p.results.size(); ++i)
+    if (!p.results[i].detail.empty()) std::fprintf(out(), "  %zu: %s\n", i, p.results[i].detail.c_str());
   for (size_t i = 0; i < p.results.size(); ++i)
     if (!p.results[i].ok()) {
       std::string e = p.results[i].error;
