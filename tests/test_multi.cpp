@@ -403,6 +403,15 @@ void expect_rows(MultiKernel& k, int64_t M, int64_t K) {
   }
 }
 
+// What a rows multi-kernel runs at (M, K), asked with buffers of that shape
+// (their contents do not matter; these specs' choices do not follow alignment).
+MultiKernel::Pick pick_rows(MultiKernel& k, int64_t M, int64_t K) {
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M));
+  float *px = x.data(), *py = y.data();
+  void* params[] = {&px, &py, &M, &K};
+  return k.pick(params);
+}
+
 }  // namespace
 
 TEST_F(MultiTest, AVariantOfSeveralLaunchesIsTimedAsAWholeAndRunsItsSteps) {
@@ -469,17 +478,10 @@ TEST_F(MultiTest, AVariantOfSeveralLaunchesIsNeverTheSafeChoice) {
   Runtime rt(opts);
   MultiKernel k(rt, load_multi_spec(dir.path() / "rows.toml"));
   expect_rows(k, 20, 11);
-  std::vector<float> x(20 * 11), y(20);
-  float *px = x.data(), *py = y.data();
-  int64_t M = 20, K = 11;
-  void* params[] = {&px, &py, &M, &K};
-  EXPECT_EQ(k.pick(params).source, ChoiceSource::benchmarked);
-  EXPECT_NE(k.pick(params).variant, 0u);
+  EXPECT_EQ(pick_rows(k, 20, 11).source, ChoiceSource::benchmarked);
+  EXPECT_NE(pick_rows(k, 20, 11).variant, 0u);
   expect_rows(k, 20, 16);
-  M = 20, K = 16;
-  x.resize(20 * 16);
-  px = x.data();
-  MultiKernel::Pick p = k.pick(params);
+  MultiKernel::Pick p = pick_rows(k, 20, 16);
   EXPECT_TRUE(p.source == ChoiceSource::safe || p.source == ChoiceSource::tuned) << choice_source_name(p.source);
 }
 
@@ -547,11 +549,7 @@ TEST_F(MultiTest, VariantsTiedAfterAFlushAreToldApartWithAWarmCache) {
   int ties = 0;
   for (int64_t M : {64, 100, 200, 300, 400, 500}) {
     expect_rows(k, M, 2000);
-    std::vector<float> x(static_cast<size_t>(M * 2000)), y(static_cast<size_t>(M));
-    float *px = x.data(), *py = y.data();
-    int64_t m = M, kk = 2000;
-    void* params[] = {&px, &py, &m, &kk};
-    MultiKernel::Pick p = k.pick(params);
+    MultiKernel::Pick p = pick_rows(k, M, 2000);
     ASSERT_EQ(p.results.size(), 2u);
     ASSERT_TRUE(p.results[0].ns && p.results[1].ns);
     const double a = *p.results[0].ns, b = *p.results[1].ns, fast = std::min(a, b);

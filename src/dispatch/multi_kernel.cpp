@@ -69,9 +69,9 @@ class ScratchPool {
     for (const auto& [key, e] : entries_) n += (e.ptr ? 1 : 0) + e.retired.size();
     return n;
   }
-  static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
 
  private:
+  static size_t round(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
   struct Entry {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -171,6 +171,13 @@ struct MultiKernel::Impl {
     CallShape shape;                  // the step kernel's integer scalars
   };
 
+  // The index of our argument `name` (a buffer only, where `buffers`), or -1.
+  static int our_arg(const MultiKernelSpec& spec, const std::string& name, bool buffers = false) {
+    for (size_t i = 0; i < spec.args.size(); ++i)
+      if (spec.args[i].name == name && (!buffers || spec.args[i].pointer)) return static_cast<int>(i);
+    return -1;
+  }
+
   // The shape key a call's choice is memoised by: every integer scalar, then
   // the alignment of each buffer of ours that a launch's config may depend on
   // (a constraint or the launch shape of its kernel names its alignment, or
@@ -185,11 +192,7 @@ struct MultiKernel::Impl {
       for (const auto& st : v.steps) {
         const std::vector<std::string> used = st.kernel.unkeyed_launch_scalars();
         for (size_t j = 0; j < st.args.size() && j < st.kernel.args.size(); ++j) {
-          const int ours = [&] {
-            for (size_t i = 0; i < spec.args.size(); ++i)
-              if (spec.args[i].name == st.args[j] && spec.args[i].pointer) return static_cast<int>(i);
-            return -1;
-          }();
+          const int ours = our_arg(spec, st.args[j], true);
           if (ours < 0) continue;
           const std::string mine = "align_" + spec.args[static_cast<size_t>(ours)].name;
           const bool matters = !st.kernel.libraries.empty() ||
@@ -222,9 +225,7 @@ struct MultiKernel::Impl {
         for (size_t j = 0; j < st.args.size(); ++j) {
           const std::string& name = st.args[j];
           ArgFrom f;
-          int idx = -1;
-          for (size_t i = 0; i < spec.args.size(); ++i)
-            if (spec.args[i].name == name) idx = static_cast<int>(i);
+          int idx = our_arg(spec, name);
           if (idx >= 0) {
             f = {ArgFrom::ours, idx, false};
           } else {
@@ -306,7 +307,7 @@ struct MultiKernel::Impl {
     Scratch(const Impl& m, void* const* params)
         : m_(m), dev(m.rt.backend(m.spec.backend).device()), ptrs(m.spec.scratch.size(), nullptr) {
       int64_t unused[CallShape::kMaxKey];
-      m.shape.read(params, slots_, unused);
+      m.shape.read(params, slots, unused);
     }
     ~Scratch() {
       for (void* x : ptrs)
@@ -318,14 +319,14 @@ struct MultiKernel::Impl {
     void ensure(size_t v) {
       for (size_t k : m_.scratch_used[v])
         if (!ptrs[k]) {
-          const int64_t n = m_.scratch_sizes[k].eval(slots_);
+          const int64_t n = m_.scratch_sizes[k].eval(slots);
           ptrs[k] = dev.alloc(static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(m_.spec.scratch[k].dtype) + 64);
         }
     }
     const Impl& m_;
     Device& dev;
     std::vector<void*> ptrs;
-    int64_t slots_[CallShape::kMaxArgs];
+    int64_t slots[CallShape::kMaxArgs];  // the call's integer scalars, as the call path reads them
   };
 
   // Step k of variant v's params from ours (`slots`: our integer scalars);
@@ -365,13 +366,12 @@ struct MultiKernel::Impl {
     StepParams& operator=(const StepParams&) = delete;
     void* const* data() const { return ptrs.data(); }
   };
+  // `scratch` is this call's (made from the same params, whose integer scalars it read).
   void step_params(size_t v, size_t k, void* const* params, Scratch& scratch, StepParams& out) const {
     scratch.ensure(v);
-    int64_t slots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
-    shape.read(params, slots, unused);
     out.ptrs.assign(steps[v][k].from.size(), nullptr);
     out.values.assign(steps[v][k].from.size(), 0);
-    map_params(v, k, params, slots, scratch.ptrs.data(), out.values.data(), out.ptrs.data());
+    map_params(v, k, params, scratch.slots, scratch.ptrs.data(), out.values.data(), out.ptrs.data());
   }
 
   // Launches each step of a chosen variant (the call path and the timing of a
@@ -459,8 +459,8 @@ struct MultiKernel::Impl {
       to.cancel = cancel;
       TuneOutcome o = rt.tune(st.kernel, sp.data(), to);
       if (!o.choice)
-        fail(Errc::tune, "{}{}: {}", several(v) ? fmt::format("step {} ('{}')", k, st.kernel.name) : "",
-             several(v) ? "" : st.kernel.name, o.record.all_failed_message());
+        fail(Errc::tune, "{}: {}", several(v) ? fmt::format("step {} ('{}')", k, st.kernel.name) : st.kernel.name,
+             o.record.all_failed_message());
       out.push_back(*o.choice);
       if (!several(v)) break;
       bool scratch_only = true;

@@ -179,7 +179,7 @@ TuneOptions tune_options(const TuneArgs& a, const Options& opts) {
 // A multi-kernel: its first call on seeded random inputs, which tunes each
 // variant (each launch of a variant of several) and times the variants
 // against each other; then the variants' times and the choice.
-void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
+void run_tune_multi(const TuneArgs& a, Options opts) {
   if (!a.plot.empty()) fail(Errc::usage, "--plot draws a kernel's search; {} is a multi-kernel", a.spec);
   opts.first_call = FirstCall::wait;  // decide on this call, not behind a safe choice
   Runtime rt(opts);
@@ -246,14 +246,13 @@ void run_tune_multi(Globals& g, const TuneArgs& a, Options opts) {
   std::fprintf(out(), "chose variant %zu (%s): %s; %s in %s\n", p.variant, ms.variants[p.variant].name().c_str(),
                fmt::format("{}", fmt::join(configs, " ; ")).c_str(), choice_source_name(p.source),
                seconds_text(secs).c_str());
-  static_cast<void>(g);
 }
 
 void run_tune(Globals& g, const TuneArgs& a) {
   isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
-  if (is_multi_spec(a.spec)) return run_tune_multi(g, a, opts);
+  if (is_multi_spec(a.spec)) return run_tune_multi(a, opts);
   Runtime rt(opts);
   KernelSpec spec = load_spec(a.spec);
   if (std::string why; !a.plot.empty() && !can_plot(&why)) fail(Errc::usage, "--plot {}: {}", a.plot, why);
