@@ -42,6 +42,17 @@ struct ArgSpec {
   std::string type_text() const;  // "f32*" or "i64"
 };
 
+// A TMA tensor map (cuda, the spec's `tensor_maps`): a 2-D row-major view of a
+// buffer argument that the launch encodes from the buffer's address and passes
+// after the arguments, as a 128-byte `const __grid_constant__` parameter. The
+// expressions are over the integer scalars, params and constants; sizes in elements.
+struct TensorMapSpec {
+  std::string of;           // the buffer argument
+  Expr rows, cols, pitch;   // the view; pitch: elements from one row to the next (cols when not given)
+  Expr box_rows, box_cols;  // the tile one copy moves
+  int swizzle = 0;          // the shared-memory swizzle in bytes: 0, 32, 64 or 128
+};
+
 struct Param {
   std::string name;
   std::vector<int64_t> values;
@@ -125,6 +136,7 @@ struct KernelSpec {
   std::vector<ArgSpec> args;
   ConfigSpace space;
   std::vector<Expr> constraints;  // a config is pruned when one evaluates to 0
+  std::vector<TensorMapSpec> tensor_maps;  // cuda: passed after the arguments, in order (at most 4)
   std::vector<std::filesystem::path> include_dirs;  // resolved
   std::vector<std::string> cflags;
   // Library choices tuned beside the templates (calls into a vendor library

@@ -22,6 +22,7 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
   for (const auto& d : spec.include_dirs) r.include_dirs.push_back(d.string());
   r.defines = config.values;
   for (const auto& a : spec.args) r.args.push_back({a.name, a.dtype, a.pointer});
+  r.tensor_maps = static_cast<int>(spec.tensor_maps.size());
   r.cflags = spec.cflags;
   return r;
 }
@@ -44,6 +45,12 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
     zero_when_ = compile_expr(spec, *spec.zero_when, &config, &limits);
     has_zero_when_ = true;
   }
+  nargs_ = static_cast<int>(spec.args.size());
+  for (const auto& m : spec.tensor_maps) {
+    const int i = spec.arg_index(m.of);
+    auto c = [&](const Expr& e) { return compile_expr(spec, e, &config, &limits); };
+    tmaps_.push_back({i, spec.args[i].dtype, m.swizzle, c(m.rows), c(m.cols), c(m.pitch), c(m.box_rows), c(m.box_cols)});
+  }
 }
 
 LaunchDims LaunchPlan::eval(const int64_t* slots) const {
@@ -59,6 +66,15 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
     for (size_t i = 0; i < zero_.size(); ++i) {
       d.zero_arg[i] = zero_[i].first;
       d.zero_bytes[i] = zero_[i].second.eval(slots);
+    }
+  }
+  if (!tmaps_.empty()) {
+    d.nargs = nargs_;
+    d.ntmap = static_cast<int>(tmaps_.size());
+    for (size_t i = 0; i < tmaps_.size(); ++i) {
+      const TensorMapPlan& m = tmaps_[i];
+      d.tmap[i] = {m.arg,          m.dtype,         m.swizzle,           m.rows.eval(slots), m.cols.eval(slots),
+                   m.pitch.eval(slots), m.box_rows.eval(slots), m.box_cols.eval(slots)};
     }
   }
   // Cheap checks every call makes; check() says why in words.

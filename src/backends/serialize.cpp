@@ -21,7 +21,7 @@ json to_json(const CompileRequest& r) {
   return {{"backend", r.backend},         {"kernel", r.kernel},         {"config", r.config_text},
           {"entry", r.entry},             {"source_name", r.source_name}, {"source_text", r.source_text},
           {"include_dirs", r.include_dirs}, {"defines", defines},       {"args", args},
-          {"cflags", r.cflags}};
+          {"tensor_maps", r.tensor_maps}, {"cflags", r.cflags}};
 }
 
 CompileRequest compile_request_from_json(const json& j) {
@@ -37,6 +37,7 @@ CompileRequest compile_request_from_json(const json& j) {
   for (const auto& a : j.at("args"))
     r.args.push_back({a.at("name").get<std::string>(), dtype_from(a.at("dtype").get<std::string>()),
                       a.at("pointer").get<bool>()});
+  r.tensor_maps = j.at("tensor_maps").get<int>();
   r.cflags = j.at("cflags").get<std::vector<std::string>>();
   return r;
 }

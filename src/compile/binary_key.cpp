@@ -118,6 +118,9 @@ Hash128 kernel_source_hash(const KernelSpec& spec) {
   Hasher h;
   h.add("backend", spec.backend).add("entry", spec.entry).add("tree", hash_source_tree(r.source_text, search_dirs(r)).hash.hex());
   for (const auto& a : spec.args) h.add("arg", a.name + ":" + a.type_text());
+  for (const auto& m : spec.tensor_maps)
+    h.add("tensor_map", fmt::format("{} {} {} {} {} {} {}", m.of, m.rows.str(), m.cols.str(), m.pitch.str(),
+                                    m.box_rows.str(), m.box_cols.str(), m.swizzle));
   return h.digest();
 }
 
@@ -132,6 +135,7 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   k.includes_external = std::move(tree.external);
   for (const auto& [n, v] : req.defines) k.defines += fmt::format("{}={};", n, v);
   for (const auto& a : req.args) k.args += fmt::format("{}:{}{};", a.name, dtype_name(a.dtype), a.pointer ? "*" : "");
+  if (req.tensor_maps > 0) k.args += fmt::format("tensor_maps:{};", req.tensor_maps);
   for (const auto& f : req.cflags) k.cflags += f + " ";
   return k;
 }

@@ -219,6 +219,8 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool alig
     }
   };
   if (s.zero_when) take(*s.zero_when);
+  for (const auto& m : s.tensor_maps)
+    for (const Expr* e : {&m.rows, &m.cols, &m.pitch, &m.box_rows, &m.box_cols}) take(*e);
   for (const auto& e : s.grid) take(e);
   for (const auto& e : s.block) take(e);
   if (s.shared) take(*s.shared);
@@ -520,7 +522,8 @@ class SpecReader {
 
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
-                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target"},
+                     "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
+                     "tensor_maps"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -532,6 +535,7 @@ class SpecReader {
     check_arg_sizes(s);
     read_launch(s, root);
     read_zero(s, root);
+    if (const toml::node* tm = root.get("tensor_maps")) read_tensor_maps(s, *tm);
     if (const toml::node* c = root.get("constraints")) s.constraints = exprs(s, *c, "constraints", 0, SIZE_MAX);
     if (const toml::node* lib = root.get("library"))
       for (const auto& el : array(*lib, "library")) read_library(s, el);
@@ -704,6 +708,46 @@ class SpecReader {
     }
   }
 
+  // tensor_maps: TMA descriptors of buffer arguments (cuda). In a kernel family, an entry
+  // whose buffer the member lacks (Bg in a member of one weight) is left out.
+  void read_tensor_maps(KernelSpec& s, const toml::node& n) const {
+    if (s.backend != "cuda") error(n, "tensor_maps: TMA tensor maps are for the cuda backend");
+    for (const auto& el : array(n, "tensor_maps")) {
+      const toml::table& t = table(el, "tensor_maps");
+      only_keys(t, {"of", "rows", "cols", "pitch", "box_rows", "box_cols", "swizzle"}, " in a tensor_maps entry");
+      TensorMapSpec m;
+      m.of = str(required(t, "of"), "tensor_maps.of");
+      const int i = s.arg_index(m.of);
+      if (i < 0 && s.constant("align_" + m.of)) continue;  // a family's operand this member lacks
+      if (i < 0 || !s.args[i].pointer)
+        error(*t.get("of"), fmt::format("tensor_maps.of: '{}' is not a buffer argument", m.of));
+      const DType dt = s.args[i].dtype;
+      if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16 && dt != DType::i32)
+        error(*t.get("of"), fmt::format("tensor_maps.of: '{}' is {}; a tensor map views f32, f16, bf16 or i32 elements",
+                                        m.of, dtype_name(dt)));
+      auto field = [&](const char* key, Expr& out) {
+        const toml::node& v = required(t, key);
+        const std::string where = std::string("tensor_maps.") + key;
+        out = expr(v, where);
+        check(s, v, where, out);
+      };
+      field("rows", m.rows);
+      field("cols", m.cols);
+      if (t.get("pitch")) field("pitch", m.pitch);
+      else m.pitch = m.cols;
+      field("box_rows", m.box_rows);
+      field("box_cols", m.box_cols);
+      if (const toml::node* sw = t.get("swizzle")) {
+        const int64_t v = integer(*sw, "tensor_maps.swizzle");
+        if (v != 0 && v != 32 && v != 64 && v != 128)
+          error(*sw, fmt::format("tensor_maps.swizzle: {} (one of 0, 32, 64, 128 bytes)", v));
+        m.swizzle = static_cast<int>(v);
+      }
+      if (s.tensor_maps.size() == 4) error(el, "tensor_maps: at most 4");
+      s.tensor_maps.push_back(std::move(m));
+    }
+  }
+
   // One library entry: a call kiln knows, or "name#a-b", the choices name#a
   // to name#b (ranked algorithms of a library); its arguments must be the spec's.
   void read_library(KernelSpec& s, const toml::node& el) const {
@@ -780,7 +824,7 @@ class SpecReader {
   void make_member(toml::table& root, std::string_view member) {
     only_keys(root, {"kind", "name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "family", "member"},
+                     "family", "member", "tensor_maps"},
               " in a kernel family (its members' arguments follow their problem: no 'args')");
     const std::vector<std::string> members = family_members(root);
     const std::string family = str(required(root, "name"), "name");
@@ -839,7 +883,9 @@ class SpecReader {
         e.insert(hash == std::string::npos ? e.size() : hash, "_" + p.text());
       }
     }
-    constants_ = {{"WEIGHTS", p.weights()}, {"B_NT", p.layout == GemmLayout::nt ? 1 : 0}};
+    constants_ = {{"WEIGHTS", p.weights()},
+                  {"B_NT", p.layout == GemmLayout::nt ? 1 : 0},
+                  {"RESIDUAL", p.epilogue == GemmEpilogue::residual ? 1 : 0}};
     for (const std::string& op : gemm_operand_names()) {
       bool has = false;
       for (const ProblemArg& a : p.arguments()) has = has || a.name == op;

@@ -178,6 +178,15 @@ json to_json(const BenchPlan& p) {
              for (int i = 0; i < p.dims.nzero; ++i) z.push_back({p.dims.zero_arg[i], p.dims.zero_bytes[i]});
              return z;
            }()},
+          {"nargs", p.dims.nargs},
+          {"tensor_maps", [&] {
+             json t = json::array();
+             for (int i = 0; i < p.dims.ntmap; ++i) {
+               const TensorMapDims& m = p.dims.tmap[i];
+               t.push_back({m.arg, dtype_name(m.dtype), m.swizzle, m.rows, m.cols, m.pitch, m.box_rows, m.box_cols});
+             }
+             return t;
+           }()},
           {"arena_bytes", p.arena_bytes},
           {"arena_id", p.arena_id},
           {"settings",
@@ -218,6 +227,25 @@ BenchPlan bench_plan_from_json(const json& j) {
     if (p.dims.zero_arg[i] < 0 || static_cast<size_t>(p.dims.zero_arg[i]) >= p.args.size() ||
         !p.args[p.dims.zero_arg[i]].buffer)
       fail(Errc::worker, "a bench plan zeroes argument {}, which is no buffer", p.dims.zero_arg[i]);
+  }
+  p.dims.nargs = j.at("nargs").get<int>();
+  const auto& t = j.at("tensor_maps");
+  if (t.size() > 4) fail(Errc::worker, "a bench plan passes {} tensor maps (at most 4)", t.size());
+  p.dims.ntmap = static_cast<int>(t.size());
+  if (p.dims.ntmap > 0 && static_cast<size_t>(p.dims.nargs) != p.args.size())
+    fail(Errc::worker, "a bench plan passes tensor maps after {} arguments, but has {}", p.dims.nargs, p.args.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    TensorMapDims& m = p.dims.tmap[i];
+    m.arg = t[i].at(0).get<int>();
+    m.dtype = dtype_of(t[i].at(1).get<std::string>());
+    m.swizzle = t[i].at(2).get<int>();
+    m.rows = t[i].at(3).get<int64_t>();
+    m.cols = t[i].at(4).get<int64_t>();
+    m.pitch = t[i].at(5).get<int64_t>();
+    m.box_rows = t[i].at(6).get<int64_t>();
+    m.box_cols = t[i].at(7).get<int64_t>();
+    if (m.arg < 0 || static_cast<size_t>(m.arg) >= p.args.size() || !p.args[m.arg].buffer)
+      fail(Errc::worker, "a bench plan's tensor map views argument {}, which is no buffer", m.arg);
   }
   p.arena_bytes = j.at("arena_bytes").get<uint64_t>();
   p.arena_id = j.at("arena_id").get<uint64_t>();

@@ -40,6 +40,7 @@ struct CompileRequest {
   std::vector<std::string> include_dirs;  // the source's own folder first
   std::vector<std::pair<std::string, int64_t>> defines;
   std::vector<ArgSig> args;
+  int tensor_maps = 0;  // 128-byte tensor-map parameters after the arguments (cuda)
   std::vector<std::string> cflags;
 };
 
@@ -78,6 +79,18 @@ struct Grid {
   bool operator==(const Grid&) const = default;
 };
 
+// A TMA tensor map a cuda launch passes after the arguments (the spec's
+// tensor_maps), for one call: a 2-D row-major view of buffer argument `arg`.
+// The backend encodes it from the buffer's address at launch (and keeps it).
+struct TensorMapDims {
+  int arg = 0;
+  DType dtype = DType::bf16;
+  int swizzle = 0;                        // bytes: 0, 32, 64, 128
+  int64_t rows = 0, cols = 0, pitch = 0;  // elements
+  int64_t box_rows = 0, box_cols = 0;
+  bool operator==(const TensorMapDims&) const = default;
+};
+
 // Where and how a kernel runs for one call.
 struct LaunchDims {
   Grid grid;             // program instances (cuda: blocks)
@@ -87,6 +100,10 @@ struct LaunchDims {
   int nzero = 0;
   int zero_arg[4] = {0, 0, 0, 0};
   int64_t zero_bytes[4] = {0, 0, 0, 0};
+  // Tensor maps passed after the spec's `nargs` arguments (cuda).
+  int nargs = 0;
+  int ntmap = 0;
+  TensorMapDims tmap[4] = {};
   bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
 };
 
@@ -113,6 +130,14 @@ class LaunchPlan {
   std::vector<std::pair<int, CompiledExpr>> zero_;  // (argument, bytes)
   CompiledExpr zero_when_;
   bool has_zero_when_ = false;
+  struct TensorMapPlan {
+    int arg;
+    DType dtype;
+    int swizzle;
+    CompiledExpr rows, cols, pitch, box_rows, box_cols;
+  };
+  std::vector<TensorMapPlan> tmaps_;
+  int nargs_ = 0;
   LaunchLimits limits_;
   std::string kernel_, config_;
 };

@@ -133,6 +133,7 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuGraphLaunch, "cuGraphLaunch", &missing);
     bind(h, d->cuGraphExecDestroy, "cuGraphExecDestroy", &missing);
     bind(h, d->cuGraphDestroy, "cuGraphDestroy", &missing);
+    bind(h, d->cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &missing);
     if (!missing.empty()) {
       reason = fmt::format("the CUDA driver is too old: libcuda.so.1 lacks {} (kiln needs a driver for CUDA 12.0 "
                            "or newer)",

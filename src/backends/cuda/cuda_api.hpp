@@ -29,6 +29,10 @@ struct CUgraph_st;
 using CUgraph = CUgraph_st*;
 struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st*;
+// The driver's TMA descriptor (CUtensorMap): 128 opaque bytes.
+struct alignas(128) CUtensorMap {
+  unsigned long long opaque[16];
+};
 struct CUipcMemHandle {
   unsigned char data[64];
 };
@@ -126,6 +130,10 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
+  // cuTensorMapEncodeTiled(map, data type, rank, address, dims, strides (bytes, rank - 1),
+  // box, element strides, interleave, swizzle, L2 promotion, out-of-bounds fill)
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,
+                                     const unsigned long long*, const unsigned*, const unsigned*, int, int, int, int);
   int version = 0;  // cuDriverGetVersion: 13000 for CUDA 13.0
 
   // The driver, opened once; nullptr with `why` set when there is none

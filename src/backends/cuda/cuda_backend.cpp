@@ -228,6 +228,7 @@ class CudaKernel final : public LoadedKernel {
  private:
   [[noreturn]] void failed(CUresult r, const LaunchDims& d);
   void raise_shared(int64_t bytes);
+  const CUtensorMap& tensor_map(const TensorMapDims& m, CUdeviceptr p);
   CudaDevice& dev_;
   const Driver* drv_;
   CUlibrary lib_;
@@ -566,6 +567,69 @@ void CudaKernel::raise_shared(int64_t bytes) {
   raised_.store(bytes);
 }
 
+namespace {
+// Encoded tensor maps, a table a thread, direct-mapped by a hash of the buffer's address
+// and the view: a map is encoded on the first launch with that buffer and view and kept
+// while no other hashes to its slot, so a steady call (or a graph's capture) encodes nothing.
+struct TensorMapSlot {
+  CUtensorMap map;
+  TensorMapDims dims;
+  CUdeviceptr ptr = 0;
+  bool used = false;
+};
+struct TensorMapCache {
+  static constexpr size_t kSlots = 128;
+  TensorMapSlot slot[kSlots];
+};
+int tensor_map_type(DType t) {
+  switch (t) {
+    case DType::f16: return 6;   // CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    case DType::f32: return 7;   // FLOAT32
+    case DType::bf16: return 9;  // BFLOAT16
+    case DType::i32: return 3;   // INT32
+    default: return -1;
+  }
+}
+}  // namespace
+
+const CUtensorMap& CudaKernel::tensor_map(const TensorMapDims& m, CUdeviceptr p) {
+  thread_local std::unique_ptr<TensorMapCache> cache = std::make_unique<TensorMapCache>();
+  uint64_t h = p * 0x9E3779B97F4A7C15ull;
+  for (int64_t v : {m.rows, m.cols, m.pitch, m.box_rows, m.box_cols, int64_t(m.swizzle), int64_t(m.dtype)})
+    h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ull;
+  TensorMapSlot& e = cache->slot[(h >> 17) % TensorMapCache::kSlots];
+  if (e.used && e.ptr == p && e.dims == m) return e.map;
+  const int64_t esize = static_cast<int64_t>(dtype_size(m.dtype));
+  const int type = tensor_map_type(m.dtype);
+  auto refuse = [&](const std::string& why) {
+    fail(Errc::launch, "{}: the tensor map of argument {} ({} x {} elements, pitch {}, box {} x {}, swizzle {}): {}",
+         what_, m.arg, m.rows, m.cols, m.pitch, m.box_rows, m.box_cols, m.swizzle, why);
+  };
+  if (type < 0) refuse(fmt::format("{} elements cannot be viewed", dtype_name(m.dtype)));
+  if (m.rows < 1 || m.cols < 1 || m.pitch < m.cols) refuse("an empty view, or a pitch shorter than a row");
+  if (p % 16 != 0 || (m.pitch * esize) % 16 != 0)
+    refuse("the buffer's address and the pitch in bytes must be multiples of 16");
+  if (m.box_rows < 1 || m.box_rows > 256 || m.box_cols < 1 || m.box_cols > 256 ||
+      (m.swizzle > 0 && m.box_cols * esize > m.swizzle) || (m.box_cols * esize) % 16 != 0)
+    refuse("a box side out of 1..256, a box row not a multiple of 16 bytes, or wider than the swizzle");
+  const unsigned long long dims[2] = {static_cast<unsigned long long>(m.cols), static_cast<unsigned long long>(m.rows)};
+  const unsigned long long strides[1] = {static_cast<unsigned long long>(m.pitch * esize)};
+  const unsigned box[2] = {static_cast<unsigned>(m.box_cols), static_cast<unsigned>(m.box_rows)};
+  const unsigned elem[2] = {1, 1};
+  const int swz = m.swizzle == 0 ? 0 : m.swizzle == 32 ? 1 : m.swizzle == 64 ? 2 : 3;
+  // No interleave; L2 promotion of 256 bytes; out-of-bounds elements read as zeros.
+  CUresult r = drv_->cuTensorMapEncodeTiled(&e.map, type, 2, reinterpret_cast<void*>(p), dims, strides, box, elem, 0,
+                                            swz, 3, 0);
+  if (r != CUDA_SUCCESS) {
+    e.used = false;
+    refuse(drv_->error_text(r));
+  }
+  e.ptr = p;
+  e.dims = m;
+  e.used = true;
+  return e.map;
+}
+
 void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   if (d.empty()) return;
   dev_.ensure_current();
@@ -577,11 +641,27 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
                                               : drv_->cuMemsetD8Async(p, 0, bytes, stream_of(s));
     if (r != CUDA_SUCCESS) failed(r, d);
   }
+  // Tensor maps follow the arguments: copied out of the cache into this frame, which
+  // outlives the launch (the driver copies the parameters before it returns).
+  constexpr int kMaxArgs = 64;
+  alignas(128) CUtensorMap maps[4];
+  void* with_maps[kMaxArgs + 4];
+  void** kp = const_cast<void**>(params);
+  if (d.ntmap > 0) {
+    if (d.nargs > kMaxArgs || d.ntmap > 4)
+      fail(Errc::launch, "{}: {} arguments and {} tensor maps (at most {} and 4)", what_, d.nargs, d.ntmap, kMaxArgs);
+    for (int i = 0; i < d.nargs; ++i) with_maps[i] = params[i];
+    for (int j = 0; j < d.ntmap; ++j) {
+      maps[j] = tensor_map(d.tmap[j], *static_cast<const CUdeviceptr*>(params[d.tmap[j].arg]));
+      with_maps[d.nargs + j] = &maps[j];
+    }
+    kp = with_maps;
+  }
   CUresult r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), static_cast<unsigned>(d.grid.x),
                                     static_cast<unsigned>(d.grid.y), static_cast<unsigned>(d.grid.z),
                                     static_cast<unsigned>(d.block.x), static_cast<unsigned>(d.block.y),
                                     static_cast<unsigned>(d.block.z), static_cast<unsigned>(d.shared), stream_of(s),
-                                    const_cast<void**>(params), nullptr);
+                                    kp, nullptr);
   if (r != CUDA_SUCCESS) failed(r, d);
 }
 
@@ -670,8 +750,14 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
 )";
     s += fmt::format("using kiln_sig = kiln_check::kiln_sig_of<decltype(&{})>;\n", req.entry);
     s += fmt::format("static_assert(kiln_sig::kiln_count == {}, \"kiln: the entry '{}' does not take the {} arguments the "
-                     "spec lists\");\n",
-                     req.args.size(), req.entry, req.args.size());
+                     "spec lists{}\");\n",
+                     req.args.size() + req.tensor_maps, req.entry, req.args.size(),
+                     req.tensor_maps > 0 ? fmt::format(" and then its {} tensor maps", req.tensor_maps) : "");
+    for (int j = 0; j < req.tensor_maps; ++j)
+      s += fmt::format("static_assert(sizeof(kiln_sig::kiln_arg<{}>) == 128 && !kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>"
+                       "::kiln_value, \"kiln: parameter {} of the entry is not a 128-byte tensor map (the spec's "
+                       "tensor_maps[{}], passed as const __grid_constant__ CUtensorMap)\");\n",
+                       req.args.size() + j, req.args.size() + j, req.args.size() + j, j);
     for (size_t i = 0; i < req.args.size(); ++i) {
       const ArgSig& a = req.args[i];
       s += fmt::format("static_assert(kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value == {} && "
