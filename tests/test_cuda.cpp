@@ -15,6 +15,7 @@
 #include "core/process.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "kiln/ext/binary_key.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
@@ -188,6 +189,46 @@ args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n"
     FAIL() << "a 4-byte int was accepted for an i64";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("argument 1 ('n') of the spec is i64"), std::string::npos) << e.what();
+  }
+}
+
+// A spec's tensor maps are parameters after its arguments: the entry check counts them
+// and wants 128 bytes each; a kernel that takes them compiles (launching is the GPU's test).
+TEST_F(CudaTest, TensorMapsFollowTheArgumentsAndTheEntryIsCheckedForThem) {
+  if (nvrtc_missing()) return;
+  const std::string toml = R"(name = "k"
+backend = "cuda"
+source = "k.cu"
+entry = "k"
+grid = ["1"]
+block = ["32"]
+args = [ { name = "x", type = "bf16*", size = "n * m", intent = "in" }, { name = "n", type = "i64" },
+         { name = "m", type = "i64" } ]
+tensor_maps = [ { of = "x", rows = "n", cols = "m", box_rows = "64", box_cols = "64", swizzle = 128 } ]
+)";
+  const char* head = "#include <cuda_bf16.h>\nstruct __align__(64) tmap { unsigned long long v[16]; };\n";
+  Runtime rt(opts);
+  KernelSpec good = test::spec_in(dir.path() / "a", toml, "k.cu",
+                                  std::string(head) + "extern \"C\" __global__ void k(const __nv_bfloat16* x, long long n, "
+                                                      "long long m, const __grid_constant__ tmap t) {}\n");
+  EXPECT_NO_THROW(rt.compile_pool("cuda").submit(make_compile_request(good, good.space.at(0))).get());
+  KernelSpec missing = test::spec_in(dir.path() / "b", toml, "k.cu",
+                                     std::string(head) + "extern \"C\" __global__ void k(const __nv_bfloat16* x, long long n, "
+                                                         "long long m) {}\n");
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(missing, missing.space.at(0))).get();
+    FAIL() << "an entry without its tensor map compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("and then its 1 tensor maps"), std::string::npos) << e.what();
+  }
+  KernelSpec small = test::spec_in(dir.path() / "c", toml, "k.cu",
+                                   std::string(head) + "extern \"C\" __global__ void k(const __nv_bfloat16* x, long long n, "
+                                                       "long long m, long long t) {}\n");
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(small, small.space.at(0))).get();
+    FAIL() << "an 8-byte parameter was taken for a tensor map";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a 128-byte tensor map"), std::string::npos) << e.what();
   }
 }
 
@@ -554,5 +595,91 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
           ADD_FAILURE() << "C[" << m << ", " << n << "] = " << got << ", want " << want << " (tol " << tol << ")";
       }
     EXPECT_EQ(bad, 0u);
+  }
+}
+
+// The TMA family (kernels/cuda/gemm_tma.toml): every config of each member that can run a
+// shape, launched directly, against a float64 host reference, at edge shapes (M and N of
+// 1, 7, 9, 127, 129, 4100; K of 8 and past 4096) and where the tiles outnumber the blocks, so a
+// persistent block takes several tiles and its ring runs on from one tile into the next.
+TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
+  NEEDS_GPU();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const std::vector<Shape> shapes = {{1, 7, 8}, {7, 129, 64}, {129, 9, 136}, {127, 4100, 72},
+                                     {4100, 127, 16}, {1100, 2100, 24}, {300, 520, 4104}};
+  Runtime rt(opts);
+  Backend& be = rt.backend("cuda");
+  Device& dev = be.device();
+  for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
+    KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:" + member);
+    const bool gated = member == "bf16_nt_gated", residual = member == "bf16_nt_residual";
+    std::vector<Config> configs;
+    std::vector<BinaryFuture> bins;
+    for (const auto& c : s.space.all())
+      if (statically_pruned(s, c, be.limits()).empty()) {
+        configs.push_back(c);
+        bins.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+      }
+    ASSERT_GE(configs.size(), 10u) << member;
+    std::vector<std::shared_ptr<LoadedKernel>> loaded;
+    for (auto& b : bins) loaded.push_back(rt.load(*b.get()));
+    for (const Shape& sh : shapes) {
+      std::vector<ScalarValue> scalars(s.args.size());
+      for (size_t i = 0; i < s.args.size(); ++i) {
+        if (s.args[i].name == "M") scalars[i].i = sh.M;
+        if (s.args[i].name == "N") scalars[i].i = sh.N;
+        if (s.args[i].name == "K") scalars[i].i = sh.K;
+      }
+      DeviceArgs args(s, scalars, dev);
+      args.fill_random(static_cast<uint64_t>(sh.M * 31 + sh.N * 7 + sh.K));
+      auto host = [&](const char* name) {
+        std::vector<double> v;
+        const int i = s.arg_index(name);
+        if (i < 0) return v;
+        std::vector<std::byte> b = args.read(static_cast<size_t>(i));
+        v.resize(b.size() / 2);
+        for (size_t j = 0; j < v.size(); ++j) {
+          uint16_t h;
+          std::memcpy(&h, b.data() + 2 * j, 2);
+          v[j] = bf16_bits_to_f32(h);
+        }
+        return v;
+      };
+      const std::vector<double> A = host("A"), B = host(gated ? "Bg" : "B"), Bu = host("Bu"), R = host("R");
+      std::vector<double> want(static_cast<size_t>(sh.M * sh.N)), tol(want.size());
+      for (int64_t m = 0; m < sh.M; ++m)
+        for (int64_t n = 0; n < sh.N; ++n) {
+          double g = 0, u = 0, mag = 0;
+          for (int64_t k = 0; k < sh.K; ++k) {
+            const double a = A[static_cast<size_t>(m * sh.K + k)], b = B[static_cast<size_t>(n * sh.K + k)];
+            g += a * b;
+            mag += std::abs(a * b);
+            if (gated) u += a * Bu[static_cast<size_t>(n * sh.K + k)];
+          }
+          double w = gated ? g / (1 + std::exp(-g)) * u : g;
+          if (residual) w += R[static_cast<size_t>(m * sh.N + n)];
+          want[static_cast<size_t>(m * sh.N + n)] = w;
+          tol[static_cast<size_t>(m * sh.N + n)] = 1e-2 * (std::abs(w) + mag / std::sqrt(double(sh.K)) + 1e-2);
+        }
+      std::vector<int64_t> slots(s.args.size());
+      read_int_slots(s, args.params(), slots.data());
+      const int c_arg = s.arg_index("C");
+      for (size_t ci = 0; ci < configs.size(); ++ci) {
+        if (!Tuner::why_not(s, configs[ci], slots.data(), be.limits()).empty()) continue;
+        SCOPED_TRACE(fmt::format("{} {} at M={} N={} K={}", member, configs[ci].str(), sh.M, sh.N, sh.K));
+        const std::vector<std::byte> junk(want.size() * 2, std::byte{0x7f});  // not zeros: an unwritten output shows
+        dev.to_device(args.buffer(static_cast<size_t>(c_arg)), junk.data(), junk.size(), nullptr);
+        loaded[ci]->launch(args.params(), LaunchPlan(s, configs[ci], be.limits()).eval(slots.data()), nullptr);
+        dev.sync(nullptr);
+        const std::vector<double> C = host("C");
+        size_t bad = 0;
+        for (size_t j = 0; j < C.size(); ++j)
+          if (!(std::abs(C[j] - want[j]) <= tol[j]) && bad++ < 3)
+            ADD_FAILURE() << "C[" << j / sh.N << ", " << j % sh.N << "] = " << C[j] << ", want " << want[j];
+        EXPECT_EQ(bad, 0u);
+      }
+    }
   }
 }

@@ -152,7 +152,7 @@ TEST(Family, EveryBuiltInMembersCallChecksAreArgumentsOnly) {
         ++members;
       }
     }
-  EXPECT_EQ(members, 7u + 10u + 4u + 3u);
+  EXPECT_EQ(members, 7u + 10u + 4u + 3u + 3u);
 }
 
 TEST(Family, ANameThatIsNotAMemberSaysWhichAreAndBadFamiliesAreRefused) {
@@ -243,4 +243,69 @@ grid = ["1"]
 args = [ { name = "x", type = "f32*", size = "SM_COUNT", intent = "out" } ]
 )SPEC");
   EXPECT_CONTAINS(load_error(f.dir.path() / "plain.toml"), "argument sizes may use scalars only");
+}
+
+// tensor_maps (docs/spec.md): a member keeps the maps of the operands it has, in order, and
+// a launch plan gives each map's view for the call; bad entries are refused at load.
+TEST(Family, TensorMapsFollowTheMembersOperandsAndTheCall) {
+  const std::string file = test::kernels() + "/cuda/gemm_tma.toml";
+  KernelSpec nt = load_spec(file + ":bf16_nt"), gated = load_spec(file + ":bf16_nt_gated");
+  ASSERT_EQ(nt.tensor_maps.size(), 2u);
+  EXPECT_EQ(nt.tensor_maps[0].of, "A");
+  EXPECT_EQ(nt.tensor_maps[1].of, "B");
+  ASSERT_EQ(gated.tensor_maps.size(), 3u);
+  EXPECT_EQ(gated.tensor_maps[1].of, "Bg");
+  EXPECT_EQ(gated.tensor_maps[2].of, "Bu");
+  EXPECT_EQ(make_compile_request(gated, gated.space.at(0)).tensor_maps, 3);
+  LaunchLimits l;
+  l.multiprocessors = 132;
+  l.shared = 232448;
+  l.block[0] = l.block_threads = 1024;
+  Config c = *nt.tuning.default_config;  // 128 x 256 tiles
+  int64_t slots[6] = {256, 256, 256, 1000, 3000, 4096};  // A, B, C aligned; M, N, K
+  EXPECT_EQ(LaunchPlan(nt, c, l).eval(slots).grid.x, 96) << "8 x 12 tiles";
+  slots[4] = 8000;
+  LaunchDims d = LaunchPlan(nt, c, l).eval(slots);
+  EXPECT_EQ(d.grid.x, 132) << "persistent: min(8 x 32 tiles, SM_COUNT)";
+  EXPECT_EQ(d.nargs, 6);
+  ASSERT_EQ(d.ntmap, 2);
+  EXPECT_EQ(d.tmap[0].arg, 0);
+  EXPECT_EQ(d.tmap[0].rows, 1000);
+  EXPECT_EQ(d.tmap[0].cols, 4096);
+  EXPECT_EQ(d.tmap[0].pitch, 4096);
+  EXPECT_EQ(d.tmap[0].box_rows, 128);
+  EXPECT_EQ(d.tmap[0].box_cols, 64);
+  EXPECT_EQ(d.tmap[0].swizzle, 128);
+  EXPECT_EQ(d.tmap[1].arg, 1);
+  EXPECT_EQ(d.tmap[1].rows, 8000);
+  EXPECT_EQ(d.tmap[1].box_rows, 256);
+  // A spec without tensor maps passes none.
+  EXPECT_EQ(LaunchPlan(load_spec(test::kernels() + "/cuda/gemm_wgmma.toml:bf16_nt"), c, l).eval(slots).ntmap, 0);
+
+  FamilyFiles f;
+  auto with = [&](const std::string& maps) {
+    std::string spec = kFamily;
+    spec.replace(spec.find("[family]"), 8, "tensor_maps = [" + maps + "]\n[family]");
+    return load_error(f.write(spec).string() + ":f32_nt");
+  };
+  EXPECT_CONTAINS(with("{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" }"),
+                  "TMA tensor maps are for the cuda backend");
+  FamilyFiles g;
+  auto cuda_with = [&](const std::string& maps) {
+    std::string spec = kFamily;
+    spec.replace(spec.find("backend = \"cpu\""), 15, "backend = \"cuda\"");
+    spec.replace(spec.find("[family]"), 8, "tensor_maps = [" + maps + "]\n[family]");
+    return load_error(g.write(spec).string() + ":f32_nt");
+  };
+  EXPECT_EQ(cuda_with("{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"BN\", box_cols = \"8\", swizzle = 32 }"), "");
+  EXPECT_CONTAINS(cuda_with("{ of = \"M\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" }"),
+                  "'M' is not a buffer argument");
+  EXPECT_CONTAINS(cuda_with("{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\", swizzle = 16 }"),
+                  "one of 0, 32, 64, 128");
+  EXPECT_CONTAINS(cuda_with("{ of = \"A\", rows = \"Q\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" }"),
+                  "unknown symbol 'Q'");
+  EXPECT_CONTAINS(cuda_with("{ of = \"A\", rows = \"M\", box_rows = \"8\", box_cols = \"8\" }"), "'cols'");
+  std::string five;
+  for (int i = 0; i < 5; ++i) five += "{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" },";
+  EXPECT_CONTAINS(cuda_with(five), "at most 4");
 }

@@ -75,10 +75,18 @@
 #define WG_TRANS_B "1"  // B N-major (transposed)
 #endif
 
+#ifndef WG_TMA
+#define WG_TMA 0  // 1: the TMA kernel (kernels/cuda/gemm_tma.toml), persistent, tiles loaded by TMA
+#endif
 #define WG_BK 64                                   // k per stage: one 128-byte swizzle row
 #define WG_NB GEMM_WEIGHTS
-#define WG_NC (BM == 64 ? 1 : 2)                   // consumer warpgroups
-#define WG_ROWS (BM / WG_NC)                       // rows a consumer warpgroup owns: 64 or 128
+#ifndef PINGPONG
+#define PINGPONG 0  // the TMA kernel's param: 1, two consumer warpgroups take alternate tiles
+#endif
+#define WG_NC (PINGPONG || BM > 64 ? 2 : 1)        // consumer warpgroups
+#define WG_ROWS (PINGPONG ? BM : BM / WG_NC)       // rows a consumer warpgroup owns: 64 or 128
+// a consumer's epilogue staging, bytes (WG_EPI_N columns at a time: at most 128 in the TMA kernel)
+#define WG_SLAB (WG_ROWS * (WG_TMA && BN > 128 ? 128 : BN) * (GEMM_HAS_R ? 4 : 2))
 #define WG_MI (WG_ROWS / 64)                       // m64 row blocks a consumer
 #define WG_NTOT (WG_NB * BN)                       // accumulator columns a consumer
 #define WG_NI (WG_NTOT < 256 ? WG_NTOT : 256)      // n of one wgmma
@@ -114,6 +122,7 @@ static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT in {1
 static_assert(BM % SPLIT == 0, "each block of a split-K cluster finishes BM / SPLIT rows");
 static_assert(GROUP_M >= 1, "GROUP_M >= 1");
 static_assert(MINB == 1 || MINB == 2, "MINB is 1 or 2");
+static_assert(!PINGPONG || (WG_TMA && BM <= 128), "ping-pong: the TMA kernel, a consumer's tile at most 128 rows");
 
 // ---- PTX wrappers ----
 __device__ __forceinline__ unsigned wg_smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -152,6 +161,10 @@ __device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.pro
 template <int ID, int THREADS>
 __device__ __forceinline__ void wg_named_bar() {  // immediate ids: ptxas then reserves only those
   asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+template <int ID, int THREADS>
+__device__ __forceinline__ void wg_named_arrive() {  // arrives without waiting
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
 __device__ __forceinline__ void wg_mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -290,6 +303,192 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
 }
 
 
+// The epilogue's operand: the bias, R, or none.
+#if GEMM_HAS_BIAS
+#define WG_EXTRA bias
+#elif GEMM_HAS_R
+#define WG_EXTRA R
+#else
+#define WG_EXTRA nullptr
+#endif
+
+#if SPLIT == 1
+// Columns an epilogue stages at a time: the whole tile's, but at most 128 in the TMA kernel,
+// whose slabs take shared memory beside the ring (a 128 x 256 tile then keeps 4 stages).
+#define WG_EPI_N (WG_TMA && BN > 128 ? 128 : BN)
+// Float offset of (row, col) in an fp32 slab of W columns: 16-byte chunks XORed by row % 8.
+template <int W>
+__device__ __forceinline__ int wg_fswz(int row, int col) {
+  return (row * (W / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3);
+}
+// The epilogue of consumer warpgroup cw (thread t of it): its WG_ROWS x BN block of C at
+// (row0, bn), from its accumulators to C, staged WG_EPI_N columns at a time through its slab
+// at stg (WG_SLAB bytes; the bias or R is `extra`). kAgain: the slab is staged again for
+// another tile, so the warpgroup waits until all of it has been read.
+template <bool kAgain>
+__device__ __forceinline__ void wg_store_tile(float (&acc)[WG_MI][WG_NSUB][WG_NI / 2], unsigned stg, int cw, int t,
+                                              long long row0, long long bn, long long M, long long N, gemm_t* C,
+                                              const gemm_t* extra) {
+  // Accumulator layout (wgmma m64nN, f32): thread t = 32 w + l of the warpgroup holds, for
+  // each 8 columns i, d[4i], d[4i+1] at row 16 w + l/4, columns 8i + 2(l%4) + {0, 1}, and
+  // d[4i+2], d[4i+3] at row 16 w + l/4 + 8.
+  const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
+  const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
+  constexpr int EN = WG_EPI_N;               // columns a pass
+  constexpr int CCH = EN / 8;                // 8-column chunks a row of a pass
+  auto bar = [&] {
+    if (cw == 0)
+      wg_named_bar<2, 128>();
+    else
+      wg_named_bar<3, 128>();
+  };
+#pragma unroll
+  for (int c0 = 0; c0 < BN; c0 += EN) {
+    if (c0 > 0) bar();  // the last pass's slab has been read
+#if GEMM_HAS_R
+    const gemm_t* const R = extra;
+    // Residual: the fp32 sums are staged unrounded and R is read in the store phase, 16
+    // coalesced bytes a thread (prefetched into registers before the staging, so its
+    // latency hides behind it): C = round(acc + R), one rounding, and no 4-byte reads of R
+    // in the fragment layout (those cost the epilogue 25% of the kernel's time at 4096^3).
+    // In place (R == C) is safe: a thread reads the R chunks it later writes, and no other.
+    constexpr int PER = WG_ROWS * CCH / 128;  // chunks a thread
+    static_assert(WG_TMA || STAGES * WG_STAGE_BYTES >= BM * BN * 4, "the fp32 slabs fit in the ring");
+    const bool r_vec = c_vec && (reinterpret_cast<unsigned long long>(R) & 15) == 0;
+    uint4 rv[PER];
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + c0 + cc * 8;
+      rv[q] = make_uint4(0, 0, 0, 0);
+      if (r_vec && gr < M && gc < N) rv[q] = *reinterpret_cast<const uint4*>(R + gr * N + gc);
+    }
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int i8 = c0 / 8; i8 < (c0 + EN) / 8; ++i8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 - c0 + t4 * 2;
+          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
+          wg_st_shared_f2(stg + wg_fswz<EN>(lr, lc) * 4, acc[mi][(i8 * 8) / WG_NI][e], acc[mi][(i8 * 8) / WG_NI][e + 1]);
+        }
+    bar();  // the slab is staged
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + c0 + cc * 8;
+      if (gr >= M || gc >= N) continue;
+      const float4 x = wg_ld_shared_f4(stg + wg_fswz<EN>(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + wg_fswz<EN>(r, cc * 8 + 4) * 4);
+      const float f[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+      if (r_vec) {
+        const gemm_t2* rp = reinterpret_cast<const gemm_t2*>(&rv[q]);
+        unsigned o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const gemm_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
+          o[e] = *reinterpret_cast<const unsigned*>(&pk);
+        }
+        ptx_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
+      } else {  // C or R not 16-byte aligned, or N % 8 != 0: 2 bytes at a time
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (gc + e < N) C[gr * N + gc + e] = epi_from_f(f[e] + epi_to_f(R[gr * N + gc + e]));
+      }
+    }
+#else
+#if GEMM_HAS_BIAS
+    const gemm_t* const bias = extra;
+#else
+    (void)extra;
+#endif
+#pragma unroll
+    for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+      for (int i8 = c0 / 8; i8 < (c0 + EN) / 8; ++i8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int lr = mi * 64 + w * 16 + g + h * 8;  // row in the slab
+          const int lc = i8 * 8 + t4 * 2;               // column in the tile
+          const long long gc = bn + lc;
+          (void)gc;
+          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
+          float v0 = acc[mi][(i8 * 8) / WG_NI][e], v1 = acc[mi][(i8 * 8) / WG_NI][e + 1];
+#if GEMM_HAS_BIAS
+          if (gc < N) v0 += epi_to_f(bias[gc]);
+          if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
+#endif
+#if GEMM_EPILOGUE == GEMM_EPI_SILU
+          v0 = epi_silu(v0);
+          v1 = epi_silu(v1);
+#elif GEMM_HAS_GELU
+          v0 = epi_gelu(v0);
+          v1 = epi_gelu(v1);
+#elif GEMM_GATED
+          {
+            const int cu = BN + i8 * 8;  // the up projection's column
+            const int eu = 4 * (cu % WG_NI / 8) + 2 * h;
+            v0 = epi_silu(v0) * acc[mi][cu / WG_NI][eu];
+            v1 = epi_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
+          }
+#endif
+          const gemm_t2 pk = epi_pack(v0, v1);
+          wg_st_shared32(stg + wg_swz<CCH>(lr, i8 - c0 / 8) * 2 + t4 * 4, *reinterpret_cast<const unsigned*>(&pk));
+        }
+    bar();  // the slab is staged
+#pragma unroll 4
+    for (int i = t; i < WG_ROWS * CCH; i += 128) {
+      const int r = i / CCH, cc = i % CCH;
+      const long long gr = row0 + r, gc = bn + c0 + cc * 8;
+      if (gr >= M || gc >= N) continue;
+      const uint4 v = wg_ld_shared16(stg + wg_swz<CCH>(r, cc) * 2);
+      if (c_vec) {
+        ptx_st_global16(C + gr * N + gc, v);
+      } else {
+        const unsigned short* ev = reinterpret_cast<const unsigned short*>(&v);
+        unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          if (gc + q < N) cs[q] = ev[q];
+      }
+    }
+#endif
+  }
+  if (kAgain) bar();  // the slab has been read
+}
+#endif
+
+#if SPLIT > 1
+// Split K, after every consumer's wgmmas have completed: consumer cw's fp32 partial tile(s)
+// [NB][BM][BN] to this block's shared memory at `tiles`, then the cluster sums them (rank q
+// finishes rows [q * BM / SPLIT, (q + 1) * BM / SPLIT)) between two cluster barriers, which
+// every thread of the cluster's blocks must reach (ct: the thread among the consumers').
+__device__ __forceinline__ void wg_split_store(float (&acc)[WG_MI][WG_NSUB][WG_NI / 2], unsigned tiles, int cw, int t,
+                                               int ct, long long bm, long long bn, long long M, long long N, gemm_t* C,
+                                               const gemm_t* extra) {
+  const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
+  const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
+#pragma unroll
+  for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+    for (int i8 = 0; i8 < BN / 8; ++i8)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int b = 0; b < WG_NB; ++b) {
+          const int lr = cw * WG_ROWS + mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
+          const int col = b * BN + i8 * 8;
+          const int e = 4 * (col % WG_NI / 8) + 2 * h;
+          wg_st_shared_f2(tiles + (b * BM * BN + gemm_fswz(lr, lc)) * 4, acc[mi][col / WG_NI][e],
+                          acc[mi][col / WG_NI][e + 1]);
+        }
+  ptx_cluster_sync();
+  gemm_split_finish<WG_NB>(tiles, ct, WG_NC * 128, bm, bn, M, N, C, extra, c_vec);
+  ptx_cluster_sync();
+}
+#endif
+
+#if !WG_TMA
 extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_PARAMS) {
   extern __shared__ unsigned char wg_smem[];
   __shared__ __align__(8) unsigned long long wg_bars[2 * STAGES];  // full[STAGES], empty[STAGES]
@@ -460,152 +659,207 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
 
     // Every consumer's wgmmas have completed, so the ring is free for the epilogue.
     wg_named_bar<1, WG_NC * 128>();
-    // Accumulator layout (wgmma m64nN, f32): thread t = 32 w + l of the warpgroup holds, for
-    // each 8 columns i, d[4i], d[4i+1] at row 16 w + l/4, columns 8i + 2(l%4) + {0, 1}, and
-    // d[4i+2], d[4i+3] at row 16 w + l/4 + 8.
-    const int w = t >> 5, l = t & 31, g = l >> 2, t4 = l & 3;
-    const bool c_vec = N % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
-#if SPLIT == 1 && GEMM_HAS_R
-    // Residual: the fp32 sums are staged unrounded and R is read in the store phase, 16
-    // coalesced bytes a thread (prefetched into registers before the staging, so its
-    // latency hides behind it): C = round(acc + R), one rounding, and no 4-byte reads of R
-    // in the fragment layout (those cost the epilogue 25% of the kernel's time at 4096^3).
-    // In place (R == C) is safe: a thread reads the R chunks it later writes, and no other.
-    constexpr int CCH = BN / 8;                 // 8-column chunks a row
-    constexpr int PER = WG_ROWS * CCH / 128;    // chunks a thread
-    static_assert(STAGES * WG_STAGE_BYTES >= BM * BN * 4, "the fp32 slabs fit in the ring");
-    const unsigned stg = sbase + cw * (WG_ROWS * BN * 4);  // this warpgroup's fp32 slab
-    const long long row0 = bm + cw * WG_ROWS;
-    const bool r_vec = c_vec && (reinterpret_cast<unsigned long long>(R) & 15) == 0;
-    uint4 rv[PER];
-#pragma unroll
-    for (int q = 0; q < PER; ++q) {
-      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
-      const long long gr = row0 + r, gc = bn + cc * 8;
-      rv[q] = make_uint4(0, 0, 0, 0);
-      if (r_vec && gr < M && gc < N) rv[q] = *reinterpret_cast<const uint4*>(R + gr * N + gc);
-    }
-#pragma unroll
-    for (int mi = 0; mi < WG_MI; ++mi)
-#pragma unroll
-      for (int i8 = 0; i8 < BN / 8; ++i8)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int lr = mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
-          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
-          wg_st_shared_f2(stg + gemm_fswz(lr, lc) * 4, acc[mi][(i8 * 8) / WG_NI][e], acc[mi][(i8 * 8) / WG_NI][e + 1]);
-        }
-    if (cw == 0)  // the slab is staged
-      wg_named_bar<2, 128>();
-    else
-      wg_named_bar<3, 128>();
-#pragma unroll
-    for (int q = 0; q < PER; ++q) {
-      const int i = t + 128 * q, r = i / CCH, cc = i % CCH;
-      const long long gr = row0 + r, gc = bn + cc * 8;
-      if (gr >= M || gc >= N) continue;
-      const float4 x = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8) * 4), y = wg_ld_shared_f4(stg + gemm_fswz(r, cc * 8 + 4) * 4);
-      const float f[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-      if (r_vec) {
-        const gemm_t2* rp = reinterpret_cast<const gemm_t2*>(&rv[q]);
-        unsigned o[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const gemm_t2 pk = epi_pack(f[2 * e] + epi_to_f(rp[e].x), f[2 * e + 1] + epi_to_f(rp[e].y));
-          o[e] = *reinterpret_cast<const unsigned*>(&pk);
-        }
-        ptx_st_global16(C + gr * N + gc, make_uint4(o[0], o[1], o[2], o[3]));
-      } else {  // C or R not 16-byte aligned, or N % 8 != 0: 2 bytes at a time
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (gc + e < N) C[gr * N + gc + e] = epi_from_f(f[e] + epi_to_f(R[gr * N + gc + e]));
-      }
-    }
-#elif SPLIT == 1
-    const unsigned stg = sbase + cw * (WG_ROWS * BN * 2);  // this warpgroup's slab
-    const long long row0 = bm + cw * WG_ROWS;
-#pragma unroll
-    for (int mi = 0; mi < WG_MI; ++mi)
-#pragma unroll
-      for (int i8 = 0; i8 < BN / 8; ++i8)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int lr = mi * 64 + w * 16 + g + h * 8;  // row in the slab
-          const int lc = i8 * 8 + t4 * 2;               // column in the tile
-          const long long gr = row0 + lr, gc = bn + lc;
-          (void)gr;
-          (void)gc;
-          const int e = 4 * ((i8 * 8) % WG_NI / 8) + 2 * h;
-          float v0 = acc[mi][(i8 * 8) / WG_NI][e], v1 = acc[mi][(i8 * 8) / WG_NI][e + 1];
-#if GEMM_HAS_BIAS
-          if (gc < N) v0 += epi_to_f(bias[gc]);
-          if (gc + 1 < N) v1 += epi_to_f(bias[gc + 1]);
-#endif
-#if GEMM_EPILOGUE == GEMM_EPI_SILU
-          v0 = epi_silu(v0);
-          v1 = epi_silu(v1);
-#elif GEMM_HAS_GELU
-          v0 = epi_gelu(v0);
-          v1 = epi_gelu(v1);
-#elif GEMM_GATED
-          {
-            const int cu = BN + i8 * 8;  // the up projection's column
-            const int eu = 4 * (cu % WG_NI / 8) + 2 * h;
-            v0 = epi_silu(v0) * acc[mi][cu / WG_NI][eu];
-            v1 = epi_silu(v1) * acc[mi][cu / WG_NI][eu + 1];
-          }
-#endif
-          const gemm_t2 pk = epi_pack(v0, v1);
-          wg_st_shared32(stg + wg_swz<BN / 8>(lr, i8) * 2 + t4 * 4, *reinterpret_cast<const unsigned*>(&pk));
-        }
-    if (cw == 0)  // the slab is staged
-      wg_named_bar<2, 128>();
-    else
-      wg_named_bar<3, 128>();
-    constexpr int CCH = BN / 8;
-#pragma unroll 4
-    for (int i = t; i < WG_ROWS * CCH; i += 128) {
-      const int r = i / CCH, cc = i % CCH;
-      const long long gr = row0 + r, gc = bn + cc * 8;
-      if (gr >= M || gc >= N) continue;
-      const uint4 v = wg_ld_shared16(stg + wg_swz<CCH>(r, cc) * 2);
-      if (c_vec) {
-        ptx_st_global16(C + gr * N + gc, v);
-      } else {
-        const unsigned short* ev = reinterpret_cast<const unsigned short*>(&v);
-        unsigned short* cs = reinterpret_cast<unsigned short*>(C + gr * N + gc);
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-          if (gc + q < N) cs[q] = ev[q];
-      }
-    }
+#if SPLIT == 1
+    wg_store_tile<false>(acc, sbase + cw * WG_SLAB, cw, t, bm + cw * WG_ROWS, bn, M, N, C, WG_EXTRA);
 #else
-    // Split K: fp32 partial tile(s) [NB][BM][BN] to this block's shared memory, then the
-    // cluster sums them (rank q finishes rows [q * BM / SPLIT, (q + 1) * BM / SPLIT)).
-#pragma unroll
-    for (int mi = 0; mi < WG_MI; ++mi)
-#pragma unroll
-      for (int i8 = 0; i8 < BN / 8; ++i8)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int b = 0; b < WG_NB; ++b) {
-            const int lr = cw * WG_ROWS + mi * 64 + w * 16 + g + h * 8, lc = i8 * 8 + t4 * 2;
-            const int col = b * BN + i8 * 8;
-            const int e = 4 * (col % WG_NI / 8) + 2 * h;
-            wg_st_shared_f2(sbase + (b * BM * BN + gemm_fswz(lr, lc)) * 4, acc[mi][col / WG_NI][e],
-                            acc[mi][col / WG_NI][e + 1]);
-          }
-    ptx_cluster_sync();
-#if GEMM_HAS_BIAS
-    const gemm_t* const extra = bias;
-#elif GEMM_HAS_R
-    const gemm_t* const extra = R;
-#else
-    const gemm_t* const extra = nullptr;
-#endif
-    gemm_split_finish<WG_NB>(sbase, tid - 128, WG_NC * 128, bm, bn, M, N, C, extra, c_vec);
-    ptx_cluster_sync();
+    wg_split_store(acc, sbase, cw, t, tid - 128, bm, bn, M, N, C, WG_EXTRA);
 #endif
   }
 }
+#endif  // !WG_TMA
+
+#if WG_TMA
+// ================= the TMA kernel (kernels/cuda/gemm_tma.toml) =================
+// The same consumers and epilogue, with two changes:
+//   - Tiles are loaded by TMA: one producer thread issues cp.async.bulk.tensor copies of the
+//     A and B boxes (BM x 64 and BN x 64 elements) through the tensor maps kiln passes after
+//     the arguments, with SWIZZLE_128B, which writes exactly the K-major layout the wgmma
+//     descriptors describe; the stage's `full` mbarrier (count 1) completes when the bytes
+//     have landed (expect_tx). Out-of-bounds rows and k columns read as zero, so M, N and the
+//     K tail need no code.
+//   - Persistent: min(tiles, SM_COUNT x MINB) blocks, block b takes tiles b, b + grid, ... in
+//     the GROUP_M raster; the ring runs on across tiles, so the producer loads the next
+//     tile's k-tiles while the consumers store the last one. The epilogue stages through
+//     its own shared memory (WG_SLAB a consumer: 2 bytes an element, 4 for the residual's
+//     fp32 sums) after the ring.
+//   - SPLIT > 1: not persistent; a block a tile and a K slice, a cluster of SPLIT blocks a
+//     tile, whose fp32 partial tiles are summed through distributed shared memory as in the
+//     wgmma kernel (the ring is free by then, and holds them).
+//   - PINGPONG = 1: the two consumer warpgroups take the block's tiles in turn, each a whole
+//     BM x BN tile, so one's epilogue runs while the other's wgmmas do (cooperative, 0: both
+//     share every tile, BM / 2 rows each). The ring holds the tiles' k-tiles in order; a
+//     consumer steps over the other's, and each stage is released by the one that used it.
+//     Their main loops take turns (named barriers 4 and 5): a consumer starts a tile's once
+//     the other has passed all its waits on the previous tile's stages. Otherwise a consumer
+//     that ran a ring cycle ahead would read a `full` barrier's parity of a phase not yet
+//     begun as done.
+static_assert(GEMM_B_NT && (SPLIT == 1 || !PINGPONG), "the TMA kernel: nt problems; split K cooperative only");
+struct __align__(64) wg_tmap {
+  unsigned long long opaque[16];  // a CUtensorMap
+};
+__device__ __forceinline__ void wg_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Box (c0, c1) of `map` (c0 the column, c1 the row, in elements) to shared address dst;
+// its bytes count against `bar`'s transaction.
+__device__ __forceinline__ void wg_tma_load(unsigned dst, const wg_tmap* map, unsigned bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void wg_tma_prefetch(const wg_tmap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
+    gemm(GEMM_PARAMS, const __grid_constant__ wg_tmap tmA, const __grid_constant__ wg_tmap tmB0
+#if GEMM_GATED
+         , const __grid_constant__ wg_tmap tmB1
+#endif
+    ) {
+  extern __shared__ unsigned char wg_smem[];
+  __shared__ __align__(8) unsigned long long wg_bars[2 * STAGES];  // full[STAGES], empty[STAGES]
+  const unsigned sbase = (wg_smem_u32(wg_smem) + 1023u) & ~1023u;  // the spec's `shared` has 1 KiB to spare
+  const unsigned full0 = wg_smem_u32(wg_bars), empty0 = full0 + 8 * STAGES;
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;  // warpgroup: 0 the producer, 1 .. NC the consumers
+  const long long tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  const GemmKSlice kslice = gemm_k_slice(K, WG_BK);  // all of K where SPLIT = 1
+  const long long kbeg = kslice.beg;
+  const int ktiles = kslice.tiles;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      wg_mbar_init(full0 + 8 * s, 1);                      // the producer's expect_tx; TMA completes the bytes
+      wg_mbar_init(empty0 + 8 * s, PINGPONG ? 1 : WG_NC);  // one arrival a consumer warpgroup using it
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ================= producer: one thread issues the TMA copies =================
+#if WG_NC == 2
+    wg_regs_producer();
+#endif
+    if (tid == 0) {
+      wg_tma_prefetch(&tmA);
+      wg_tma_prefetch(&tmB0);
+#if GEMM_GATED
+      wg_tma_prefetch(&tmB1);
+#endif
+      int s = 0;
+      unsigned ph = 0;
+      long long it = 0;  // k-tiles issued by this block, over all its tiles
+      for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        long long bm, bn;
+        gemm_tile_of(tile, M, N, bm, bn);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          if (it >= STAGES) wg_mbar_wait(empty0 + 8 * s, ph ^ 1);  // the consumers are done with the stage
+          const unsigned full = full0 + 8 * s, dst = sbase + s * WG_STAGE_BYTES;
+          const int k0 = static_cast<int>(kbeg) + kt * WG_BK;
+          wg_mbar_expect_tx(full, WG_STAGE_BYTES);  // whole boxes, zero-filled ones included
+          wg_tma_load(dst, &tmA, full, k0, static_cast<int>(bm));
+          wg_tma_load(dst + WG_A_BYTES, &tmB0, full, k0, static_cast<int>(bn));
+#if GEMM_GATED
+          wg_tma_load(dst + WG_A_BYTES + BN * 128, &tmB1, full, k0, static_cast<int>(bn));
+#endif
+          if (++s == STAGES) s = 0, ph ^= 1;
+        }
+      }
+    }
+#if SPLIT > 1
+    ptx_cluster_sync();  // the consumers' partial tiles are written
+    ptx_cluster_sync();  // and read by the whole cluster
+#endif
+  } else {
+    // ================= consumers: wgmma, then the epilogue, a tile at a time =================
+#if WG_NC == 2
+    wg_regs_consumer();
+#endif
+    const int cw = wg - 1;
+    const int t = tid & 127;
+    const unsigned a_off = PINGPONG ? 0 : cw * WG_ROWS * 128;
+    const unsigned stg = sbase + STAGES * WG_STAGE_BYTES + cw * WG_SLAB;  // this consumer's epilogue slab
+    int s = 0;
+    unsigned ph = 0;
+#if PINGPONG
+    // The ring position of this consumer's first k-tile: the other consumer's tile comes first.
+    const long long skip = static_cast<long long>(ktiles) * cw;
+    s = static_cast<int>(skip % STAGES);
+    ph = static_cast<unsigned>(skip / STAGES) & 1u;
+    for (long long tile = blockIdx.x + cw * gridDim.x; tile < tiles; tile += 2 * gridDim.x) {
+#else
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+#endif
+      long long bm, bn;
+      gemm_tile_of(tile, M, N, bm, bn);
+#if PINGPONG
+      // Wait for the other consumer's main loop over the previous tile (none before the first).
+      if (cw == 1)
+        wg_named_bar<4, 256>();
+      else if (tile >= 2 * static_cast<long long>(gridDim.x))
+        wg_named_bar<5, 256>();
+#endif
+      float acc[WG_MI][WG_NSUB][WG_NI / 2];  // set by the first k-tile's wgmmas (scale-d 0)
+      int prev = 0;
+      for (int kt = 0; kt < ktiles; ++kt) {
+        wg_mbar_wait(full0 + 8 * s, ph);
+        const unsigned sa = sbase + s * WG_STAGE_BYTES + a_off;
+        const unsigned sb = sbase + s * WG_STAGE_BYTES + WG_A_BYTES;
+        wg_mma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; ++kk)
+#pragma unroll
+          for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+            for (int ns = 0; ns < WG_NSUB; ++ns) {
+              const unsigned long long da = wg_desc(sa + mi * 64 * 128 + kk * 32, 16, 1024);
+              const unsigned long long db = wg_desc(sb + ns * WG_NI * 128 + kk * 32, 16, 1024);
+              wg_mma(acc[mi][ns], da, db, kt > 0 || kk > 0);
+            }
+        wg_mma_commit();
+        wg_mma_wait<1>();  // the previous k-tile's wgmmas are complete: release its stage
+        if (kt > 0 && t == 0) wg_mbar_arrive(empty0 + 8 * prev);
+        prev = s;
+        if (++s == STAGES) s = 0, ph ^= 1;
+      }
+#if PINGPONG
+      // This main loop is past its waits: the other consumer's next tile may begin, if it has one.
+      if (tile + gridDim.x < tiles) {
+        if (cw == 0)
+          wg_named_arrive<4, 256>();
+        else
+          wg_named_arrive<5, 256>();
+      }
+#endif
+      wg_mma_wait<0>();
+      if (ktiles > 0 && t == 0) wg_mbar_arrive(empty0 + 8 * prev);  // the tile's last stage
+#pragma unroll
+      for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+        for (int ns = 0; ns < WG_NSUB; ++ns)
+#pragma unroll
+          for (int e = 0; e < WG_NI / 2; ++e) {
+            if (ktiles == 0) acc[mi][ns][e] = 0.f;  // K = 0
+            wg_fence_reg(acc[mi][ns][e]);
+          }
+#if PINGPONG
+      // Step over the other consumer's tile (ktiles stages; STAGES x 2 positions a parity cycle).
+      const int adv = ktiles % (2 * STAGES);
+      for (int i = 0; i < adv; ++i)
+        if (++s == STAGES) s = 0, ph ^= 1;
+#endif
+#if SPLIT > 1
+      (void)stg;
+      wg_named_bar<1, WG_NC * 128>();  // every consumer's wgmmas are complete: the ring is free
+      wg_split_store(acc, sbase, cw, t, tid - 128, bm, bn, M, N, C, WG_EXTRA);
+#else
+      wg_store_tile<true>(acc, stg, cw, t, PINGPONG ? bm : bm + cw * WG_ROWS, bn, M, N, C, WG_EXTRA);
+#endif
+    }
+  }
+}
+#endif  // WG_TMA
