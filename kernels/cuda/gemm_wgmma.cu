@@ -35,7 +35,7 @@
 //     zero fill), written directly in the 128-byte-swizzled layout the wgmma descriptors
 //     describe, and ends with cp.async.mbarrier.arrive.noinc on the stage's `full`
 //     mbarrier (128 arrivals: one a producer thread, each fired when that thread's copies
-//     have landed). TMA is not used (kiln cannot pass a CUtensorMap).
+//     have landed). (WG_TMA = 1, the TMA family: TMA copies instead; see its entry below.)
 //   - Consumers (registers raised by setmaxnreg): wait on `full`, fence.proxy.async (the
 //     copies were generic-proxy writes; wgmma reads through the async proxy), then
 //     wgmma.fence, 4 k16 steps of m64nNk16 per m64 row block, commit_group, and
