@@ -1,0 +1,112 @@
+// Attention over a KV cache (the decoder-layer issue): the decode attention multi-kernel
+// (a split over the cache, then a combination) against a plain double-precision
+// computation, on the cpu (CI) and, where there is a GPU, its bf16 cuda form.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/multi_kernel.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+
+namespace {
+
+struct AttentionTest : ::testing::Test {
+  TempDir dir{"kiln-attn"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 2;
+    opts.workers = 1;
+    opts.first_call = FirstCall::wait;
+  }
+};
+
+constexpr int64_t kD = 128;
+
+// o[i, hq] = softmax_j(q[i, hq] . k[j, hq / G] / sqrt(128)) v[j, hq / G] over j <= S + i.
+std::vector<double> attention_ref(const std::vector<double>& q, const std::vector<double>& kc,
+                                  const std::vector<double>& vc, int64_t T, int64_t S, int64_t HQ, int64_t HKV) {
+  const int64_t G = HQ / HKV;
+  std::vector<double> o(static_cast<size_t>(T * HQ * kD));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t hq = 0; hq < HQ; ++hq) {
+      const int64_t h = hq / G, n = S + i + 1;
+      std::vector<double> s(static_cast<size_t>(n));
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < kD; ++e) d += q[(i * HQ + hq) * kD + e] * kc[(j * HKV + h) * kD + e];
+        s[j] = d / std::sqrt(double(kD));
+        m = std::max(m, s[j]);
+      }
+      for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - m));
+      for (int64_t e = 0; e < kD; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < n; ++j) acc += s[j] * vc[(j * HKV + h) * kD + e];
+        o[(i * HQ + hq) * kD + e] = acc / sum;
+      }
+    }
+  return o;
+}
+
+struct Shape {
+  int64_t T, S, HQ, HKV;
+};
+// Decode (T = 1) at an empty and a long cache, a few tokens over a cache (causal, bottom
+// right), more tokens than keys before them, one KV head for all, and S across a split's edge.
+const Shape kShapes[] = {{1, 0, 8, 2}, {1, 300, 8, 2}, {3, 100, 8, 2}, {16, 5, 8, 2}, {2, 63, 4, 1}, {4, 256, 8, 8}};
+
+}  // namespace
+
+TEST_F(AttentionTest, DecodeAttentionOnTheCpuMatchesAPlainComputationInEveryVariant) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml");
+  ASSERT_EQ(ms.variants.size(), 3u);
+  for (int forced = -1; forced < 3; ++forced) {
+    Options o = opts;
+    if (forced >= 0) o.force_variant = forced;
+    Runtime rt(o);
+    MultiKernel k(rt, ms);
+    for (const Shape& sh : kShapes) {
+      SCOPED_TRACE(testing::Message() << "variant " << forced << " T=" << sh.T << " S=" << sh.S << " HQ=" << sh.HQ
+                                      << " HKV=" << sh.HKV);
+      const int64_t CAP = sh.S + sh.T + 3;
+      std::vector<float> q(sh.T * sh.HQ * kD), kc(CAP * sh.HKV * kD), vc(CAP * sh.HKV * kD), out(sh.T * sh.HQ * kD, -7);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(q)), static_cast<uint64_t>(sh.S * 3 + sh.T), true);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(kc)), static_cast<uint64_t>(sh.S * 5 + 1), true);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(vc)), static_cast<uint64_t>(sh.S * 7 + 2));
+      k(q.data(), kc.data(), vc.data(), out.data(), sh.T, sh.S, CAP, sh.HQ, sh.HKV);
+      if (forced >= 0) {
+        float *pq = q.data(), *pk = kc.data(), *pv = vc.data(), *po = out.data();
+        int64_t T = sh.T, S = sh.S, cap = CAP, HQ = sh.HQ, HKV = sh.HKV;
+        void* params[] = {&pq, &pk, &pv, &po, &T, &S, &cap, &HQ, &HKV};
+        EXPECT_EQ(k.pick(params).variant, static_cast<size_t>(forced));
+      }
+      const std::vector<double> want = attention_ref(std::vector<double>(q.begin(), q.end()),
+                                                     std::vector<double>(kc.begin(), kc.end()),
+                                                     std::vector<double>(vc.begin(), vc.end()), sh.T, sh.S, sh.HQ, sh.HKV);
+      size_t bad = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (!(std::abs(out[i] - want[i]) <= 1e-4 * (1 + std::abs(want[i]))) && bad++ < 3)
+          ADD_FAILURE() << "o[" << i << "] = " << out[i] << ", want " << want[i];
+      EXPECT_EQ(bad, 0u);
+    }
+  }
+}
+
+TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
+  Runtime rt(opts);
+  MultiKernel k(rt, load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml"));
+  const int64_t T = 2, S = 10, CAP = 11, HQ = 4, HKV = 1;
+  std::vector<float> q(T * HQ * kD), kc(CAP * HKV * kD), vc(CAP * HKV * kD), o(T * HQ * kD);
+  try {
+    k(q.data(), kc.data(), vc.data(), o.data(), T, S, CAP, HQ, HKV);
+    FAIL() << "S + T > CAP ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("S + T <= CAP"), std::string::npos) << e.what();
+  }
+}
