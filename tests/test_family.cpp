@@ -298,6 +298,20 @@ TEST(Family, TensorMapsFollowTheMembersOperandsAndTheCall) {
     return load_error(g.write(spec).string() + ":f32_nt");
   };
   EXPECT_EQ(cuda_with("{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"BN\", box_cols = \"8\", swizzle = 32 }"), "");
+  {  // a view past its buffer is refused when the call's launch is planned
+    std::string spec = kFamily;
+    spec.replace(spec.find("backend = \"cpu\""), 15, "backend = \"cuda\"");
+    spec.replace(spec.find("[family]"), 8,
+                 "tensor_maps = [{ of = \"A\", rows = \"M + 1\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" }]\n[family]");
+    KernelSpec past = load_spec(g.write(spec).string() + ":f32_nt");
+    int64_t s6[6] = {256, 256, 256, 100, 1000, 10};
+    try {
+      LaunchPlan(past, past.space.at(0), l).eval(s6);
+      ADD_FAILURE() << "a view of 101 rows of a 100-row buffer was planned";
+    } catch (const Error& e) {
+      EXPECT_CONTAINS(e.what(), "reaches past its buffer's 1000 elements");
+    }
+  }
   EXPECT_CONTAINS(cuda_with("{ of = \"M\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\" }"),
                   "'M' is not a buffer argument");
   EXPECT_CONTAINS(cuda_with("{ of = \"A\", rows = \"M\", cols = \"K\", box_rows = \"8\", box_cols = \"8\", swizzle = 16 }"),

@@ -670,7 +670,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
 
 #if WG_TMA
 // ================= the TMA kernel (kernels/cuda/gemm_tma.toml) =================
-// The same consumers and epilogue, with two changes:
+// The same consumers and epilogue, with these changes:
 //   - Tiles are loaded by TMA: one producer thread issues cp.async.bulk.tensor copies of the
 //     A and B boxes (BM x 64 and BN x 64 elements) through the tensor maps kiln passes after
 //     the arguments, with SWIZZLE_128B, which writes exactly the K-major layout the wgmma
@@ -728,6 +728,9 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
   const GemmKSlice kslice = gemm_k_slice(K, WG_BK);  // all of K where SPLIT = 1
   const long long kbeg = kslice.beg;
   const int ktiles = kslice.tiles;
+#if SPLIT > 1
+  if (gridDim.x < tiles) __trap();  // split K takes one tile a block: both sides reach two cluster barriers
+#endif
 
   if (tid == 0) {
 #pragma unroll
@@ -771,6 +774,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
       }
     }
 #if SPLIT > 1
+    __syncwarp();        // lane 0 is back from its copies
     ptx_cluster_sync();  // the consumers' partial tiles are written
     ptx_cluster_sync();  // and read by the whole cluster
 #endif

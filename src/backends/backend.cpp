@@ -49,7 +49,8 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
   for (const auto& m : spec.tensor_maps) {
     const int i = spec.arg_index(m.of);
     auto c = [&](const Expr& e) { return compile_expr(spec, e, &config, &limits); };
-    tmaps_.push_back({i, spec.args[i].dtype, m.swizzle, c(m.rows), c(m.cols), c(m.pitch), c(m.box_rows), c(m.box_cols)});
+    tmaps_.push_back({i, spec.args[i].dtype, m.swizzle, c(m.rows), c(m.cols), c(m.pitch), c(m.box_rows), c(m.box_cols),
+                      compile_expr(spec, spec.args[i].size, nullptr)});
   }
 }
 
@@ -75,6 +76,14 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
       const TensorMapPlan& m = tmaps_[i];
       d.tmap[i] = {m.arg,          m.dtype,         m.swizzle,           m.rows.eval(slots), m.cols.eval(slots),
                    m.pitch.eval(slots), m.box_rows.eval(slots), m.box_cols.eval(slots)};
+      const TensorMapDims& t = d.tmap[i];
+      int64_t last = 0;
+      if (t.rows > 0 && t.cols > 0 &&
+          (__builtin_mul_overflow(t.rows - 1, t.pitch, &last) || __builtin_add_overflow(last, t.cols, &last) ||
+           last > m.size.eval(slots)))
+        throw Error(Errc::launch, fmt::format("kernel '{}' (config {}): tensor map {} ({} x {}, pitch {}) reaches past "
+                                              "its buffer's {} elements",
+                                              kernel_, config_, i, t.rows, t.cols, t.pitch, m.size.eval(slots)));
     }
   }
   // Cheap checks every call makes; check() says why in words.

@@ -38,6 +38,7 @@ CompileRequest compile_request_from_json(const json& j) {
     r.args.push_back({a.at("name").get<std::string>(), dtype_from(a.at("dtype").get<std::string>()),
                       a.at("pointer").get<bool>()});
   r.tensor_maps = j.at("tensor_maps").get<int>();
+  if (r.tensor_maps < 0 || r.tensor_maps > 4) fail(Errc::internal, "a compile request with {} tensor maps", r.tensor_maps);
   r.cflags = j.at("cflags").get<std::vector<std::string>>();
   return r;
 }
@@ -45,7 +46,7 @@ CompileRequest compile_request_from_json(const json& j) {
 json to_json(const KernelMeta& m) {
   return {{"symbol", m.symbol},           {"target", m.target},           {"registers", m.registers},
           {"static_shared", m.static_shared}, {"local_bytes", m.local_bytes}, {"spill_bytes", m.spill_bytes},
-          {"max_threads", m.max_threads}};
+          {"max_threads", m.max_threads}, {"tensor_maps", m.tensor_maps}};
 }
 
 KernelMeta kernel_meta_from_json(const json& j) {
@@ -57,7 +58,9 @@ KernelMeta kernel_meta_from_json(const json& j) {
   m.local_bytes = j.at("local_bytes").get<int>();
   m.spill_bytes = j.at("spill_bytes").get<int>();
   m.max_threads = j.at("max_threads").get<int>();
-  if (m.symbol.empty() || m.registers < 0 || m.static_shared < 0 || m.local_bytes < 0 || m.max_threads < 0)
+  m.tensor_maps = j.value("tensor_maps", 0);  // absent from binaries stored before tensor maps
+  if (m.symbol.empty() || m.registers < 0 || m.static_shared < 0 || m.local_bytes < 0 || m.max_threads < 0 ||
+      m.tensor_maps < 0 || m.tensor_maps > 4)
     fail(Errc::launch, "a binary's launch metadata is missing or inconsistent");
   return m;
 }

@@ -246,6 +246,15 @@ BenchPlan bench_plan_from_json(const json& j) {
     m.box_cols = t[i].at(7).get<int64_t>();
     if (m.arg < 0 || static_cast<size_t>(m.arg) >= p.args.size() || !p.args[m.arg].buffer)
       fail(Errc::worker, "a bench plan's tensor map views argument {}, which is no buffer", m.arg);
+    // The view lies inside its buffer, in the buffer's own element type.
+    const BenchArg& b = p.args[m.arg];
+    int64_t last = 0;
+    if (m.dtype != b.dtype || (m.swizzle != 0 && m.swizzle != 32 && m.swizzle != 64 && m.swizzle != 128) ||
+        m.rows < 1 || m.cols < 1 || m.pitch < m.cols || m.box_rows < 1 || m.box_cols < 1 ||
+        __builtin_mul_overflow(m.rows - 1, m.pitch, &last) || __builtin_add_overflow(last, m.cols, &last) ||
+        last > b.elements)
+      fail(Errc::worker, "a bench plan's tensor map of argument {} ({} x {}, pitch {}) does not fit it ({} {} elements)",
+           m.arg, m.rows, m.cols, m.pitch, b.elements, dtype_name(b.dtype));
   }
   p.arena_bytes = j.at("arena_bytes").get<uint64_t>();
   p.arena_id = j.at("arena_id").get<uint64_t>();

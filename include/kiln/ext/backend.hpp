@@ -57,6 +57,7 @@ struct KernelMeta {
   int local_bytes = 0;     // stack frame per thread (cuda); spilled registers live here
   int spill_bytes = 0;     // spill stores + loads the compiler reported (cuda)
   int max_threads = 0;     // the most threads per block the binary allows (0: not limited)
+  int tensor_maps = 0;     // tensor-map parameters the entry takes after the arguments (cuda)
   bool operator==(const KernelMeta&) const = default;
 };
 
@@ -135,6 +136,7 @@ class LaunchPlan {
     DType dtype;
     int swizzle;
     CompiledExpr rows, cols, pitch, box_rows, box_cols;
+    CompiledExpr size;  // the buffer's elements: a view past them is refused
   };
   std::vector<TensorMapPlan> tmaps_;
   int nargs_ = 0;

@@ -598,7 +598,11 @@ const CUtensorMap& CudaKernel::tensor_map(const TensorMapDims& m, CUdeviceptr p)
   for (int64_t v : {m.rows, m.cols, m.pitch, m.box_rows, m.box_cols, int64_t(m.swizzle), int64_t(m.dtype)})
     h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ull;
   TensorMapSlot& e = cache->slot[(h >> 17) % TensorMapCache::kSlots];
-  if (e.used && e.ptr == p && e.dims == m) return e.map;
+  auto same_view = [&](const TensorMapDims& a) {
+    return a.dtype == m.dtype && a.swizzle == m.swizzle && a.rows == m.rows && a.cols == m.cols &&
+           a.pitch == m.pitch && a.box_rows == m.box_rows && a.box_cols == m.box_cols;
+  };
+  if (e.used && e.ptr == p && same_view(e.dims)) return e.map;
   const int64_t esize = static_cast<int64_t>(dtype_size(m.dtype));
   const int type = tensor_map_type(m.dtype);
   auto refuse = [&](const std::string& why) {
@@ -606,7 +610,9 @@ const CUtensorMap& CudaKernel::tensor_map(const TensorMapDims& m, CUdeviceptr p)
          what_, m.arg, m.rows, m.cols, m.pitch, m.box_rows, m.box_cols, m.swizzle, why);
   };
   if (type < 0) refuse(fmt::format("{} elements cannot be viewed", dtype_name(m.dtype)));
-  if (m.rows < 1 || m.cols < 1 || m.pitch < m.cols) refuse("an empty view, or a pitch shorter than a row");
+  if (m.rows < 1 || m.cols < 1 || m.pitch < m.cols || m.pitch > (int64_t(1) << 40) || m.rows > (int64_t(1) << 40))
+    refuse("an empty view, a pitch shorter than a row, or a view past 2^40 elements a side");
+  if (m.swizzle != 0 && m.swizzle != 32 && m.swizzle != 64 && m.swizzle != 128) refuse("a swizzle of 0, 32, 64 or 128 bytes");
   if (p % 16 != 0 || (m.pitch * esize) % 16 != 0)
     refuse("the buffer's address and the pitch in bytes must be multiples of 16");
   if (m.box_rows < 1 || m.box_rows > 256 || m.box_cols < 1 || m.box_cols > 256 ||
@@ -647,9 +653,14 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   alignas(128) CUtensorMap maps[4];
   void* with_maps[kMaxArgs + 4];
   void** kp = const_cast<void**>(params);
+  if (d.ntmap != meta().tensor_maps)
+    fail(Errc::launch, "{}: the launch passes {} tensor maps, but the entry takes {}", what_, d.ntmap, meta().tensor_maps);
   if (d.ntmap > 0) {
     if (d.nargs > kMaxArgs || d.ntmap > 4)
       fail(Errc::launch, "{}: {} arguments and {} tensor maps (at most {} and 4)", what_, d.nargs, d.ntmap, kMaxArgs);
+    for (int j = 0; j < d.ntmap; ++j)
+      if (d.tmap[j].arg < 0 || d.tmap[j].arg >= d.nargs)
+        fail(Errc::launch, "{}: tensor map {} views argument {} of {}", what_, j, d.tmap[j].arg, d.nargs);
     for (int i = 0; i < d.nargs; ++i) with_maps[i] = params[i];
     for (int j = 0; j < d.ntmap; ++j) {
       maps[j] = tensor_map(d.tmap[j], *static_cast<const CUdeviceptr*>(params[d.tmap[j].arg]));
@@ -754,10 +765,11 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
                      req.args.size() + req.tensor_maps, req.entry, req.args.size(),
                      req.tensor_maps > 0 ? fmt::format(" and then its {} tensor maps", req.tensor_maps) : "");
     for (int j = 0; j < req.tensor_maps; ++j)
-      s += fmt::format("static_assert(sizeof(kiln_sig::kiln_arg<{}>) == 128 && !kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>"
-                       "::kiln_value, \"kiln: parameter {} of the entry is not a 128-byte tensor map (the spec's "
-                       "tensor_maps[{}], passed as const __grid_constant__ CUtensorMap)\");\n",
-                       req.args.size() + j, req.args.size() + j, req.args.size() + j, j);
+      s += fmt::format("static_assert(sizeof(kiln_sig::kiln_arg<{}>) == 128 && alignof(kiln_sig::kiln_arg<{}>) % 64 == 0 && "
+                       "!kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value, \"kiln: parameter {} of the entry is "
+                       "not a 128-byte tensor map aligned to 64 (the spec's tensor_maps[{}], passed as const "
+                       "__grid_constant__ CUtensorMap)\");\n",
+                       req.args.size() + j, req.args.size() + j, req.args.size() + j, req.args.size() + j, j);
     for (size_t i = 0; i < req.args.size(); ++i) {
       const ArgSig& a = req.args[i];
       s += fmt::format("static_assert(kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value == {} && "
@@ -838,6 +850,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
       meta->spill_bytes = reported->spill_bytes;
     }
     meta->target = target;
+    meta->tensor_maps = req.tensor_maps;
     b.key = key;
     b.backend = "cuda";
     b.kernel = req.kernel;
