@@ -8,6 +8,7 @@
 
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
@@ -108,5 +109,51 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
     FAIL() << "S + T > CAP ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("S + T <= CAP"), std::string::npos) << e.what();
+  }
+}
+
+// The bf16 cuda form, each variant forced, against the double-precision computation on the
+// bf16 inputs (Llama-3-8B's heads: 32 query heads, 8 KV heads), up to a 3000-token cache.
+TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVariant) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cuda/attention_decode_bf16.toml");
+  const Shape shapes[] = {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}};
+  for (int forced = -1; forced < 3; ++forced) {
+    Options o = opts;
+    if (forced >= 0) o.force_variant = forced;
+    Runtime rt(o);
+    Device& dev = rt.backend("cuda").device();
+    MultiKernel k(rt, ms);
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(testing::Message() << "variant " << forced << " T=" << sh.T << " S=" << sh.S);
+      KernelSpec shape;
+      shape.name = ms.name;
+      shape.args = ms.args;
+      std::vector<ScalarValue> scalars(ms.args.size());
+      const int64_t vals[] = {sh.T, sh.S, sh.S + sh.T + 5, sh.HQ, sh.HKV};
+      for (size_t i = 4; i < ms.args.size(); ++i) scalars[i].i = vals[i - 4];
+      DeviceArgs args(shape, scalars, dev);
+      args.fill_random(static_cast<uint64_t>(sh.S * 11 + sh.T));
+      k.launch(args.params());
+      dev.sync(nullptr);
+      auto host = [&](size_t i) {
+        std::vector<std::byte> b = args.read(i);
+        std::vector<double> v(b.size() / 2);
+        for (size_t j = 0; j < v.size(); ++j) {
+          uint16_t h;
+          std::memcpy(&h, b.data() + 2 * j, 2);
+          v[j] = bf16_bits_to_f32(h);
+        }
+        return v;
+      };
+      const std::vector<double> want = attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV);
+      const std::vector<double> got = host(3);
+      size_t bad = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
+          ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
+      EXPECT_EQ(bad, 0u);
+    }
   }
 }
