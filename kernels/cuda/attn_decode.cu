@@ -3,94 +3,111 @@
 //   q [T, HQ, 128]; k_cache, v_cache [CAP, HKV, 128]; token i (position S + i) sees keys
 //   0 .. S+i; query head hq reads KV head hq / (HQ / HKV).
 // attn_part: block (h, c) takes keys [c CHUNK, (c+1) CHUNK) of KV head h for its R = T G
-//   rows (G = HQ / HKV query heads a KV head), RB rows at a time. Warp w takes keys
-//   w, w + NW, ... of the chunk, UNROLL at a time (their loads in flight together): lane l
-//   holds dims 4l .. 4l+3, so a key's 256 bytes are one coalesced load; a row's score is
-//   a warp sum; each warp keeps an online softmax (max m, sum l, 4 dims of the output) a
-//   row. The warps' rows are then merged through shared memory and written as the split's
-//   partial rows (fp32: the output unnormalised, m, l): part[((c T + i) HQ + hq) 130 + ...].
+//   rows (G = HQ / HKV query heads a KV head), RB rows at a time. Each half-warp streams
+//   keys, UNROLL at a time (their loads in flight together), 16 bytes a lane, and keeps an
+//   online softmax (max m, sum l, 8 dims of the output a lane) a row. The half-warps' rows
+//   are then merged through shared memory and written as the split's partial rows (fp32:
+//   the output unnormalised, m, l): part[((c T + i) HQ + hq) 130 + ...].
 // attn_combine: block r (a token and query head), a thread a dim: the splits' rows
 //   rescaled to the largest m, summed, and divided by their sum.
-// Params: NW warps a block, RB rows a pass (registers: 10 a row a lane), UNROLL keys a warp
-// has in flight.
+// Params: NW warps a block, RB rows a pass (registers: 18 a row a lane), UNROLL keys a
+// half-warp has in flight.
 #include <cuda_bf16.h>
 
 #define AD_D 128
 #define AD_NEG_INF __int_as_float(0xff800000)
 
-__device__ __forceinline__ float ad_warp_sum(float v) {
+// The sum over the 16 lanes of a half-warp (both halves at once).
+__device__ __forceinline__ float ad_half_sum(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ void ad_load4(const __nv_bfloat16* p, float (&f)[4]) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+__device__ __forceinline__ void ad_load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f[2 * i] = a.x, f[2 * i + 1] = a.y;
+  }
 }
 
 #ifdef NW  // attn_part_bf16.toml's params (attn_combine_bf16.toml compiles this file without them)
+// A half-warp is a unit: lane li of it holds dims 8 li .. 8 li + 7, so a key's 256 bytes are
+// one 16-byte load a lane and a row's score a sum over 16 lanes. Warp w takes the keys
+// base .. base + 2 UNROLL - 1 (half h those of parity h) for base = j0 + 2 UNROLL w, stepping
+// by 2 UNROLL NW: its loop and its shuffles are the same for both halves, and a key a half
+// must not see (past the chunk, or causal) only adds nothing.
 extern "C" __global__ void __launch_bounds__(NW * 32)
     attn_part(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
               const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S, long long CAP,
               long long HQ, long long HKV, long long CHUNK) {
   (void)CAP;
-  __shared__ float sm[NW][RB][AD_D + 2];
-  const int h = blockIdx.x, w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  constexpr int NU = 2 * NW, KPW = 2 * UNROLL;  // units a block, keys a warp an iteration
+  __shared__ float sm[NU][RB][AD_D + 2];
+  const int h = blockIdx.x, w = threadIdx.x >> 5, half = (threadIdx.x >> 4) & 1, li = threadIdx.x & 15;
+  const int unit = 2 * w + half;
   const long long c = blockIdx.y, G = HQ / HKV, R = T * G;
   const long long j0 = c * CHUNK, j1 = min(j0 + CHUNK, S + T);
   const float scale = 1.4426950408889634f / sqrtf(static_cast<float>(AD_D));  // scores in log2 units
   for (long long r0 = 0; r0 < R; r0 += RB) {
-    float qv[RB][4], acc[RB][4], m[RB], sum[RB];
+    float qv[RB][8], acc[RB][8], m[RB], sum[RB];
     long long last[RB];  // the last key row r sees
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
       const long long rr = r0 + r, i = rr / G, hq = h * G + rr % G;
       last[r] = rr < R ? S + i : -1;
       if (rr < R) {
-        ad_load4(q + (i * HQ + hq) * AD_D + 4 * l, qv[r]);
+        ad_load8(q + (i * HQ + hq) * AD_D + 8 * li, qv[r]);
       } else {
-        qv[r][0] = qv[r][1] = qv[r][2] = qv[r][3] = 0.f;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) qv[r][d] = 0.f;
       }
 #pragma unroll
-      for (int d = 0; d < 4; ++d) qv[r][d] *= scale, acc[r][d] = 0.f;
+      for (int d = 0; d < 8; ++d) qv[r][d] *= scale, acc[r][d] = 0.f;
       m[r] = AD_NEG_INF;
       sum[r] = 0.f;
     }
-    for (long long jb = j0 + w; jb < j1; jb += NW * UNROLL) {
-      float kf[UNROLL][4], vf[UNROLL][4];
+    for (long long base = j0 + static_cast<long long>(KPW) * w; base < j1; base += static_cast<long long>(KPW) * NW) {
+      float kf[UNROLL][8], vf[UNROLL][8];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const long long j = jb + static_cast<long long>(u) * NW;
+        const long long j = base + 2 * u + half;
         if (j < j1) {
-          ad_load4(kc + (j * HKV + h) * AD_D + 4 * l, kf[u]);
-          ad_load4(vc + (j * HKV + h) * AD_D + 4 * l, vf[u]);
+          ad_load8(kc + (j * HKV + h) * AD_D + 8 * li, kf[u]);
+          ad_load8(vc + (j * HKV + h) * AD_D + 8 * li, vf[u]);
+        } else {
+#pragma unroll
+          for (int d = 0; d < 8; ++d) kf[u][d] = vf[u][d] = 0.f;
         }
       }
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const long long j = jb + static_cast<long long>(u) * NW;
-        if (j >= j1) break;
+        const long long j = base + 2 * u + half;
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
-          if (j > last[r]) continue;  // causal (and rows past R): the same for the whole warp
-          const float s = ad_warp_sum(qv[r][0] * kf[u][0] + qv[r][1] * kf[u][1] + qv[r][2] * kf[u][2] +
-                                      qv[r][3] * kf[u][3]);
-          const float mn = fmaxf(m[r], s), a = exp2f(m[r] - mn), p = exp2f(s - mn);
+          float d0 = 0.f;
+#pragma unroll
+          for (int d = 0; d < 8; ++d) d0 += qv[r][d] * kf[u][d];
+          const float sc = ad_half_sum(d0);
+          const bool valid = j < j1 && j <= last[r];
+          const float s = valid ? sc : AD_NEG_INF;
+          const float mn = fmaxf(m[r], s);
+          const float a = mn == AD_NEG_INF ? 1.f : exp2f(m[r] - mn), p = valid ? exp2f(s - mn) : 0.f;
           sum[r] = sum[r] * a + p;
 #pragma unroll
-          for (int d = 0; d < 4; ++d) acc[r][d] = acc[r][d] * a + p * vf[u][d];
+          for (int d = 0; d < 8; ++d) acc[r][d] = acc[r][d] * a + p * vf[u][d];
           m[r] = mn;
         }
       }
     }
-    // Merge the warps' rows: each writes its own, then thread t merges (row, dim) pairs.
+    // Merge the units' rows: each writes its own, then thread t merges (row, dim) pairs.
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
 #pragma unroll
-      for (int d = 0; d < 4; ++d) sm[w][r][4 * l + d] = acc[r][d];
-      if (l == 0) sm[w][r][AD_D] = m[r], sm[w][r][AD_D + 1] = sum[r];
+      for (int d = 0; d < 8; ++d) sm[unit][r][8 * li + d] = acc[r][d];
+      if (li == 0) sm[unit][r][AD_D] = m[r], sm[unit][r][AD_D + 1] = sum[r];
     }
     __syncthreads();
     for (int e = threadIdx.x; e < RB * (AD_D + 2); e += NW * 32) {
@@ -98,14 +115,14 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
       const long long rr = r0 + r;
       if (rr >= R) continue;
       float M = AD_NEG_INF;
-      for (int ww = 0; ww < NW; ++ww) M = fmaxf(M, sm[ww][r][AD_D]);
+      for (int uu = 0; uu < NU; ++uu) M = fmaxf(M, sm[uu][r][AD_D]);
       float v = 0.f;
       if (d == AD_D) {
         v = M;
       } else {
-        for (int ww = 0; ww < NW; ++ww) {
-          const float mw = sm[ww][r][AD_D];
-          if (mw != AD_NEG_INF) v += sm[ww][r][d] * exp2f(mw - M);
+        for (int uu = 0; uu < NU; ++uu) {
+          const float mu = sm[uu][r][AD_D];
+          if (mu != AD_NEG_INF) v += sm[uu][r][d] * exp2f(mu - M);
         }
       }
       const long long i = rr / G, hq = h * G + rr % G;
@@ -114,7 +131,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
     __syncthreads();
   }
 }
-
 #endif
 
 extern "C" __global__ void __launch_bounds__(AD_D)
