@@ -119,7 +119,7 @@ TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVari
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
   MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cuda/attention_decode_bf16.toml");
   const Shape shapes[] = {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}};
-  for (int forced = -1; forced < 3; ++forced) {
+  for (int forced = -1; forced < static_cast<int>(ms.variants.size()); ++forced) {
     Options o = opts;
     if (forced >= 0) o.force_variant = forced;
     Runtime rt(o);

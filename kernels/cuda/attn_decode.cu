@@ -82,24 +82,40 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
           for (int d = 0; d < 8; ++d) kf[u][d] = vf[u][d] = 0.f;
         }
       }
+      // A row's UNROLL scores first (independent sums), then one rescale for all of them.
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const long long j = base + 2 * u + half;
+      for (int r = 0; r < RB; ++r) {
+        float sc[UNROLL];
 #pragma unroll
-        for (int r = 0; r < RB; ++r) {
+        for (int u = 0; u < UNROLL; ++u) {
           float d0 = 0.f;
 #pragma unroll
           for (int d = 0; d < 8; ++d) d0 += qv[r][d] * kf[u][d];
-          const float sc = ad_half_sum(d0);
-          const bool valid = j < j1 && j <= last[r];
-          const float s = valid ? sc : AD_NEG_INF;
-          const float mn = fmaxf(m[r], s);
-          const float a = mn == AD_NEG_INF ? 1.f : exp2f(m[r] - mn), p = valid ? exp2f(s - mn) : 0.f;
-          sum[r] = sum[r] * a + p;
-#pragma unroll
-          for (int d = 0; d < 8; ++d) acc[r][d] = acc[r][d] * a + p * vf[u][d];
-          m[r] = mn;
+          sc[u] = d0;
         }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) sc[u] = ad_half_sum(sc[u]);
+        float mx = m[r];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          const long long j = base + 2 * u + half;
+          if (!(j < j1 && j <= last[r])) sc[u] = AD_NEG_INF;  // past the chunk, or causal
+          mx = fmaxf(mx, sc[u]);
+        }
+        // mref: the new max, or 0 where the row has seen no key yet (then every term is 0)
+        const float mref = mx == AD_NEG_INF ? 0.f : mx;
+        const float a = exp2f(m[r] - mref);
+        sum[r] *= a;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[r][d] *= a;
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          const float p = exp2f(sc[u] - mref);  // 0 for a key the row does not see
+          sum[r] += p;
+#pragma unroll
+          for (int d = 0; d < 8; ++d) acc[r][d] += p * vf[u][d];
+        }
+        m[r] = mx;
       }
     }
     // Merge the units' rows: each writes its own, then thread t merges (row, dim) pairs.
