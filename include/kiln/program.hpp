@@ -75,27 +75,34 @@ class Program {
   // Runs the program: `inputs` and `outputs` in the spec's order. Throws
   // Error(Errc::usage) naming the input, dimension or guard that does not
   // hold. Launches are queued on `stream` (cuda).
-  void run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr);
-  // Binds the symbols from the inputs' shapes and checks the guards.
-  std::map<std::string, int64_t> bind(const std::vector<Tensor>& inputs) const;
+  // `scalars`: the spec's scalars' values for this call, in its order.
+  void run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr,
+           const std::vector<int64_t>& scalars = {});
+  // Binds the symbols from the inputs' shapes (and the scalars) and checks the guards.
+  std::map<std::string, int64_t> bind(const std::vector<Tensor>& inputs, const std::vector<int64_t>& scalars = {}) const;
   // The memory plan of the intermediates for these symbol values.
   MemoryPlan memory(const std::map<std::string, int64_t>& symbols) const;
   // Each step's device time (ns) for these buffers: the steps launched one
   // at a time, synchronised, `reps` times; the median. Tunes what is untuned first.
-  std::vector<double> time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps);
+  std::vector<double> time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps,
+                                 const std::vector<int64_t>& scalars = {});
   // Host time (ns) per call of the steps' handles alone, launched back to
   // back `calls` times with these buffers' symbols bound and planned once:
   // what a call costs beyond the program's own binding and lookups.
-  double host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int calls);
+  double host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int calls,
+                              const std::vector<int64_t>& scalars = {});
   // What each launch step runs for these buffers: "kernel: config (source)".
-  std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
+  std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                                   const std::vector<int64_t>& scalars = {});
   // Runs the program once on these buffers and checks its outputs against
   // its reference (the spec's [check] reference, run plain on the inputs as
   // they were before the call, converted to the reference's dtypes; rows of
   // [check] sample compared on at most max_rows of them). Throws
   // Error(Errc::usage) where the program names no reference, or the
-  // reference's inputs and outputs do not match the program's.
-  ProgramCheck check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr);
+  // reference's inputs and outputs do not match the program's. State inputs
+  // (updated in place) are compared too, as the call left them.
+  ProgramCheck check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream = nullptr,
+                     const std::vector<int64_t>& scalars = {});
   // Waits until the compiles the load started are done.
   void prepare();
   const ProgramSpec& spec() const;

@@ -3,7 +3,7 @@
 //
 // A ProgramSpec is read from a file (kind = "program", TOML, versioned) or
 // made with ProgramBuilder: integer symbols (bound from the input shapes at
-// call time) and constants; guards over them; input, output and
+// call time), scalars (integers the caller gives at each call) and constants; guards over them; input, output and
 // intermediate buffers with dtypes and symbolic shapes; the kernels it
 // launches (kernel specs, multi-kernels or size-hint kernels); and steps,
 // each a launch of one of them with argument expressions. lower() makes the
@@ -41,6 +41,13 @@ struct ProgramTensor {
   std::string name;
   DType dtype = DType::f32;
   std::vector<Expr> shape;  // over the symbols and constants
+  // An input the program updates in place (a KV cache): steps may write it;
+  // the check compares it after the call with the reference's.
+  bool state = false;
+  // How kiln run fills an input: uniform in [-1, 1) times `scale` (a layer's
+  // weights, 0.02), or every element `constant` (a norm's weights, 1).
+  double scale = 1;
+  std::optional<double> constant;
 };
 
 // One argument of a launch: a buffer, an integer expression over the
@@ -99,7 +106,10 @@ struct ProgramSpec {
   std::string backend;
   std::filesystem::path path;  // the file it was read from (empty: built)
   std::vector<std::pair<std::string, int64_t>> constants;
-  std::vector<std::string> symbols;
+  std::vector<std::string> symbols;  // bound from the inputs' shapes
+  // Integers the caller gives at each call, in this order (a KV cache's
+  // length S); expressions use them as they use symbols.
+  std::vector<std::string> scalars;
   std::vector<Expr> guards;
   std::vector<ProgramTensor> inputs, outputs, buffers;  // buffers: the intermediates
   std::vector<ProgramKernel> kernels;
@@ -107,6 +117,8 @@ struct ProgramSpec {
   ProgramCheckSpec check;
 
   const ProgramTensor* tensor(std::string_view name) const;
+  // The symbols, then the scalars: every name a call gives a value.
+  std::vector<std::string> all_symbols() const;
   const ProgramKernel* kernel(std::string_view name) const;
   // A tensor's dimensions for these symbol values (Error(Errc::usage) for a
   // symbol without a value).
@@ -135,6 +147,9 @@ class ProgramBuilder {
   ProgramBuilder(std::string name, std::string backend);
   ProgramBuilder& constant(const std::string& name, int64_t value);
   ProgramBuilder& symbol(const std::string& name);
+  ProgramBuilder& scalar(const std::string& name);
+  // The last input added is state (updated in place by the program).
+  ProgramBuilder& state();
   ProgramBuilder& guard(const std::string& text);
   ProgramBuilder& input(const std::string& name, DType dtype, std::vector<std::string> shape);
   ProgramBuilder& output(const std::string& name, DType dtype, std::vector<std::string> shape);

@@ -48,3 +48,58 @@ void ref_silu_mul(kiln::program_id pid, const double* a, const double* b, double
 void ref_add(kiln::program_id pid, const double* a, const double* b, double* y, int64_t n) {
   for (int64_t i = pid.x * BLOCK; i < (pid.x + 1) * BLOCK && i < n; ++i) y[i] = a[i] + b[i];
 }
+
+// RoPE and the cache write, plainly. qkv [T, (HQ + 2 HKV) 128]: each row the
+// query heads, then the key heads, then the value heads. Token t is at
+// position S + t; dimensions d and d + 64 of a head turn by the angle
+// pos * theta^(-d / 64) (rotate-half). q gets the turned queries; rows
+// S + t of the caches [CAP, HKV, 128] get the turned keys and the values.
+void ref_rope_cache(kiln::program_id pid, const double* qkv, double* q, double* kc, double* vc, int64_t T, int64_t S,
+                    int64_t CAP, int64_t HQ, int64_t HKV, double theta) {
+  (void)CAP;
+  const int64_t t = pid.x;
+  if (t >= T) return;
+  const int64_t W = (HQ + 2 * HKV) * 128;
+  const double* row = qkv + t * W;
+  const double pos = static_cast<double>(S + t);
+  auto turn = [&](const double* in, double* out) {
+    for (int64_t d = 0; d < 64; ++d) {
+      const double a = pos * std::pow(theta, -static_cast<double>(d) / 64.0);
+      const double c = std::cos(a), s = std::sin(a);
+      out[d] = in[d] * c - in[d + 64] * s;
+      out[d + 64] = in[d + 64] * c + in[d] * s;
+    }
+  };
+  for (int64_t h = 0; h < HQ; ++h) turn(row + h * 128, q + (t * HQ + h) * 128);
+  for (int64_t h = 0; h < HKV; ++h) {
+    turn(row + (HQ + h) * 128, kc + ((S + t) * HKV + h) * 128);
+    for (int64_t d = 0; d < 128; ++d) vc[((S + t) * HKV + h) * 128 + d] = row[(HQ + HKV + h) * 128 + d];
+  }
+}
+
+// Causal grouped-query attention over the cache, plainly: row (t, hq) of o
+// is softmax(q . k_j / sqrt(128)) . v_j over the keys j = 0 .. S + t of KV
+// head hq / (HQ / HKV); a program instance a row.
+void ref_attention(kiln::program_id pid, const double* q, const double* kc, const double* vc, double* o, int64_t T,
+                   int64_t S, int64_t CAP, int64_t HQ, int64_t HKV) {
+  (void)CAP;
+  const int64_t r = pid.x;
+  if (r >= T * HQ) return;
+  const int64_t t = r / HQ, hq = r % HQ, h = hq / (HQ / HKV), n = S + t + 1;
+  double* s = new double[static_cast<size_t>(n)];
+  double m = -1e300;
+  for (int64_t j = 0; j < n; ++j) {
+    double dot = 0;
+    for (int64_t d = 0; d < 128; ++d) dot += q[r * 128 + d] * kc[(j * HKV + h) * 128 + d];
+    s[j] = dot / std::sqrt(128.0);
+    m = s[j] > m ? s[j] : m;
+  }
+  double den = 0;
+  for (int64_t j = 0; j < n; ++j) den += (s[j] = std::exp(s[j] - m));
+  for (int64_t d = 0; d < 128; ++d) {
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j) acc += s[j] * vc[(j * HKV + h) * 128 + d];
+    o[r * 128 + d] = acc / den;
+  }
+  delete[] s;
+}

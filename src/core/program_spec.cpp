@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -125,11 +126,12 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
   std::set<std::string> scalars;  // what expressions may use
   for (const auto& [n, v] : p.constants) name_ok(n, "constant"), scalars.insert(n);
   for (const auto& n : p.symbols) name_ok(n, "symbol"), scalars.insert(n);
+  for (const auto& n : p.scalars) name_ok(n, "scalar"), scalars.insert(n);
   auto known = [&](const Expr& e, const std::string& what) {
     for (const auto& s : e.symbols())
       if (!scalars.count(s))
         err(fmt::format("{}: '{}' is not a symbol or constant of the program (symbols: {}; constants: {})", what, s,
-                        join(p.symbols), [&] {
+                        join(p.all_symbols()), [&] {
                           std::vector<std::string> c;
                           for (const auto& [n, v] : p.constants) c.push_back(n);
                           return join(c);
@@ -149,7 +151,12 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
     }
   for (const auto& s : p.symbols)
     if (!bound.count(s))
-      err(fmt::format("symbol '{}' is bound by no input: an input's shape must name it as a dimension of its own", s));
+      err(fmt::format("symbol '{}' is bound by no input: an input's shape must name it as a dimension of its own "
+                      "(or declare it in scalars, given at each call)", s));
+  for (const auto& t : p.outputs)
+    if (t.state) err(fmt::format("output '{}' is state: only an input is updated in place", t.name));
+  for (const auto& t : p.buffers)
+    if (t.state) err(fmt::format("buffer '{}' is state: only an input is updated in place", t.name));
   if (p.outputs.empty()) err("it has no outputs");
   std::set<std::string> kernel_names;
   for (const auto& k : p.kernels) {
@@ -192,11 +199,13 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
           err(fmt::format("{}: '{}' is {}, but kernel '{}' takes {}* as '{}'", where(i), a.text, dtype_name(t->dtype),
                           st.kernel, dtype_name(want.dtype), want.name));
         a.kind = ProgramArg::Kind::buffer;
-        const bool is_input =
-            std::any_of(p.inputs.begin(), p.inputs.end(), [&](const ProgramTensor& x) { return x.name == a.text; });
+        const bool is_input = std::any_of(p.inputs.begin(), p.inputs.end(), [&](const ProgramTensor& x) {
+          return x.name == a.text && !x.state;
+        });
         if (want.intent != Intent::in) {
           if (is_input)
-            err(fmt::format("{}: kernel '{}' writes '{}' ('{}'), an input of the program; inputs are read only",
+            err(fmt::format("{}: kernel '{}' writes '{}' ('{}'), an input of the program; inputs are read only "
+                            "(state = true makes an input state the program updates in place)",
                             where(i), st.kernel, want.name, a.text));
           writes.push_back(a.text);
         }
@@ -265,6 +274,12 @@ const ProgramTensor* ProgramSpec::tensor(std::string_view n) const {
   return nullptr;
 }
 
+std::vector<std::string> ProgramSpec::all_symbols() const {
+  std::vector<std::string> v = symbols;
+  v.insert(v.end(), scalars.begin(), scalars.end());
+  return v;
+}
+
 const ProgramKernel* ProgramSpec::kernel(std::string_view n) const {
   for (const auto& k : kernels)
     if (k.name == n) return &k;
@@ -279,7 +294,7 @@ std::vector<int64_t> ProgramSpec::dims(const ProgramTensor& t, const std::map<st
     scope.args.back().name = n;
     slots.push_back(v);
   }
-  for (const auto& n : symbols) {
+  for (const auto& n : all_symbols()) {
     auto it = values.find(n);
     if (it == values.end()) fail(Errc::usage, "program '{}': symbol '{}' has no value", name, n);
     scope.args.push_back(ArgSpec{});
@@ -346,13 +361,14 @@ std::string ProgramSpec::str() const {
   std::string s = fmt::format("program {} ({}), version {}\n", name, backend, kVersion);
   for (const auto& [n, v] : constants) s += fmt::format("  constant {} = {}\n", n, v);
   for (const auto& n : symbols) s += fmt::format("  symbol {}\n", n);
+  for (const auto& n : scalars) s += fmt::format("  scalar {} (given at each call)\n", n);
   for (const auto& g : guards) s += fmt::format("  guard {}\n", g.str());
   auto shape = [](const ProgramTensor& t) {
     std::vector<std::string> d;
     for (const auto& e : t.shape) d.push_back(e.str());
     return fmt::format("{} {}[{}]", t.name, dtype_name(t.dtype), join(d));
   };
-  for (const auto& t : inputs) s += "  input " + shape(t) + "\n";
+  for (const auto& t : inputs) s += (t.state ? "  input (state) " : "  input ") + shape(t) + "\n";
   for (const auto& t : outputs) s += "  output " + shape(t) + "\n";
   for (const auto& t : buffers) s += "  buffer " + shape(t) + "\n";
   for (const auto& k : kernels)
@@ -387,7 +403,9 @@ std::vector<ProgramTensor> read_tensors(Reader& r, const toml::table& root, cons
   for (size_t i = 0; i < a.size(); ++i) {
     std::string where = fmt::format("{}[{}]", key, i);
     const toml::table& t = r.table(a[i], where);
-    r.only(t, {"name", "dtype", "shape"}, where);
+    const bool is_input = std::string(key) == "inputs";
+    if (is_input) r.only(t, {"name", "dtype", "shape", "state", "fill"}, where);
+    else r.only(t, {"name", "dtype", "shape"}, where);
     ProgramTensor x;
     const toml::node* nm = t.get("name");
     const toml::node* dt = t.get("dtype");
@@ -398,6 +416,24 @@ std::vector<ProgramTensor> read_tensors(Reader& r, const toml::table& root, cons
     if (!d) r.error(*dt, fmt::format("{}.dtype: '{}' is not f32, f64, f16, bf16, i32 or i64", where, dt->as_string()->get()));
     x.dtype = *d;
     for (const auto& e : r.array(*sh, where + ".shape")) x.shape.push_back(r.expr(e, where + ".shape"));
+    if (const toml::node* st = t.get("state")) {
+      if (!st->is_boolean()) r.error(*st, fmt::format("{}.state: true or false", where));
+      x.state = st->as_boolean()->get();
+    }
+    if (const toml::node* f = t.get("fill")) {
+      // fill = { scale = 0.02 } or { constant = 1.0 }: how kiln run fills it.
+      const toml::table& ft = r.table(*f, where + ".fill");
+      r.only(ft, {"scale", "constant"}, where + ".fill");
+      if (ft.size() != 1) r.error(*f, fmt::format("{}.fill: one of scale or constant", where));
+      const toml::node* sc = ft.get("scale");
+      const toml::node* c = ft.get("constant");
+      const toml::node& v = sc ? *sc : *c;
+      const double d = v.value<double>().value_or(std::nan(""));
+      if (!v.is_number() || !std::isfinite(d) || (sc && d <= 0))
+        r.error(v, fmt::format("{}.fill: a finite number{}", where, sc ? ", more than 0" : ""));
+      if (sc) x.scale = d;
+      else x.constant = d;
+    }
     out.push_back(std::move(x));
   }
   return out;
@@ -486,7 +522,7 @@ void read_check(Reader& r, const toml::node& c, const fs::path& dir, ProgramSpec
 ProgramSpec parse_program(std::string_view text, const fs::path& path) {
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
-  r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "guards", "inputs", "outputs", "buffers",
+  r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "scalars", "guards", "inputs", "outputs", "buffers",
                 "kernels", "steps", "check", "description"},
          "program");
   ProgramSpec p;
@@ -514,6 +550,8 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
     }
   if (const toml::node* s = root.get("symbols"))
     for (const auto& el : r.array(*s, "symbols")) p.symbols.push_back(r.str(el, "symbols"));
+  if (const toml::node* s = root.get("scalars"))
+    for (const auto& el : r.array(*s, "scalars")) p.scalars.push_back(r.str(el, "scalars"));
   if (const toml::node* g = root.get("guards"))
     for (const auto& el : r.array(*g, "guards")) p.guards.push_back(r.expr(el, "guards"));
   p.inputs = read_tensors(r, root, "inputs");
@@ -566,6 +604,15 @@ ProgramBuilder& ProgramBuilder::constant(const std::string& name, int64_t value)
 }
 ProgramBuilder& ProgramBuilder::symbol(const std::string& name) {
   p_.symbols.push_back(name);
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::scalar(const std::string& name) {
+  p_.scalars.push_back(name);
+  return *this;
+}
+ProgramBuilder& ProgramBuilder::state() {
+  if (p_.inputs.empty()) fail(Errc::spec, "program '{}': state() follows the input it marks", p_.name);
+  p_.inputs.back().state = true;
   return *this;
 }
 ProgramBuilder& ProgramBuilder::guard(const std::string& text) {

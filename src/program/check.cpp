@@ -202,12 +202,19 @@ class ReferenceRun {
   }
 
   void run(const std::vector<std::vector<std::byte>>& inputs) {
-    std::vector<Tensor> rin;
-    for (const auto& ri : ref_.inputs) rin.push_back(input(ri, inputs));
+    for (const auto& ri : ref_.inputs) rin_.push_back(input(ri, inputs));
     ProgramOptions po;
     po.plain = true;
     Program rp(rt_, ref_, po);
-    const std::map<std::string, int64_t> rsym = rp.bind(rin);
+    std::vector<int64_t> rscalars;
+    for (const auto& n : ref_.scalars) {
+      auto it = symbols_.find(n);
+      if (it == symbols_.end())
+        fail(Errc::usage, "the reference {} takes a scalar '{}', which program '{}' has not", out_.reference, n,
+             spec_.name);
+      rscalars.push_back(it->second);
+    }
+    const std::map<std::string, int64_t> rsym = rp.bind(rin_, rscalars);
     for (const auto& ro : ref_.outputs) {
       const size_t pi = find_tensor(spec_.outputs, ro.name);
       if (pi == spec_.outputs.size())
@@ -218,11 +225,11 @@ class ReferenceRun {
       held_.emplace_back(dev_, std::max<size_t>(1, buffer_bytes(ro.dtype, ref_.elements(ro, rsym), ro.name)));
       rout_.push_back({held_.back().get(), dims});
     }
-    rp.run(rin, rout_, nullptr);
+    rp.run(rin_, rout_, nullptr, rscalars);
     dev_.sync(nullptr);
   }
 
-  void compare(const std::vector<std::vector<std::byte>>& outputs) {
+  void compare(const std::vector<std::vector<std::byte>>& outputs, const std::vector<std::vector<std::byte>>& state) {
     TuningSpec ts;
     ts.rtol = spec_.check.rtol;
     ts.atol = spec_.check.atol;
@@ -230,6 +237,12 @@ class ReferenceRun {
     for (size_t k = 0; k < ref_.outputs.size(); ++k)
       out_.outputs.push_back(compare_one(ref_.outputs[k], spec_.outputs[which_[k]], rout_[k], outputs[which_[k]], ts,
                                          reduction));
+    // State both update in place: compared as each call left it.
+    for (size_t k = 0; k < ref_.inputs.size(); ++k) {
+      const size_t pi = find_tensor(spec_.inputs, ref_.inputs[k].name);
+      if (!ref_.inputs[k].state || pi >= spec_.inputs.size() || !spec_.inputs[pi].state || pi >= state.size()) continue;
+      out_.outputs.push_back(compare_one(ref_.inputs[k], spec_.inputs[pi], rin_[k], state[pi], ts, reduction));
+    }
   }
 
  private:
@@ -338,7 +351,7 @@ class ReferenceRun {
   Device& dev_;
   std::vector<int64_t> rows_;
   std::vector<DeviceBuffer> held_;  // the reference's buffers
-  std::vector<Tensor> rout_;
+  std::vector<Tensor> rin_, rout_;
   std::vector<size_t> which_;  // per reference output: the program's output of its name
 };
 
@@ -346,11 +359,12 @@ class ReferenceRun {
 
 ProgramCheck check_against_reference(Runtime& rt, const ProgramSpec& spec, const std::map<std::string, int64_t>& symbols,
                                      const std::vector<std::vector<std::byte>>& inputs,
-                                     const std::vector<std::vector<std::byte>>& outputs) {
+                                     const std::vector<std::vector<std::byte>>& outputs,
+                                     const std::vector<std::vector<std::byte>>& state) {
   ProgramCheck out;
   ReferenceRun r(rt, spec, symbols, out);
   r.run(inputs);
-  r.compare(outputs);
+  r.compare(outputs, state);
   return out;
 }
 

@@ -137,7 +137,7 @@ struct Program::Impl {
       base.push_back(v);
     }
     nconst = base.size();
-    for (const auto& n : spec.symbols) {
+    for (const auto& n : spec.all_symbols()) {
       ArgSpec a;
       a.name = n;
       a.dtype = DType::i64;
@@ -246,8 +246,13 @@ struct Program::Impl {
     }
   }
 
-  // The symbols of a call (constants, then symbols), from its inputs.
-  void bind_slots(const std::vector<Tensor>& in, std::vector<int64_t>& slots) const {
+  // The symbols of a call (constants, symbols, then scalars), from its
+  // inputs' shapes and its scalars.
+  void bind_slots(const std::vector<Tensor>& in, const std::vector<int64_t>& scalars,
+                  std::vector<int64_t>& slots) const {
+    if (scalars.size() != spec.scalars.size())
+      fail(Errc::usage, "program '{}' takes {} scalars ({}) at each call; the call gives {}", spec.name,
+           spec.scalars.size(), fmt::join(spec.scalars, ", "), scalars.size());
     if (in.size() != spec.inputs.size())
       fail(Errc::usage, "program '{}' takes {} inputs; the call gives {}", spec.name, spec.inputs.size(), in.size());
     for (size_t i = 0; i < in.size(); ++i)
@@ -256,6 +261,8 @@ struct Program::Impl {
              spec.inputs[i].name, in[i].shape.size(), spec.inputs[i].shape.size());
     slots.assign(base.begin(), base.end());  // no allocation once it has the size
     for (const auto& b : binders) slots[b.slot] = in[b.input].shape[b.dim];
+    const size_t first_scalar = nconst + spec.symbols.size();
+    for (size_t i = 0; i < scalars.size(); ++i) slots[first_scalar + i] = scalars[i];
   }
 
   std::string sym_text(const std::vector<int64_t>& slots) const {
@@ -491,8 +498,9 @@ struct Program::Impl {
 
   std::vector<int64_t> call_slots;  // reused by every call (a Program is called from one thread at a time)
 
-  void run(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s) {
-    bind_slots(in, call_slots);
+  void run(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s,
+           const std::vector<int64_t>& scalars) {
+    bind_slots(in, scalars, call_slots);
     Shape& sh = shape_for(in, out, call_slots, s);
     patch_io(sh, in, out);
     ++st.calls;
@@ -548,13 +556,15 @@ Program::Program(Runtime& rt, ProgramSpec spec, ProgramOptions opts)
     : impl_(std::make_unique<Impl>(rt, std::move(spec), opts)) {}
 Program::~Program() = default;
 
-void Program::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream) {
-  impl_->run(inputs, outputs, stream);
+void Program::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream,
+                  const std::vector<int64_t>& scalars) {
+  impl_->run(inputs, outputs, stream, scalars);
 }
 
-std::map<std::string, int64_t> Program::bind(const std::vector<Tensor>& inputs) const {
+std::map<std::string, int64_t> Program::bind(const std::vector<Tensor>& inputs,
+                                             const std::vector<int64_t>& scalars) const {
   std::vector<int64_t> slots;
-  impl_->bind_slots(inputs, slots);
+  impl_->bind_slots(inputs, scalars, slots);
   for (size_t g = 0; g < impl_->guards.size(); ++g)
     if (impl_->guards[g].eval(slots.data()) == 0)
       fail(Errc::usage, "program '{}': guard '{}' does not hold", impl_->spec.name, impl_->spec.guards[g].str());
@@ -580,13 +590,14 @@ MemoryPlan Program::memory(const std::map<std::string, int64_t>& symbols) const 
   return plan_memory(bytes, impl_->live);
 }
 
-std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps) {
+std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int reps,
+                                        const std::vector<int64_t>& scalars) {
   Impl& m = *impl_;
-  m.run(inputs, outputs, nullptr);  // first calls: tuned or answered
+  m.run(inputs, outputs, nullptr, scalars);  // first calls: tuned or answered
   m.dev->sync(nullptr);
   m.rt.wait_tuned();
   std::vector<int64_t> slots;
-  m.bind_slots(inputs, slots);
+  m.bind_slots(inputs, scalars, slots);
   Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
   m.patch_io(sh, inputs, outputs);
   std::vector<std::vector<double>> t(m.steps.size());
@@ -607,10 +618,10 @@ std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const
 }
 
 double Program::host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                                     int calls) {
+                                     int calls, const std::vector<int64_t>& scalars) {
   Impl& m = *impl_;
   std::vector<int64_t> slots;
-  m.bind_slots(inputs, slots);
+  m.bind_slots(inputs, scalars, slots);
   Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
   m.patch_io(sh, inputs, outputs);
   m.launch_steps(sh, nullptr);
@@ -621,10 +632,11 @@ double Program::host_ns_handles_only(const std::vector<Tensor>& inputs, const st
   return ns / std::max(1, calls);
 }
 
-std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                                          const std::vector<int64_t>& scalars) {
   Impl& m = *impl_;
   std::vector<int64_t> slots;
-  m.bind_slots(inputs, slots);
+  m.bind_slots(inputs, scalars, slots);
   Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
   m.patch_io(sh, inputs, outputs);
   std::vector<std::string> out;
@@ -640,12 +652,13 @@ void Program::prepare() {
     if (auto* k = dynamic_cast<Kernel*>(h.get())) k->prepare();
 }
 
-ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream) {
+ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Stream stream,
+                            const std::vector<int64_t>& scalars) {
   Impl& m = *impl_;
   if (m.spec.check.reference.empty())
     fail(Errc::usage, "program '{}' names no reference ([check] reference = \"file.toml\"): nothing to check it against",
          m.spec.name);
-  const std::map<std::string, int64_t> symbols = bind(inputs);
+  const std::map<std::string, int64_t> symbols = bind(inputs, scalars);
   // Every dimension as the program says, before a byte is copied: a buffer
   // smaller than its shape says must not be read past.
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -672,13 +685,16 @@ ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector
     return b;
   };
   m.dev->sync(stream);
-  std::vector<std::vector<std::byte>> in_host, out_host;
+  std::vector<std::vector<std::byte>> in_host, out_host, state_host;
   for (size_t i = 0; i < inputs.size(); ++i) in_host.push_back(host_copy(inputs[i], m.spec.inputs[i]));
-  run(inputs, outputs, stream);
+  run(inputs, outputs, stream, scalars);
   m.dev->sync(stream);
   for (size_t i = 0; i < outputs.size(); ++i) out_host.push_back(host_copy(outputs[i], m.spec.outputs[i]));
+  // State as the call left it, compared with the reference's.
+  for (size_t i = 0; i < inputs.size(); ++i)
+    state_host.push_back(m.spec.inputs[i].state ? host_copy(inputs[i], m.spec.inputs[i]) : std::vector<std::byte>{});
   m.dev->sync(stream);
-  return check_against_reference(m.rt, m.spec, symbols, in_host, out_host);
+  return check_against_reference(m.rt, m.spec, symbols, in_host, out_host, state_host);
 }
 
 const ProgramSpec& Program::spec() const { return impl_->spec; }

@@ -105,7 +105,8 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   // The shapes: each symbol's values (--set T=1,64 or --set T=1 --set T=64), every combination.
   std::map<std::string, std::vector<int64_t>> values;
   for (const auto& [n, v] : split_sets(a.sets)) {
-    if (std::find(ps.symbols.begin(), ps.symbols.end(), n) == ps.symbols.end()) continue;
+    const std::vector<std::string> all = ps.all_symbols();
+    if (std::find(all.begin(), all.end(), n) == all.end()) continue;
     std::stringstream ss(v);
     for (std::string item; std::getline(ss, item, ',');) {
       int64_t x = 0;
@@ -114,7 +115,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
       values[n].push_back(x);
     }
   }
-  for (const auto& s : ps.symbols)
+  for (const auto& s : ps.all_symbols())
     if (!values.count(s)) fail(Errc::usage, "program '{}': give symbol '{}' its values to pack (--set {}=...)", ps.name, s, s);
   std::vector<std::map<std::string, int64_t>> shapes_ = {{}};
   for (const auto& [n, vs] : values) {
@@ -152,7 +153,9 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     };
     for (size_t i = 0; i < ps.inputs.size(); ++i) in.push_back(make(ps.inputs[i], true, a.seed + 977 * (i + 1)));
     for (const auto& t : ps.outputs) outs.push_back(make(t, false, 0));
-    prog.run(in, outs, nullptr);
+    std::vector<int64_t> scalars;
+    for (const auto& n : ps.scalars) scalars.push_back(shape.at(n));
+    prog.run(in, outs, nullptr, scalars);
     dev.sync(nullptr);
     std::string text;
     for (const auto& [n, v] : shape) text += fmt::format("{}{}={}", text.empty() ? "" : " ", n, v);

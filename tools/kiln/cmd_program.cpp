@@ -2,6 +2,7 @@
 // per-step times; kiln emit PROGRAM -o file.hpp: C++ with its steps unrolled.
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
@@ -28,6 +29,31 @@ struct RunArgs {
   uint64_t seed = 0;
 };
 
+// An input's random fill as its spec says: scaled (fill = { scale = x }) or
+// one value throughout (fill = { constant = x }).
+void scale_fill(const ProgramTensor& t, std::vector<std::byte>& host) {
+  if (t.scale == 1 && !t.constant) return;
+  const size_t n = host.size() / dtype_size(t.dtype);
+  for (size_t i = 0; i < n; ++i) {
+    std::byte* p = host.data() + i * dtype_size(t.dtype);
+    auto scaled = [&](double v) { return t.constant ? *t.constant : v * t.scale; };
+    switch (t.dtype) {
+      case DType::f32: { float v; std::memcpy(&v, p, 4); v = static_cast<float>(scaled(v)); std::memcpy(p, &v, 4); break; }
+      case DType::f64: { double v; std::memcpy(&v, p, 8); v = scaled(v); std::memcpy(p, &v, 8); break; }
+      case DType::f16: case DType::bf16: {
+        uint16_t h; std::memcpy(&h, p, 2);
+        const bool f16 = t.dtype == DType::f16;
+        const float v = static_cast<float>(scaled(f16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h)));
+        h = f16 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::i32: { int32_t v; std::memcpy(&v, p, 4); v = static_cast<int32_t>(scaled(v)); std::memcpy(p, &v, 4); break; }
+      case DType::i64: { int64_t v; std::memcpy(&v, p, 8); v = static_cast<int64_t>(scaled(static_cast<double>(v))); std::memcpy(p, &v, 8); break; }
+    }
+  }
+}
+
 void run_program(const RunArgs& a, Globals& g) {
   isolate_stdout();
   Options opts = Options::from_env();
@@ -35,17 +61,20 @@ void run_program(const RunArgs& a, Globals& g) {
   ProgramSpec spec = load_program(a.program);
   if (a.show) std::fprintf(out(), "%s\n", spec.str().c_str());
   std::map<std::string, int64_t> values;
+  const std::vector<std::string> names = spec.all_symbols();
   for (const auto& [n, v] : split_sets(a.sets)) {
-    if (std::find(spec.symbols.begin(), spec.symbols.end(), n) == spec.symbols.end())
-      fail(Errc::usage, "--set {}: '{}' is not a symbol of program '{}' (symbols: {})", n, n, spec.name,
-           fmt::join(spec.symbols, ", "));
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      fail(Errc::usage, "--set {}: '{}' is not a symbol or scalar of program '{}' (they are: {})", n, n, spec.name,
+           fmt::join(names, ", "));
     int64_t x = 0;
     auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
     if (ec != std::errc() || p != v.data() + v.size()) fail(Errc::usage, "--set {}={}: not an integer", n, v);
     values[n] = x;
   }
-  for (const auto& s : spec.symbols)
+  for (const auto& s : names)
     if (!values.count(s)) fail(Errc::usage, "symbol '{}' needs a value: --set {}=...", s, s);
+  std::vector<int64_t> scalars;  // the call's, in the spec's order
+  for (const auto& s : spec.scalars) scalars.push_back(values.at(s));
   if (a.check && a.first_only) fail(Errc::usage, "--check needs the inputs --first-only leaves zero: use one or the other");
   if (a.check && spec.check.reference.empty())
     fail(Errc::usage, "--check: program '{}' names no reference to check it against ([check] reference = \"file.toml\" "
@@ -62,6 +91,7 @@ void run_program(const RunArgs& a, Globals& g) {
     if (fill && !a.first_only) {
       std::vector<std::byte> host(bytes);
       fill_random(t.dtype, host, seed, a.wide);
+      scale_fill(t, host);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
     }
     return Tensor{held.back().get(), shape};
@@ -74,7 +104,7 @@ void run_program(const RunArgs& a, Globals& g) {
 
   auto t0 = std::chrono::steady_clock::now();
   Program prog(rt, spec);
-  prog.run(in, outs, nullptr);
+  prog.run(in, outs, nullptr, scalars);
   dev.sync(nullptr);
   const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (a.first_only) {
@@ -85,26 +115,26 @@ void run_program(const RunArgs& a, Globals& g) {
   }
   rt.wait_tuned();
   const double tuned_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<double> step_ns = prog.time_steps(in, outs, a.reps);
-  std::vector<std::string> choices = prog.choices(in, outs);
+  std::vector<double> step_ns = prog.time_steps(in, outs, a.reps, scalars);
+  std::vector<std::string> choices = prog.choices(in, outs, scalars);
   // Whole calls, back to back, without synchronising between them.
-  for (int i = 0; i < 3; ++i) prog.run(in, outs, nullptr);
+  for (int i = 0; i < 3; ++i) prog.run(in, outs, nullptr, scalars);
   dev.sync(nullptr);
   auto timer = dev.timer();
   timer->start(nullptr);
   auto h0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.calls; ++i) prog.run(in, outs, nullptr);
+  for (int i = 0; i < a.calls; ++i) prog.run(in, outs, nullptr, scalars);
   const double host_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - h0).count() / a.calls;
   timer->stop(nullptr);
   const double call_ns = timer->elapsed_ns() / a.calls;
-  const double handles_ns = prog.host_ns_handles_only(in, outs, a.calls);
+  const double handles_ns = prog.host_ns_handles_only(in, outs, a.calls, scalars);
   MemoryPlan mem = prog.memory(values);
   // The result of the tuned program (graphs replayed where they are) against its reference.
   std::optional<ProgramCheck> checked;
   double check_s = 0;
   if (a.check) {
     auto c0 = std::chrono::steady_clock::now();
-    checked = prog.check(in, outs, nullptr);
+    checked = prog.check(in, outs, nullptr, scalars);
     check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     if (!checked->ok()) g.exit_code = 3;
   }

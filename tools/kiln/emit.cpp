@@ -254,13 +254,14 @@ class Emitter {
   // the arena, then each launch.
   std::string call() {
     std::vector<std::string> params, names;
-    for (const auto& t : p_.inputs)
-      params.push_back(fmt::format("const {}* {}", cpp_type(t.dtype), buf(t.name))), names.push_back(t.name);
+    for (const auto& t : p_.inputs)  // state (a KV cache) is written in place
+      params.push_back(fmt::format("{}{}* {}", t.state ? "" : "const ", cpp_type(t.dtype), buf(t.name))),
+          names.push_back(t.name);
     for (const auto& t : p_.outputs)
       params.push_back(fmt::format("{}* {}", cpp_type(t.dtype), buf(t.name))), names.push_back(t.name);
-    for (const auto& s : p_.symbols) params.push_back("int64_t " + sym(s)), names.push_back(s);
+    for (const auto& s : p_.all_symbols()) params.push_back("int64_t " + sym(s)), names.push_back(s);
     params.push_back("kiln::Stream stream_ = nullptr");
-    std::string o = fmt::format("  // ({}): inputs, outputs (device pointers on cuda), then the symbols' values.\n",
+    std::string o = fmt::format("  // ({}): inputs, outputs (device pointers on cuda), then the symbols' and scalars' values.\n",
                                 comment(join(names)));
     o += "  void operator()(" + join(params) + ") {\n";
     for (const auto& [n, v] : p_.constants) o += fmt::format("    const int64_t {} = {};\n", sym(n), v);

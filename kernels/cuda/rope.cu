@@ -1,0 +1,36 @@
+// RoPE and the KV cache write of a decoder layer, bf16 (fp32 math).
+// qkv [T, (HQ + 2 HKV) 128]: each row the query heads, then the key heads,
+// then the value heads (one GEMM's output). Token t is at position S + t;
+// dimensions d and d + 64 of a head turn by the angle pos * theta^(-d / 64)
+// (rotate-half), the angle reduced modulo 2 pi in double before its sine and
+// cosine are taken in float (an fp32 angle past a few thousand radians loses
+// the digits that matter). q gets the turned queries; rows S + t of the
+// caches [CAP, HKV, 128] get the turned keys and the values.
+// Block (t, j): token t, head j of the row (query, key, then value heads);
+// thread i the dimensions i and i + 64.
+#include <cuda_bf16.h>
+
+extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16* __restrict__ qkv,
+                                                           __nv_bfloat16* __restrict__ q, __nv_bfloat16* kc,
+                                                           __nv_bfloat16* vc, long long T, long long S, long long CAP,
+                                                           long long HQ, long long HKV, float theta) {
+  (void)CAP;
+  const long long t = blockIdx.x, j = blockIdx.y;
+  const int i = threadIdx.x;
+  if (t >= T || j >= HQ + 2 * HKV) return;
+  const __nv_bfloat16* in = qkv + (t * (HQ + 2 * HKV) + j) * 128;
+  const float x0 = __bfloat162float(in[i]), x1 = __bfloat162float(in[i + 64]);
+  if (j >= HQ + HKV) {  // a value head: copied
+    __nv_bfloat16* out = vc + ((S + t) * HKV + (j - HQ - HKV)) * 128;
+    out[i] = in[i];
+    out[i + 64] = in[i + 64];
+    return;
+  }
+  const double a = remainder(static_cast<double>(S + t) * pow(static_cast<double>(theta), -i / 64.0),
+                             6.283185307179586);
+  float s, c;
+  sincosf(static_cast<float>(a), &s, &c);
+  __nv_bfloat16* out = j < HQ ? q + (t * HQ + j) * 128 : kc + ((S + t) * HKV + (j - HQ)) * 128;
+  out[i] = __float2bfloat16(x0 * c - x1 * s);
+  out[i + 64] = __float2bfloat16(x1 * c + x0 * s);
+}
