@@ -112,13 +112,11 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
   }
 }
 
-// The bf16 cuda form, each variant forced, against the double-precision computation on the
-// bf16 inputs (Llama-3-8B's heads: 32 query heads, 8 KV heads), up to a 3000-token cache.
-TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVariant) {
-  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
-  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cuda/attention_decode_bf16.toml");
-  const Shape shapes[] = {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}};
+// The bf16 cuda forms, each variant forced, against the double-precision computation on
+// the bf16 inputs. `decode_only`: the variants before it take T <= 16 only.
+void check_gpu_attention(const Options& opts, const std::string& spec, const std::vector<Shape>& shapes,
+                         size_t decode_only) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + spec);
   for (int forced = -1; forced < static_cast<int>(ms.variants.size()); ++forced) {
     Options o = opts;
     if (forced >= 0) o.force_variant = forced;
@@ -126,7 +124,9 @@ TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVari
     Device& dev = rt.backend("cuda").device();
     MultiKernel k(rt, ms);
     for (const Shape& sh : shapes) {
-      SCOPED_TRACE(testing::Message() << "variant " << forced << " T=" << sh.T << " S=" << sh.S);
+      if (forced >= 0 && static_cast<size_t>(forced) < decode_only && sh.T > 16) continue;
+      SCOPED_TRACE(testing::Message() << spec << " variant " << forced << " T=" << sh.T << " S=" << sh.S
+                                      << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
       KernelSpec shape;
       shape.name = ms.name;
       shape.args = ms.args;
@@ -156,4 +156,24 @@ TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVari
       EXPECT_EQ(bad, 0u);
     }
   }
+}
+
+// Llama-3-8B's heads (32 query heads, 8 KV heads), up to a 3000-token cache.
+TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVariant) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  check_gpu_attention(opts, "/cuda/attention_decode_bf16.toml",
+                      {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}}, 0);
+}
+
+// The whole attention handle, prefill on the tensor cores included: a token, a tile's
+// edge (64, 65), tiles over a cache (S not a multiple of the key tile), more query heads
+// per KV head, a block's rows past T, and a prompt over a long cache.
+TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  check_gpu_attention(opts, "/cuda/attention_bf16.toml",
+                      {{1, 0, 32, 8}, {7, 100, 32, 8}, {16, 5, 8, 2}, {64, 0, 32, 8}, {65, 37, 32, 8},
+                       {300, 0, 8, 1}, {129, 1000, 32, 8}, {1000, 0, 4, 2}},
+                      5);
 }

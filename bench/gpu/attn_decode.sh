@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode attention over a KV cache (kernels/cuda/attention_decode_bf16.toml, Llama-3-8B's
+# Attention over a KV cache (SPEC, by default kernels/cuda/attention_bf16.toml: the decode split and prefill on the tensor cores; Llama-3-8B's
 # heads: 32 query heads, 8 KV heads of 128) against the device's copy bandwidth and PyTorch's
 # scaled_dot_product_attention (issue 27, "decode attention alone"). kiln: `kiln tune` of the
 # multi-kernel at each (T, S): each variant (a split of 64, 256 or 1024 keys, then the
@@ -17,11 +17,12 @@ mkdir -p "$OUTD"
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-attn-XXXXXX)}
 POINTS=${POINTS:-"1,1024 1,4096 1,8192 1,16384 1,32768 4,8192 16,2048"}
+SPEC=${SPEC:-kernels/cuda/attention_bf16.toml}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$R/machine.txt"
 timeout 200 python3 bench/gpu/torch_attn.py --points "$POINTS" --out "$R/torch.json" 2>> "$R/stderr.txt" | tail -3
 for p in $POINTS; do
   t=${p%,*}; s=${p#*,}
-  "$B/kiln" -q tune --json kernels/cuda/attention_decode_bf16.toml --set T=$t --set S=$s --set CAP=$((s + t)) \
+  "$B/kiln" -q tune --json "$SPEC" --set T=$t --set S=$s --set CAP=$((s + t)) \
     --set HQ=32 --set HKV=8 > "$R/kiln_${t}_${s}.json" 2>> "$R/stderr.txt" || echo "tune T=$t S=$s failed: $(tail -2 "$R/stderr.txt")"
 done
 python3 bench/gpu/attn_summary.py "$R" | tee "$R/summary.txt" "$OUTD/attn_summary.txt"

@@ -26,8 +26,8 @@ extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16*
     out[i + 64] = in[i + 64];
     return;
   }
-  const double a = remainder(static_cast<double>(S + t) * pow(static_cast<double>(theta), -i / 64.0),
-                             6.283185307179586);
+  double a = static_cast<double>(S + t) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
+  a -= rint(a * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
   float s, c;
   sincosf(static_cast<float>(a), &s, &c);
   __nv_bfloat16* out = j < HQ ? q + (t * HQ + j) * 128 : kc + ((S + t) * HKV + (j - HQ)) * 128;
