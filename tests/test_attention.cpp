@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 
 #include "kiln/args.hpp"
@@ -99,6 +100,33 @@ TEST_F(AttentionTest, DecodeAttentionOnTheCpuMatchesAPlainComputationInEveryVari
   }
 }
 
+// A decode loop (T = 1, S growing by one a call): the multi-kernel's records are kept by
+// the power of two at or above S ([tuning] buckets), so the loop tunes once a doubling of
+// the cache, not once a step; every step still attends over its own S + 1 keys exactly.
+TEST_F(AttentionTest, ADecodeLoopTunesOnceABucketOfTheCacheLength) {
+  Runtime rt(opts);
+  MultiKernel k(rt, load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml"));
+  const int64_t HQ = 4, HKV = 1, CAP = 160;
+  std::vector<float> kc(CAP * HKV * kD), vc(CAP * HKV * kD), q(HQ * kD), o(HQ * kD);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(kc)), 1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(vc)), 2);
+  for (int64_t S = 100; S <= 140; ++S) {
+    fill_random(DType::f32, std::as_writable_bytes(std::span(q)), static_cast<uint64_t>(S));
+    k(q.data(), kc.data(), vc.data(), o.data(), int64_t{1}, S, CAP, HQ, HKV);
+    float *pq = q.data(), *pk = kc.data(), *pv = vc.data(), *po = o.data();
+    int64_t T = 1, s = S, cap = CAP, hq = HQ, hkv = HKV;
+    void* params[] = {&pq, &pk, &pv, &po, &T, &s, &cap, &hq, &hkv};
+    // The first call of a bucket times the variants; the others take the bucket's record.
+    const ChoiceSource want_source = S == 100 || S == 129 ? ChoiceSource::benchmarked : ChoiceSource::cache;
+    EXPECT_EQ(k.pick(params).source, want_source) << "S=" << S << " (bucket " << pow2_bucket(S) << ")";
+    const std::vector<double> want = attention_ref(std::vector<double>(q.begin(), q.end()),
+                                                   std::vector<double>(kc.begin(), kc.end()),
+                                                   std::vector<double>(vc.begin(), vc.end()), 1, S, HQ, HKV);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(o[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "S=" << S << " o[" << i << "]";
+  }
+}
+
 TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
   Runtime rt(opts);
   MultiKernel k(rt, load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml"));
@@ -113,9 +141,10 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
 }
 
 // The bf16 cuda forms, each variant forced, against the double-precision computation on
-// the bf16 inputs. `decode_only`: the variants before it take T <= 16 only.
+// the bf16 inputs. `runs(v, shape)`: whether variant v takes the shape (those that do not
+// are passed over when forced).
 void check_gpu_attention(const Options& opts, const std::string& spec, const std::vector<Shape>& shapes,
-                         size_t decode_only) {
+                         const std::function<bool(size_t, const Shape&)>& runs) {
   MultiKernelSpec ms = load_multi_spec(test::kernels() + spec);
   for (int forced = -1; forced < static_cast<int>(ms.variants.size()); ++forced) {
     Options o = opts;
@@ -124,7 +153,7 @@ void check_gpu_attention(const Options& opts, const std::string& spec, const std
     Device& dev = rt.backend("cuda").device();
     MultiKernel k(rt, ms);
     for (const Shape& sh : shapes) {
-      if (forced >= 0 && static_cast<size_t>(forced) < decode_only && sh.T > 16) continue;
+      if (forced >= 0 && !runs(static_cast<size_t>(forced), sh)) continue;
       SCOPED_TRACE(testing::Message() << spec << " variant " << forced << " T=" << sh.T << " S=" << sh.S
                                       << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
       KernelSpec shape;
@@ -163,17 +192,23 @@ TEST_F(AttentionTest, DecodeAttentionOnTheGpuMatchesAPlainComputationInEveryVari
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
   check_gpu_attention(opts, "/cuda/attention_decode_bf16.toml",
-                      {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}}, 0);
+                      {{1, 0, 32, 8}, {1, 1024, 32, 8}, {4, 3000, 32, 8}, {16, 100, 32, 8}, {3, 70, 8, 2}},
+                      [](size_t, const Shape&) { return true; });
 }
 
-// The whole attention handle, prefill on the tensor cores included: a token, a tile's
+// The whole attention handle, the tensor-core split and prefill included: a token over an
+// empty and a long cache, a KV head's rows exactly one m16 tile (4 x 4, 2 x 8), a tile's
 // edge (64, 65), tiles over a cache (S not a multiple of the key tile), more query heads
-// per KV head, a block's rows past T, and a prompt over a long cache.
+// per KV head, a block's rows past T, and a prompt over a long cache. Variants 0-4 (the
+// split on the cuda cores) take T <= 16; 5-8 (the split on the tensor cores) T HQ / HKV <= 16.
 TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount) {
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
   check_gpu_attention(opts, "/cuda/attention_bf16.toml",
-                      {{1, 0, 32, 8}, {7, 100, 32, 8}, {16, 5, 8, 2}, {64, 0, 32, 8}, {65, 37, 32, 8},
-                       {300, 0, 8, 1}, {129, 1000, 32, 8}, {1000, 0, 4, 2}},
-                      5);
+                      {{1, 0, 32, 8}, {1, 5000, 32, 8}, {4, 777, 32, 8}, {2, 63, 8, 1}, {7, 100, 32, 8},
+                       {16, 5, 8, 2}, {64, 0, 32, 8}, {65, 37, 32, 8}, {300, 0, 8, 1}, {129, 1000, 32, 8},
+                       {1000, 0, 4, 2}},
+                      [](size_t v, const Shape& sh) {
+                        return v < 5 ? sh.T <= 16 : v < 9 ? sh.T * (sh.HQ / sh.HKV) <= 16 : true;
+                      });
 }

@@ -5,11 +5,14 @@
 // decode loop, a wrongly wired layer caught, bad calls refused with the reason.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "core/fsutil.hpp"
 #include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
@@ -74,6 +77,8 @@ TEST_F(DecoderTest, TheCpuLayerMatchesItsReferenceOverAPrefillAndADecodeLoop) {
     S += T;
   }
   EXPECT_EQ(S, 16);
+  // Shapes by bucket of S: (T 9, S 0), then T 1 at S 9, 10, 11 (one plan: S's bucket is 16), T 4 at 12.
+  EXPECT_EQ(prog.stats().plans, 3u);
 }
 
 // The same layer with the RoPE step told the wrong position (S + 1): the keys
@@ -123,6 +128,13 @@ TEST_F(DecoderTest, BadCallsAndSpecsAreRefusedWithTheReason) {
   EXPECT_NE(m.find("S=7"), std::string::npos) << m;
   // The same call in bounds runs.
   EXPECT_EQ(message([&] { prog.run(L.inputs(x, T), {{y.data(), {T, Layer::H}}}, nullptr, {6}); }), "no error");
+  // S = 7 shares S = 6's bucket (8), so its shape is found and set again for it: refused the
+  // same way, twice (a call refused half way leaves nothing to run stale arguments with).
+  for (int i = 0; i < 2; ++i) {
+    m = message([&] { prog.run(L.inputs(x, T), {{y.data(), {T, Layer::H}}}, nullptr, {7}); });
+    EXPECT_NE(m.find("guard 'S + T <= CAP' does not hold"), std::string::npos) << m;
+  }
+  EXPECT_EQ(message([&] { prog.run(L.inputs(x, T), {{y.data(), {T, Layer::H}}}, nullptr, {5}); }), "no error");
 
   std::string text = read_file(layer_file()).value();
   const std::string state = "shape = [\"CAP\", \"HKV\", \"128\"]\nstate = true\n";
@@ -138,3 +150,98 @@ TEST_F(DecoderTest, BadCallsAndSpecsAreRefusedWithTheReason) {
 }
 
 }  // namespace
+
+namespace {
+
+// RoPE with the cache write, then attention over the cache, on the GPU (8 query heads,
+// 2 KV heads): S bucketed by powers of two.
+std::string attention_program() {
+  std::string t = R"(kind = "program"
+version = 1
+name = "rope_attention"
+backend = "cuda"
+constants = { HQ = 8, HKV = 2 }
+symbols = ["T", "CAP"]
+scalars = ["S"]
+buckets = { S = "pow2" }
+guards = ["S + T <= CAP"]
+[[inputs]]
+name = "qkv"
+dtype = "bf16"
+shape = ["T", "(HQ + 2 * HKV) * 128"]
+[[inputs]]
+name = "k_cache"
+dtype = "bf16"
+shape = ["CAP", "HKV", "128"]
+state = true
+[[inputs]]
+name = "v_cache"
+dtype = "bf16"
+shape = ["CAP", "HKV", "128"]
+state = true
+[[outputs]]
+name = "o"
+dtype = "bf16"
+shape = ["T", "HQ * 128"]
+[[buffers]]
+name = "q"
+dtype = "bf16"
+shape = ["T", "HQ * 128"]
+[kernels]
+rope = "KERNELS/cuda/rope_cache_bf16.toml"
+attention = "KERNELS/cuda/attention_bf16.toml"
+[[steps]]
+launch = "rope"
+args = ["qkv", "q", "k_cache", "v_cache", "T", "S", "CAP", "HQ", "HKV", "500000"]
+[[steps]]
+launch = "attention"
+args = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
+)";
+  for (size_t at; (at = t.find("KERNELS")) != std::string::npos;) t.replace(at, 7, test::kernels());
+  return t;
+}
+
+}  // namespace
+
+// A decode loop (T = 1, S from 5 to 70) with graphs, beside the same program without
+// them, on the same inputs: within a bucket of S the graph is set to each call's S in
+// place (no capture: one a bucket at most, five buckets), and every step's output and
+// the caches it leaves are the plain launches' to the bit.
+TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  const ProgramSpec spec = parse_program(attention_program(), dir.path() / "p.toml");
+  ProgramOptions plain;
+  plain.graphs = false;
+  Program with(rt, spec), without(rt, spec, plain);
+  const int64_t CAP = 80, W = (8 + 2 * 2) * 128, CB = CAP * 2 * 128 * 2, OB = 8 * 128 * 2;
+  std::vector<std::byte> cache(static_cast<size_t>(CB));
+  fill_random(DType::bf16, cache, 1);
+  DeviceBuffer qkv(dev, W * 2), k1(dev, CB), v1(dev, CB), k2(dev, CB), v2(dev, CB), o1(dev, OB), o2(dev, OB);
+  for (void* p : {k1.get(), v1.get(), k2.get(), v2.get()}) dev.to_device(p, cache.data(), cache.size(), nullptr);
+  std::vector<std::byte> x(static_cast<size_t>(W * 2)), r1(OB), r2(OB);
+  for (int64_t S = 5; S <= 70; ++S) {
+    fill_random(DType::bf16, x, static_cast<uint64_t>(S));
+    dev.to_device(qkv.get(), x.data(), x.size(), nullptr);
+    with.run({{qkv.get(), {1, W}}, {k1.get(), {CAP, 2, 128}}, {v1.get(), {CAP, 2, 128}}}, {{o1.get(), {1, 8 * 128}}},
+             nullptr, {S});
+    without.run({{qkv.get(), {1, W}}, {k2.get(), {CAP, 2, 128}}, {v2.get(), {CAP, 2, 128}}},
+                {{o2.get(), {1, 8 * 128}}}, nullptr, {S});
+    dev.to_host(r1.data(), o1.get(), r1.size(), nullptr);
+    dev.to_host(r2.data(), o2.get(), r2.size(), nullptr);
+    ASSERT_EQ(r1, r2) << "S=" << S;
+  }
+  std::vector<std::byte> c1(cache.size()), c2(cache.size());
+  dev.to_host(c1.data(), k1.get(), c1.size(), nullptr);
+  dev.to_host(c2.data(), k2.get(), c2.size(), nullptr);
+  EXPECT_EQ(c1, c2);
+  const Program::Stats st = with.stats();
+  EXPECT_LE(st.graph_captures, 5u) << "buckets 8, 16, 32, 64 and 128 of S: one capture each at most";
+  EXPECT_GE(st.graph_updates, 40u);
+  EXPECT_GE(st.graph_replays, st.graph_updates);
+  EXPECT_EQ(without.stats().graph_replays, 0u);
+  std::cout << "[  NOTE    ] 66 calls: " << st.graph_captures << " graphs captured, " << st.graph_updates
+            << " updated in place, " << st.graph_replays << " replayed\n";
+}

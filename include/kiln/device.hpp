@@ -56,6 +56,16 @@ class Graph {
  public:
   virtual ~Graph() = default;
   virtual void launch(Stream s) = 0;
+  // Runs `work` again as the graph's launches with new arguments, launching
+  // nothing: each kernel launch it makes is matched, in order, with the graph's
+  // kernel nodes, whose grid, block, shared memory and arguments are set in
+  // place. False where they do not match (another kernel or count of them, a
+  // fill, work that is not a kernel of kiln's): the graph is then partly
+  // updated and must be captured anew.
+  virtual bool update(const std::function<void(Stream)>& work) {
+    (void)work;
+    return false;
+  }
 };
 
 // What touches a device's memory and time. Buffers are device addresses

@@ -70,6 +70,8 @@ class Launchable {
     bool settled() const { return source != ChoiceSource::safe; }
   };
   virtual Running running(void* const* params) = 0;
+  // running(params).settled(), without the text (a program asks it on its hot path).
+  virtual bool settled(void* const* params) { return running(params).settled(); }
 };
 
 namespace detail {
@@ -160,6 +162,7 @@ class Kernel final : public detail::TypedCall<Kernel>, public Launchable {
   // buffers are device pointers and the launch is queued on `stream`.
   void launch(void* const* params, Stream stream = nullptr) override;
   Running running(void* const* params) override;
+  bool settled(void* const* params) override;
 
   // Waits until the background compile of the config space is done
   // (starting it if it was not); the first call does this by itself.

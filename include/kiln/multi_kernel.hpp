@@ -103,6 +103,7 @@ class MultiKernel final : public detail::TypedCall<MultiKernel>, public Launchab
 
   void launch(void* const* params, Stream stream = nullptr) override;
   Running running(void* const* params) override;
+  bool settled(void* const* params) override;
   void check_types(const uint8_t* codes, size_t n) const;
 
   // Which variant a call with these arguments runs (deciding if needed), and why.

@@ -10,7 +10,9 @@
 // choice; in serving mode it never tunes), later calls only compute grids
 // and launch. On cuda, once every step of a shape is tuned, the shape's
 // launches are captured into a graph and replayed for later calls with the
-// same buffers (KILN_PROGRAM_GRAPHS=0 turns that off).
+// same buffers (KILN_PROGRAM_GRAPHS=0 turns that off). A scalar the spec buckets
+// ([buckets] S = "pow2") shares a shape, its plan and its graphs across its bucket:
+// a call with another value sets the graph's launches to it in place.
 //
 // Thread-safety: a Program may be called from one thread at a time (it
 // reuses one arena and its argument arrays); make one per thread.
@@ -110,6 +112,7 @@ class Program {
   struct Stats {
     uint64_t calls = 0;
     uint64_t graph_captures = 0, graph_replays = 0;
+    uint64_t graph_updates = 0;      // graphs set in place to a bucketed scalar's new value (no capture)
     size_t plans = 0;                // shapes planned
     int64_t arena_bytes = 0;         // the arena as allocated (the largest plan's)
   };

@@ -110,6 +110,11 @@ struct ProgramSpec {
   // Integers the caller gives at each call, in this order (a KV cache's
   // length S); expressions use them as they use symbols.
   std::vector<std::string> scalars;
+  // Scalars whose calls share a plan and a graph by bucket ([buckets] S = "pow2":
+  // the next power of two at or above the value): a decode loop's S, growing by
+  // one a call, gets one plan and one graph a doubling, the graph's launches set
+  // to each call's S in place (docs/program.md).
+  std::vector<std::string> pow2;
   std::vector<Expr> guards;
   std::vector<ProgramTensor> inputs, outputs, buffers;  // buffers: the intermediates
   std::vector<ProgramKernel> kernels;

@@ -89,6 +89,10 @@ class ConfigSpace {
 enum class HintPoints : uint8_t { diagonal, grid };
 enum class SearchKind : uint8_t { exhaustive, coordesc, budgeted };
 
+// The bucket of a key value kept by powers of two: the least power of two at or
+// above it (values below 2 as they are).
+int64_t pow2_bucket(int64_t v);
+
 struct TuningSpec {
   // Integer scalar args whose values select a tuning record. When the spec
   // gives no [tuning] key, every integer scalar that a size, the grid, the
@@ -111,6 +115,13 @@ struct TuningSpec {
   // on them are siblings, and once one is compiled, a sibling whose block
   // would need more registers than the device has is pruned before compiling.
   std::vector<std::string> registers_by;
+  // Key names whose records are kept by bucket ([tuning] buckets = { S = "pow2" }):
+  // the value's next power of two, so that a length growing by one a call (a KV
+  // cache's) is tuned once a doubling, not once a value. The call's own value
+  // still sizes its launch, and a record's choice is checked against it.
+  std::vector<std::string> pow2;
+  // The value of key name `name` in a tuning key: bucketed where it is.
+  int64_t key_value(const std::string& name, int64_t v) const;
 
   // The hint points: diagonal takes the i-th hint of every dimension,
   // grid takes every combination. Each point is in key order.
@@ -237,6 +248,7 @@ struct MultiKernelSpec {
   std::vector<ArgSpec> args;
   std::vector<ScratchSpec> scratch;
   std::vector<std::string> key;  // tuning key: integer scalars of args
+  std::vector<std::string> pow2;  // key names kept by bucket (TuningSpec::pow2)
   std::vector<VariantSpec> variants;
 };
 

@@ -5,7 +5,7 @@
 //   k_cache, v_cache [CAP, HKV, 128]: rows 0 .. S+T-1 hold the keys and values;
 //   token i sees keys 0 .. S+i (aligned bottom-right: the new tokens see the whole
 //   cache); query head hq reads KV head hq / (HQ / HKV), the cache never copied.
-// Block (m, hq): BM query tokens of one query head, NW = BM / 16 warps of 16 rows
+// Block (hq, m): BM query tokens of one query head, NW = BM / 16 warps of 16 rows
 // each. The block walks the keys its last row sees in tiles of BN, K and V tiles
 // double-buffered in shared memory through cp.async (the next tile loads while this
 // one is used); each warp computes its 16 x BN scores (Q fragments held in
@@ -16,7 +16,7 @@
 // chunks XOR-swizzled by the row (ldmatrix reads 8 rows at one chunk: no bank
 // conflicts). Blocks run the heaviest query tiles (the last, seeing the most keys)
 // first.
-#include <cuda_bf16.h>
+#include "attn_mma.cuh"
 
 
 #ifndef BM
@@ -30,41 +30,6 @@ namespace {
 
 constexpr int kD = 128;
 constexpr int kNW = BM / 16;
-#define AP_INF __int_as_float(0x7f800000)
-
-__device__ __forceinline__ unsigned ap_smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-// Byte offset of 16-byte chunk c (0..15) of row r in a swizzled tile of 256-byte rows.
-__device__ __forceinline__ unsigned ap_off(int r, int c) { return r * 256 + ((c ^ (r & 7)) << 4); }
-
-__device__ __forceinline__ void ap_cp16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void ap_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void ap_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void ap_ldsm4(unsigned addr, unsigned& a, unsigned& b, unsigned& c, unsigned& d) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ap_ldsm4t(unsigned addr, unsigned& a, unsigned& b, unsigned& c, unsigned& d) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ap_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ unsigned ap_pack(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<unsigned*>(&v);
-}
 
 // Rows [row0, row0 + rows) of a [*, stride]-strided bf16 tensor's 128-wide slice
 // into a swizzled tile; rows at or past `valid` are zero-filled.
@@ -87,8 +52,9 @@ extern "C" __global__ void __launch_bounds__(kNW * 32)
   (void)CAP;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long m0 = (static_cast<long long>(gridDim.x) - 1 - blockIdx.x) * BM;  // heaviest tiles first
-  const long long hq = blockIdx.y, h = hq / (HQ / HKV);
+  // Blocks start x fastest: every head's last query tile (the most keys) first.
+  const long long m0 = (static_cast<long long>(gridDim.y) - 1 - blockIdx.y) * BM;
+  const long long hq = blockIdx.x, h = hq / (HQ / HKV);
   const long long rows_end = m0 + BM < T ? m0 + BM : T;
   const long long keys = S + rows_end;  // the keys the block's last row sees
   const int tiles = static_cast<int>((keys + BN - 1) / BN);
@@ -131,22 +97,11 @@ extern "C" __global__ void __launch_bounds__(kNW * 32)
     if (k0 > S + warp_last) continue;  // no row of this warp sees a key of the tile
     const unsigned kt = sk + (t & 1) * BN * 256, vt = sv + (t & 1) * BN * 256;
 
-    // Scores: 16 rows x BN keys, BN / 8 n8 tiles.
+    // Scores: 16 rows x BN keys, BN / 8 n8 tiles; scaled to base 2, the causal edge masked
+    // (key j visible to row i iff j <= S + i).
     float s[BN / 8][4];
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-      for (int n = 0; n < BN / 8; n += 2) {
-        unsigned b0, b1, b2, b3;
-        ap_ldsm4(kt + ap_off(n * 8 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-        ap_mma(s[n], qf[kk], b0, b1);
-        ap_mma(s[n + 1], qf[kk], b2, b3);
-      }
-    // Scale to base 2; mask the causal edge (key j visible to row i iff j <= S + i).
+    ap_scores<BN>(s, qf, kt, lane);
     const bool edge = k0 + BN - 1 > S + m0 + warp * 16;
-    float tmax[2] = {-AP_INF, -AP_INF};
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
@@ -157,49 +112,9 @@ extern "C" __global__ void __launch_bounds__(kNW * 32)
           if (j > S + (e < 2 ? row_lo : row_hi)) v = -AP_INF;
         }
         s[n][e] = v;
-        tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
       }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-      const float mnew = fmaxf(mx[r], tmax[r]);
-      // A row that has seen no key yet (its max still -inf) subtracts 0, not -inf.
-      const float base = mnew == -AP_INF ? 0.f : mnew;
-      corr[r] = exp2f(mx[r] - base);
-      mx[r] = mnew;
-      tmax[r] = base;
-    }
-    float tsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] - tmax[e >> 1]);
-        s[n][e] = p;
-        tsum[e >> 1] += p;
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) sum[r] = sum[r] * corr[r] + tsum[r];  // quad-partial; reduced at the end
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      acc[j][0] *= corr[0], acc[j][1] *= corr[0];
-      acc[j][2] *= corr[1], acc[j][3] *= corr[1];
-    }
-    // O += P . V: k16 steps over the tile's keys, n8 tiles over the 128 dims.
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const unsigned a[4] = {ap_pack(s[2 * kk][0], s[2 * kk][1]), ap_pack(s[2 * kk][2], s[2 * kk][3]),
-                             ap_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), ap_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int j = 0; j < kD / 8; j += 2) {
-        unsigned b0, b1, b2, b3;
-        ap_ldsm4t(vt + ap_off(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), j + (lane >> 4)), b0, b1, b2, b3);
-        ap_mma(acc[j], a, b0, b1);
-        ap_mma(acc[j + 1], a, b2, b3);
-      }
-    }
+    ap_softmax_step<BN>(s, mx, sum, acc);
+    ap_pv<BN>(acc, s, vt, lane);
   }
   ap_wait_all();
 #pragma unroll

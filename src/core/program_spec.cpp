@@ -361,7 +361,9 @@ std::string ProgramSpec::str() const {
   std::string s = fmt::format("program {} ({}), version {}\n", name, backend, kVersion);
   for (const auto& [n, v] : constants) s += fmt::format("  constant {} = {}\n", n, v);
   for (const auto& n : symbols) s += fmt::format("  symbol {}\n", n);
-  for (const auto& n : scalars) s += fmt::format("  scalar {} (given at each call)\n", n);
+  for (const auto& n : scalars)
+    s += fmt::format("  scalar {} (given at each call{})\n", n,
+                     std::find(pow2.begin(), pow2.end(), n) != pow2.end() ? "; planned and graphed by powers of two" : "");
   for (const auto& g : guards) s += fmt::format("  guard {}\n", g.str());
   auto shape = [](const ProgramTensor& t) {
     std::vector<std::string> d;
@@ -522,7 +524,7 @@ void read_check(Reader& r, const toml::node& c, const fs::path& dir, ProgramSpec
 ProgramSpec parse_program(std::string_view text, const fs::path& path) {
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
-  r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "scalars", "guards", "inputs", "outputs", "buffers",
+  r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "scalars", "buckets", "guards", "inputs", "outputs", "buffers",
                 "kernels", "steps", "check", "description"},
          "program");
   ProgramSpec p;
@@ -552,6 +554,15 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
     for (const auto& el : r.array(*s, "symbols")) p.symbols.push_back(r.str(el, "symbols"));
   if (const toml::node* s = root.get("scalars"))
     for (const auto& el : r.array(*s, "scalars")) p.scalars.push_back(r.str(el, "scalars"));
+  if (const toml::node* b = root.get("buckets"))
+    for (const auto& [k, v] : r.table(*b, "buckets")) {
+      const std::string n(k.str());
+      if (std::find(p.scalars.begin(), p.scalars.end(), n) == p.scalars.end())
+        r.error(v, fmt::format("buckets.{}: '{}' is not one of the program's scalars", n, n));
+      if (r.str(v, "buckets." + n) != "pow2")
+        r.error(v, fmt::format("buckets.{}: '{}' is not a bucket kiln knows (pow2)", n, v.value_or(std::string())));
+      p.pow2.push_back(n);
+    }
   if (const toml::node* g = root.get("guards"))
     for (const auto& el : r.array(*g, "guards")) p.guards.push_back(r.expr(el, "guards"));
   p.inputs = read_tensors(r, root, "inputs");

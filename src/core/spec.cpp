@@ -236,6 +236,18 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool alig
 }
 }  // namespace
 
+int64_t pow2_bucket(int64_t v) {
+  if (v <= 2) return v;
+  if (v > (int64_t{1} << 62)) return v;
+  return int64_t{1} << (64 - __builtin_clzll(static_cast<uint64_t>(v - 1)));
+}
+
+int64_t TuningSpec::key_value(const std::string& name, int64_t v) const {
+  for (const auto& n : pow2)
+    if (n == name) return pow2_bucket(v);
+  return v;
+}
+
 std::vector<std::string> KernelSpec::unkeyed_launch_scalars() const {
   std::vector<std::string> out;
   for (const auto& n : scalars_used(*this, false, true))
@@ -488,6 +500,20 @@ class SpecReader {
         error(k.source(), fmt::format("unknown key '{}'{} (allowed: {})", k.str(), where, list));
       }
     }
+  }
+
+  // [tuning] buckets = { S = "pow2" }: key names whose records are kept by bucket.
+  std::vector<std::string> read_buckets(const toml::node& n, const std::vector<std::string>& key) const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : table(n, "tuning.buckets")) {
+      const std::string name(k.str());
+      if (std::find(key.begin(), key.end(), name) == key.end())
+        error(v, fmt::format("tuning.buckets: '{}' is not in the tuning key (a bucket keeps a key's records)", name));
+      if (str(v, "tuning.buckets." + name) != "pow2")
+        error(v, fmt::format("tuning.buckets.{}: '{}' is not a bucket kiln knows (pow2)", name, v.value_or(std::string())));
+      out.push_back(name);
+    }
+    return out;
   }
 
   // Parses an expression stored in a string node; errors point into the string.
@@ -924,7 +950,7 @@ class SpecReader {
     }
     if (const toml::node* t = root.get("tuning")) {
       const toml::table& tt = table(*t, "tuning");
-      only_keys(tt, {"key"}, " in the [tuning] of a multi-kernel spec");
+      only_keys(tt, {"key", "buckets"}, " in the [tuning] of a multi-kernel spec");
       if (const toml::node* k = tt.get("key")) {
         for (const auto& el : array(*k, "tuning.key")) {
           const std::string& kn = str(el, "tuning.key");
@@ -934,6 +960,7 @@ class SpecReader {
           m.key.push_back(kn);
         }
       }
+      if (const toml::node* b = tt.get("buckets")) m.pow2 = read_buckets(*b, m.key);
     }
     const toml::node& vs = required(root, "variants");
     const toml::array& varr = array(vs, "variants");
@@ -1187,7 +1214,7 @@ class SpecReader {
   void read_tuning(KernelSpec& s, const toml::node& n) {
     const toml::table& t = table(n, "tuning");
     only_keys(t, {"key", "hints", "hint_points", "search", "default", "reference", "rtol", "atol", "registers_by",
-                  "reduction"},
+                  "reduction", "buckets"},
               " in [tuning]");
     TuningSpec& ts = s.tuning;
     if (const toml::node* k = t.get("key")) {
@@ -1202,6 +1229,10 @@ class SpecReader {
           error(el, fmt::format("tuning.key: '{}' appears twice", name));
         ts.key.push_back(name);
       }
+    }
+    if (const toml::node* b = t.get("buckets")) {
+      if (!ts.key_given) error(*b, "tuning.buckets: name the tuning key it buckets (key = [...])");
+      ts.pow2 = read_buckets(*b, ts.key);
     }
     if (const toml::node* h = t.get("hints")) {
       const toml::table& ht = table(*h, "tuning.hints");

@@ -240,6 +240,8 @@ Launchable::Running Kernel::running(void* const* params) {
   return {c.config.str(), c.source};
 }
 
+bool Kernel::settled(void* const* params) { return choice(params).source != ChoiceSource::safe; }
+
 const char* choice_source_name(ChoiceSource s) {
   switch (s) {
     case ChoiceSource::tuned: return "tuned";

@@ -261,6 +261,7 @@ struct MultiKernel::Impl {
     as_kernel.entry = spec.name;
     as_kernel.args = spec.args;
     as_kernel.tuning.key = spec.key;
+    as_kernel.tuning.pow2 = spec.pow2;
     as_kernel.tuning.key_given = true;
     Param p{"VARIANT", {}};
     for (size_t i = 0; i < spec.variants.size(); ++i) {
@@ -899,6 +900,11 @@ Launchable::Running MultiKernel::running(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   const Impl::Chosen* c = impl_->find(params, slots, nullptr);
   return {fmt::format("variant {}: {}", c->variant, c->text), c->source};
+}
+
+bool MultiKernel::settled(void* const* params) {
+  int64_t slots[CallShape::kMaxArgs];
+  return impl_->find(params, slots, nullptr)->source != ChoiceSource::safe;
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {

@@ -90,6 +90,7 @@ struct Program::Impl {
     CompiledExpr value;
     double real = 0;
     DType dtype = DType::i64;
+    bool moves = false;  // an integer whose expression names a bucketed scalar: set at each call
   };
   struct Step {
     size_t handle;
@@ -99,6 +100,7 @@ struct Program::Impl {
     std::vector<std::string> texts;    // per argument: as written
     std::vector<CompiledExpr> ksizes;  // per argument: the kernel's size expression (buffers)
     KernelSpec kscope;                  // the kernel's args, for its size expressions
+    bool moves = false;                 // an argument moves within a bucket
   };
   std::vector<Step> steps;
 
@@ -106,14 +108,17 @@ struct Program::Impl {
     std::vector<void*> io;  // the inputs' and outputs' addresses it was captured with
     std::unique_ptr<Graph> graph;
     uint64_t used = 0;
+    std::vector<int64_t> slots;  // the symbols its launches were captured (or last updated) with
   };
   // One shape: its symbols, memory plan, and each step's argument values
   // (params point into `storage`).
   struct Shape {
-    std::vector<int64_t> slots;
+    std::vector<int64_t> key;    // what finds it: the slots, bucketed scalars by bucket
+    std::vector<int64_t> slots;  // the exact symbols its arguments were last set for
     // The dimensions each input and output must have: checked on every call.
     std::vector<std::vector<int64_t>> in_dims, out_dims;
     MemoryPlan mem;
+    std::array<std::vector<int64_t>, 3> elements;  // per group (inputs, outputs, intermediates): element counts
     std::vector<std::vector<uint64_t>> storage;
     std::vector<std::vector<void*>> params;
     std::vector<std::tuple<size_t, size_t, int, size_t>> io;  // (step, arg, group, index): per call
@@ -122,6 +127,8 @@ struct Program::Impl {
     uint64_t used = 0;
   };
   std::vector<std::unique_ptr<Shape>> shapes;
+  std::vector<size_t> bucket_slots;  // the slots of the bucketed scalars
+  std::vector<int64_t> call_key;     // reused by every call
   uint64_t clock = 0;
   size_t graph_count = 0;
   void* arena = nullptr;
@@ -225,7 +232,11 @@ struct Program::Impl {
             }
           st.ksizes.push_back(compile_expr(st.kscope, (*st.kargs)[j].size, nullptr));
         } else {
-          if (pa.kind == ProgramArg::Kind::integer) a.value = compile(pa.value);
+          if (pa.kind == ProgramArg::Kind::integer) {
+            a.value = compile(pa.value);
+            for (const auto& sym : pa.value.symbols())
+              if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) a.moves = st.moves = true;
+          }
           a.real = pa.real;
           st.ksizes.emplace_back();
         }
@@ -233,6 +244,7 @@ struct Program::Impl {
       }
       steps.push_back(std::move(st));
     }
+    for (const auto& n : spec.pow2) bucket_slots.push_back(slot_of(n));
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
@@ -316,16 +328,57 @@ struct Program::Impl {
     }
   }
 
+  // The key a call's shape is found by: its slots, bucketed scalars by bucket.
+  void key_of(const std::vector<int64_t>& slots, std::vector<int64_t>& key) const {
+    key.assign(slots.begin(), slots.end());
+    for (size_t i : bucket_slots) key[i] = pow2_bucket(key[i]);
+  }
+
+  // A shape found by its bucket, called with other exact symbols: its tensors'
+  // dimensions, the guards, the arguments that move and the sizes they need,
+  // for this call (nothing is planned or allocated).
+  void reslot(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+              const std::vector<int64_t>& slots) {
+    for (size_t i = 0; i < in_dims.size(); ++i)
+      for (size_t d = 0; d < in_dims[i].size(); ++d) sh.in_dims[i][d] = in_dims[i][d].eval(slots.data());
+    for (size_t i = 0; i < out_dims.size(); ++i)
+      for (size_t d = 0; d < out_dims[i].size(); ++d) sh.out_dims[i][d] = out_dims[i][d].eval(slots.data());
+    sh.slots = slots;  // the shape's dimensions follow them: set before a check can throw
+    try {
+      check_io(sh, in, out);
+      check_guards(slots);
+      for (size_t i = 0; i < spec.inputs.size(); ++i)
+        sh.elements[0][i] = elements_of(sh.in_dims[i], spec.inputs[i], slots);
+      for (size_t i = 0; i < spec.outputs.size(); ++i)
+        sh.elements[1][i] = elements_of(sh.out_dims[i], spec.outputs[i], slots);
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].moves) set_integers(sh, i, /*moving_only=*/true);
+    } catch (...) {
+      sh.slots.clear();  // half set for these symbols: the next call sets it again, checks and all
+      throw;
+    }
+  }
+
+  void check_guards(const std::vector<int64_t>& slots) const {
+    for (size_t g = 0; g < guards.size(); ++g)
+      if (guards[g].eval(slots.data()) == 0)
+        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
+             sym_text(slots));
+  }
+
   // Everything a new shape checks, plans and precomputes.
   Shape& shape_for(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::vector<int64_t>& slots,
                    Stream stream) {
+    key_of(slots, call_key);
     for (auto& s : shapes)
-      if (s->slots == slots) {
+      if (s->key == call_key) {
         s->used = ++clock;
-        check_io(*s, in, out);  // every call, not only a shape's first
+        if (s->slots != slots) reslot(*s, in, out, slots);
+        else check_io(*s, in, out);  // every call, not only a shape's first
         return *s;
       }
     auto sh = std::make_unique<Shape>();
+    sh->key = call_key;
     sh->slots = slots;
     // The dimensions every call of this shape must have; checked for this call before anything else.
     for (size_t i = 0; i < in_dims.size(); ++i) {
@@ -337,12 +390,9 @@ struct Program::Impl {
       for (const auto& e : out_dims[i]) sh->out_dims.back().push_back(e.eval(slots.data()));
     }
     check_io(*sh, in, out);
-    for (size_t g = 0; g < guards.size(); ++g)
-      if (guards[g].eval(slots.data()) == 0)
-        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
-             sym_text(slots));
-    // Element counts by group: inputs (0), outputs (1), intermediates (2).
-    std::array<std::vector<int64_t>, 3> elements;
+    check_guards(slots);
+    // Element counts by group: inputs (0), outputs (1), intermediates (2, planned for the bucket).
+    std::array<std::vector<int64_t>, 3>& elements = sh->elements;
     for (size_t i = 0; i < spec.inputs.size(); ++i)
       elements[0].push_back(elements_of(sh->in_dims[i], spec.inputs[i], slots));
     for (size_t i = 0; i < spec.outputs.size(); ++i)
@@ -350,7 +400,7 @@ struct Program::Impl {
     elements[2] = place_intermediates(*sh, stream);
     sh->storage.resize(steps.size());
     sh->params.resize(steps.size());
-    for (size_t i = 0; i < steps.size(); ++i) bind_step(*sh, i, elements);
+    for (size_t i = 0; i < steps.size(); ++i) bind_step(*sh, i);
     ++st.plans;
     if (shapes.size() >= static_cast<size_t>(std::max(1, opts.plan_capacity))) {
       auto lru = std::min_element(shapes.begin(), shapes.end(), [](auto& a, auto& b) { return a->used < b->used; });
@@ -367,9 +417,9 @@ struct Program::Impl {
   std::vector<int64_t> place_intermediates(Shape& sh, Stream stream) {
     std::vector<int64_t> bytes, elements;
     for (size_t b = 0; b < spec.buffers.size(); ++b) {
-      std::vector<int64_t> dims;
-      for (const auto& d : buffer_dims[b]) dims.push_back(d.eval(sh.slots.data()));
-      const int64_t n = elements_of(dims, spec.buffers[b], sh.slots);
+      std::vector<int64_t> dims;  // at the bucket: the sizes a bucketed scalar reaches within it
+      for (const auto& d : buffer_dims[b]) dims.push_back(d.eval(sh.key.data()));
+      const int64_t n = elements_of(dims, spec.buffers[b], sh.key);
       elements.push_back(n);
       bytes.push_back(static_cast<int64_t>(buffer_bytes(spec.buffers[b].dtype, n, spec.buffers[b].name)));
     }
@@ -394,31 +444,14 @@ struct Program::Impl {
   // Step i's arguments for the shape: scalars evaluated and stored, the
   // arena's intermediates placed, the caller's tensors left to each call;
   // each buffer must hold what the kernel's spec says it reads or writes.
-  void bind_step(Shape& sh, size_t i, const std::array<std::vector<int64_t>, 3>& elements) {
-    const std::vector<int64_t>& slots = sh.slots;
+  void bind_step(Shape& sh, size_t i) {
     const Step& st = steps[i];
     auto& store = sh.storage[i];
     store.assign(st.args.size(), 0);
-    std::vector<int64_t> kslots(st.args.size(), 0);
     for (size_t j = 0; j < st.args.size(); ++j) {
       const Arg& a = st.args[j];
       switch (a.kind) {
-        case ProgramArg::Kind::integer: {
-          int64_t v = a.value.eval(slots.data());
-          kslots[j] = v;
-          if (a.dtype == DType::i32) {
-            // The kernel would get the truncated value while the size checks below saw this one.
-            if (v < INT32_MIN || v > INT32_MAX)
-              fail(Errc::usage, "program '{}', step {} ({}): argument '{}' = {} is {}, which does not fit an i32 "
-                   "(with {})", spec.name, i + 1, st.kernel, (*st.kargs)[j].name,
-                   st.texts[j], v, sym_text(slots));
-            int32_t x = static_cast<int32_t>(v);
-            std::memcpy(&store[j], &x, 4);
-          } else {
-            std::memcpy(&store[j], &v, 8);
-          }
-          break;
-        }
+        case ProgramArg::Kind::integer: break;  // set_integers
         case ProgramArg::Kind::real: {
           if (a.dtype == DType::f64) std::memcpy(&store[j], &a.real, 8);
           else if (a.dtype == DType::f32) {
@@ -441,10 +474,43 @@ struct Program::Impl {
           break;
       }
     }
+    sh.params[i].resize(st.args.size());
+    for (size_t j = 0; j < st.args.size(); ++j) sh.params[i][j] = &store[j];
+    set_integers(sh, i, /*moving_only=*/false);
+  }
+
+  std::vector<int64_t> kslots_;  // set_integers' scratch (a Program is called from one thread at a time)
+
+  // Step i's integer arguments for the shape's exact symbols (those that move
+  // within a bucket only, where `moving_only`), and the check that each buffer
+  // holds what the kernel's spec says it reads or writes with them.
+  void set_integers(Shape& sh, size_t i, bool moving_only) {
+    const std::vector<int64_t>& slots = sh.slots;
+    const Step& st = steps[i];
+    auto& store = sh.storage[i];
+    kslots_.assign(st.args.size(), 0);
+    for (size_t j = 0; j < st.args.size(); ++j) {
+      const Arg& a = st.args[j];
+      if (a.kind != ProgramArg::Kind::integer) continue;
+      const int64_t v = a.value.eval(slots.data());
+      kslots_[j] = v;
+      if (moving_only && !a.moves) continue;
+      if (a.dtype == DType::i32) {
+        // The kernel would get the truncated value while the size checks below saw this one.
+        if (v < INT32_MIN || v > INT32_MAX)
+          fail(Errc::usage, "program '{}', step {} ({}): argument '{}' = {} is {}, which does not fit an i32 "
+               "(with {})", spec.name, i + 1, st.kernel, (*st.kargs)[j].name,
+               st.texts[j], v, sym_text(slots));
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(&store[j], &x, 4);
+      } else {
+        std::memcpy(&store[j], &v, 8);
+      }
+    }
     for (size_t j = 0; j < st.args.size(); ++j)
       if (st.args[j].kind == ProgramArg::Kind::buffer) {
-        const int64_t need = st.ksizes[j].eval(kslots.data());
-        const int64_t have = elements[st.args[j].group][st.args[j].index];
+        const int64_t need = st.ksizes[j].eval(kslots_.data());
+        const int64_t have = sh.elements[st.args[j].group][st.args[j].index];
         if (need > have)
           fail(Errc::usage,
                "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
@@ -452,8 +518,6 @@ struct Program::Impl {
                spec.name, i + 1, st.kernel, (*st.kargs)[j].name, need, (*st.kargs)[j].size.str(), sym_text(slots),
                have);
       }
-    sh.params[i].resize(st.args.size());
-    for (size_t j = 0; j < st.args.size(); ++j) sh.params[i][j] = &store[j];
   }
 
   // Points a planned shape's intermediates into the current arena.
@@ -505,13 +569,30 @@ struct Program::Impl {
     patch_io(sh, in, out);
     ++st.calls;
     if (graphs && sh.settled) {
-      for (auto& g : sh.graphs)
-        if (same_io(g.io, in, out)) {
-          g.used = ++clock;
-          g.graph->launch(s);
-          ++st.graph_replays;
-          return;
+      for (auto it = sh.graphs.begin(); it != sh.graphs.end(); ++it) {
+        if (!same_io(it->io, in, out)) continue;
+        if (it->slots != call_slots) {
+          // Another exact value of a bucketed scalar: the graph's launches set to
+          // this call's in place, where every step's choice for it is settled.
+          bool all = true;
+          for (size_t i = 0; i < steps.size() && all; ++i) all = handles[steps[i].handle]->settled(sh.params[i].data());
+          if (!all) {
+            launch_steps(sh, s);  // a step waits for its tuning: launched as it runs now
+            return;
+          }
+          if (!it->graph->update([&](Stream cs) { launch_steps(sh, cs); })) {
+            sh.graphs.erase(it);  // its launches no longer match: captured anew below
+            --graph_count;
+            break;
+          }
+          it->slots = call_slots;
+          ++st.graph_updates;
         }
+        it->used = ++clock;
+        it->graph->launch(s);
+        ++st.graph_replays;
+        return;
+      }
       std::vector<void*> io;
       for (const auto& t : in) io.push_back(t.data);
       for (const auto& t : out) io.push_back(t.data);
@@ -519,7 +600,7 @@ struct Program::Impl {
       std::unique_ptr<Graph> g = dev->capture([&](Stream cs) { launch_steps(sh, cs); });
       if (g) {
         if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
-        sh.graphs.push_back({io, std::move(g), ++clock});
+        sh.graphs.push_back({io, std::move(g), ++clock, call_slots});
         ++graph_count;
         ++st.graph_captures;
         sh.graphs.back().graph->launch(s);

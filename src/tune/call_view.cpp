@@ -15,7 +15,8 @@ std::vector<int64_t> slots_of(const KernelSpec& spec, void* const* params) {
 CallView::CallView(const KernelSpec& s, Backend& backend, void* const* p)
     : spec(s), params(p), slots(slots_of(s, p)), limits(backend.limits()) {
   std::vector<std::pair<std::string, int64_t>> values;
-  for (const auto& name : spec.tuning.key) values.push_back({name, slots[spec.arg_index(name)]});
+  for (const auto& name : spec.tuning.key)
+    values.push_back({name, spec.tuning.key_value(name, slots[spec.arg_index(name)])});
   key = make_tuning_key(spec, backend, std::move(values));
   if (spec.tuning.reduction) reduction = compile_expr(spec, *spec.tuning.reduction, nullptr).eval(slots.data());
 }

@@ -129,6 +129,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   h.add("rtol", fmt::format("{:.17g}", s.tuning.rtol)).add("atol", fmt::format("{:.17g}", s.tuning.atol));
   h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));
   for (const auto& k : s.tuning.key) h.add("key", k);
+  for (const auto& k : s.tuning.pow2) h.add("pow2", k);  // records kept by bucket
   for (const auto& p : s.tuning.registers_by) h.add("registers_by", p);  // what is pruned before compiling
   if (s.tuning.reduction) h.add("reduction", s.tuning.reduction->str());  // the tolerances follow it
   return h.digest().hex();
@@ -155,7 +156,8 @@ TuningKey make_tuning_key(const KernelSpec& spec, Backend& backend, void* const*
   std::vector<int64_t> slots(spec.args.size(), 0);
   read_int_slots(spec, params, slots.data());
   std::vector<std::pair<std::string, int64_t>> values;
-  for (const auto& name : spec.tuning.key) values.push_back({name, slots[spec.arg_index(name)]});
+  for (const auto& name : spec.tuning.key)
+    values.push_back({name, spec.tuning.key_value(name, slots[spec.arg_index(name)])});
   return make_tuning_key(spec, backend, std::move(values));
 }
 

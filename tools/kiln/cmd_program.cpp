@@ -23,6 +23,7 @@ namespace {
 struct RunArgs {
   std::string program;
   std::vector<std::string> sets;
+  std::string loop;  // NAME=N: N calls, scalar NAME growing by one a call (a decode loop)
   int reps = 20;
   int calls = 200;
   bool show = false, json = false, wide = false, first_only = false, check = false;
@@ -129,6 +130,60 @@ void run_program(const RunArgs& a, Globals& g) {
   const double call_ns = timer->elapsed_ns() / a.calls;
   const double handles_ns = prog.host_ns_handles_only(in, outs, a.calls, scalars);
   MemoryPlan mem = prog.memory(values);
+  // A decode loop: N calls back to back, the scalar growing by one a call, twice over
+  // the same values: the first pass tunes and captures what each bucket needs, the
+  // second is timed (host time a call, the device's time a call, and what the graphs did).
+  struct Loop {
+    std::string name;
+    int64_t from = 0, n = 0;
+    double host_ns = 0, call_ns = 0;
+    Program::Stats first, second;  // what each pass added
+  };
+  std::optional<Loop> loop;
+  if (!a.loop.empty()) {
+    auto [n, v] = split_sets({a.loop}).at(0);
+    auto it = std::find(spec.scalars.begin(), spec.scalars.end(), n);
+    if (it == spec.scalars.end())
+      fail(Errc::usage, "--loop {}: '{}' is not a scalar of program '{}' (scalars: {})", a.loop, n, spec.name,
+           fmt::join(spec.scalars, ", "));
+    Loop l;
+    l.name = n;
+    l.from = values.at(n);
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), l.n);
+    if (ec != std::errc() || p != v.data() + v.size() || l.n < 1) fail(Errc::usage, "--loop {}: N is a count, 1 or more", a.loop);
+    const size_t idx = static_cast<size_t>(it - spec.scalars.begin());
+    std::vector<int64_t> sc = scalars;
+    auto diff = [](const Program::Stats& x, const Program::Stats& y) {
+      Program::Stats d;
+      d.calls = x.calls - y.calls;
+      d.graph_captures = x.graph_captures - y.graph_captures;
+      d.graph_replays = x.graph_replays - y.graph_replays;
+      d.graph_updates = x.graph_updates - y.graph_updates;
+      return d;
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 0 && !opts.quiet)
+        std::fprintf(stderr, "decode loop: %lld calls, %s from %lld (a first pass tunes what it needs)\n",
+                     static_cast<long long>(l.n), n.c_str(), static_cast<long long>(l.from));
+      dev.sync(nullptr);
+      if (pass == 1) rt.wait_tuned();
+      const Program::Stats s0 = prog.stats();
+      timer->start(nullptr);
+      auto l0 = std::chrono::steady_clock::now();
+      for (int64_t k = 0; k < l.n; ++k) {
+        sc[idx] = l.from + k;
+        prog.run(in, outs, nullptr, sc);
+      }
+      const double h = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - l0).count();
+      timer->stop(nullptr);
+      (pass == 0 ? l.first : l.second) = diff(prog.stats(), s0);
+      if (pass == 1) {
+        l.host_ns = h / static_cast<double>(l.n);
+        l.call_ns = timer->elapsed_ns() / static_cast<double>(l.n);
+      }
+    }
+    loop = l;
+  }
   // The result of the tuned program (graphs replayed where they are) against its reference.
   std::optional<ProgramCheck> checked;
   double check_s = 0;
@@ -148,7 +203,12 @@ void run_program(const RunArgs& a, Globals& g) {
                         {"first_call_s", first_s}, {"tuned_s", tuned_s},          {"steps", steps},
                         {"call_ns", call_ns},      {"host_ns_per_call", host_ns}, {"host_ns_handles_only", handles_ns}, {"arena_bytes", mem.arena},
                         {"intermediate_bytes", mem.sum}, {"graph_captures", st.graph_captures},
-                        {"graph_replays", st.graph_replays}, {"compiled", rs.compiled}, {"configs_timed", rs.configs_timed}};
+                        {"graph_replays", st.graph_replays}, {"graph_updates", st.graph_updates}, {"compiled", rs.compiled}, {"configs_timed", rs.configs_timed}};
+    if (loop)
+      j["loop"] = {{"scalar", loop->name}, {"from", loop->from}, {"calls", loop->n}, {"host_ns_per_call", loop->host_ns},
+                   {"call_ns", loop->call_ns}, {"graph_captures", loop->second.graph_captures},
+                   {"graph_updates", loop->second.graph_updates}, {"graph_replays", loop->second.graph_replays},
+                   {"first_pass_graph_captures", loop->first.graph_captures}};
     if (checked) {
       nlohmann::json outs_j = nlohmann::json::array();
       for (const auto& o : checked->outputs)
@@ -179,6 +239,16 @@ void run_program(const RunArgs& a, Globals& g) {
   std::fprintf(out(), "intermediates: %s in one arena (peak) for %s in all; graphs captured %llu, replayed %llu\n",
                peak.c_str(), all.c_str(), static_cast<unsigned long long>(st.graph_captures),
                static_cast<unsigned long long>(st.graph_replays));
+  if (loop)
+    std::fprintf(out(),
+                 "decode loop: %lld calls, %s = %lld .. %lld: %s of host time a call, %s a call on the device; "
+                 "graphs captured %llu, updated in place %llu, replayed %llu (the first pass captured %llu)\n",
+                 static_cast<long long>(loop->n), loop->name.c_str(), static_cast<long long>(loop->from),
+                 static_cast<long long>(loop->from + loop->n - 1), seconds_text(loop->host_ns * 1e-9).c_str(),
+                 seconds_text(loop->call_ns * 1e-9).c_str(), static_cast<unsigned long long>(loop->second.graph_captures),
+                 static_cast<unsigned long long>(loop->second.graph_updates),
+                 static_cast<unsigned long long>(loop->second.graph_replays),
+                 static_cast<unsigned long long>(loop->first.graph_captures));
   if (checked) std::fprintf(out(), "%s(checked in %s)\n", checked->str().c_str(), seconds_text(check_s).c_str());
 }
 
@@ -197,6 +267,9 @@ void add_program(CLI::App& app, Globals& g) {
       ->capture_default_str();
   run->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   run->add_flag("--wide", a->wide, "Inputs of a large dynamic range (as kiln tune --inputs wide)");
+  run->add_option("--loop", a->loop,
+                  "NAME=N: then N calls back to back with scalar NAME growing by one a call from its --set value "
+                  "(a decode loop), twice: the second pass is timed (host time a call, graphs captured and updated)");
   run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit");
   run->add_flag("--first-only", a->first_only,
                 "Make the first call only, say how long it took, and exit (tunings it started are dropped; the "

@@ -133,6 +133,9 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuGraphLaunch, "cuGraphLaunch", &missing);
     bind(h, d->cuGraphExecDestroy, "cuGraphExecDestroy", &missing);
     bind(h, d->cuGraphDestroy, "cuGraphDestroy", &missing);
+    bind(h, d->cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2", nullptr);
+    bind(h, d->cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2", nullptr);
+    bind(h, d->cuGraphGetNodes, "cuGraphGetNodes", nullptr);
     bind(h, d->cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &missing);
     if (!missing.empty()) {
       reason = fmt::format("the CUDA driver is too old: libcuda.so.1 lacks {} (kiln needs a driver for CUDA 12.0 "

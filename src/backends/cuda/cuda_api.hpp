@@ -29,6 +29,18 @@ struct CUgraph_st;
 using CUgraph = CUgraph_st*;
 struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st*;
+struct CUgraphNode_st;
+using CUgraphNode = CUgraphNode_st*;
+// The driver's kernel node parameters (CUDA_KERNEL_NODE_PARAMS_v2): with func null,
+// kern is launched in the current context.
+struct CudaKernelNodeParams {
+  CUfunction func;
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+  CUkernel kern;
+  CUcontext ctx;
+};
 // The driver's TMA descriptor (CUtensorMap): 128 opaque bytes.
 struct alignas(128) CUtensorMap {
   unsigned long long opaque[16];
@@ -130,6 +142,11 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
+  // Graph updates in place (optional: without them a graph is captured anew instead).
+  CUresult (*cuStreamGetCaptureInfo)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**,
+                                     size_t*) = nullptr;
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CudaKernelNodeParams*) = nullptr;
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
   // cuTensorMapEncodeTiled(map, data type, rank, address, dims, strides (bytes, rank - 1),
   // box, element strides, interleave, swizzle, L2 promotion, out-of-bounds fill)
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,

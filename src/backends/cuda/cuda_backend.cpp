@@ -207,6 +207,25 @@ std::optional<KernelMeta> cubin_meta(const std::vector<uint8_t>& b, const std::s
 
 namespace {
 
+// A graph's kernel launches as they are captured (their nodes recorded, in order) or
+// as they are replayed into an instantiated graph to update it (Graph::update): set
+// for the thread while the work runs; launches on `stream` only.
+struct GraphRecording {
+  CUstream stream = nullptr;
+  bool update = false;
+  std::vector<std::pair<CUgraphNode, CUkernel>>* nodes = nullptr;
+  size_t cursor = 0;
+  CUgraphExec exec = nullptr;
+  bool ok = true;
+};
+thread_local GraphRecording* t_recording = nullptr;
+
+struct RecordingScope {
+  GraphRecording* prev;
+  explicit RecordingScope(GraphRecording* r) : prev(t_recording) { t_recording = r; }
+  ~RecordingScope() { t_recording = prev; }
+};
+
 // The compile log without ptxas' resource report (kept as the binary's warnings).
 std::string warnings_only(const std::string& log) {
   std::istringstream in(log);
@@ -466,40 +485,67 @@ class CudaDevice final : public Device {
     return t.elapsed_ns() / count;
   }
 
+  // A graph whose nodes are all kernels kiln launched (their nodes recorded in
+  // order as they were captured) can be updated in place: Graph::update replays
+  // the work's launches into it (on the stream it was captured on, which it
+  // keeps as the mark of its launches) instead of capturing anew.
   std::unique_ptr<Graph> capture(const std::function<void(Stream)>& work) override {
     ensure_current();
-    CUstream s = nullptr;
-    check(d_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
-    struct Destroy {
-      const Driver* d;
-      CUstream s;
-      ~Destroy() { d->cuStreamDestroy(s); }
-    } destroy{d_, s};
-    CUgraph graph = nullptr;
-    check(d_->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing a graph");
-    try {
-      work(reinterpret_cast<Stream>(s));
-    } catch (...) {
-      d_->cuStreamEndCapture(s, &graph);
-      if (graph) d_->cuGraphDestroy(graph);
-      throw;
-    }
-    check(d_->cuStreamEndCapture(s, &graph), "capturing a graph");
-    CUgraphExec exec = nullptr;
-    CUresult r = d_->cuGraphInstantiate(&exec, graph, 0);
-    d_->cuGraphDestroy(graph);
-    check(r, "instantiating a graph");
     struct CudaGraph final : Graph {
       CudaDevice& dev;
-      CUgraphExec e;
-      CudaGraph(CudaDevice& d, CUgraphExec x) : dev(d), e(x) {}
-      ~CudaGraph() override { dev.d_->cuGraphExecDestroy(e); }
+      CUstream s = nullptr;
+      CUgraph g = nullptr;
+      CUgraphExec e = nullptr;
+      std::vector<std::pair<CUgraphNode, CUkernel>> nodes;
+      bool updatable = false;
+      explicit CudaGraph(CudaDevice& d) : dev(d) {}
+      ~CudaGraph() override {
+        if (e) dev.d_->cuGraphExecDestroy(e);
+        if (g) dev.d_->cuGraphDestroy(g);
+        if (s) dev.d_->cuStreamDestroy(s);
+      }
       void launch(Stream st) override {
         dev.ensure_current();
         dev.check(dev.d_->cuGraphLaunch(e, stream_of(st)), "replaying a graph");
       }
+      bool update(const std::function<void(Stream)>& w) override {
+        if (!updatable) return false;
+        dev.ensure_current();
+        GraphRecording r;
+        r.stream = s;
+        r.update = true;
+        r.nodes = &nodes;
+        r.exec = e;
+        {
+          RecordingScope scope(&r);
+          w(reinterpret_cast<Stream>(s));
+        }
+        return r.ok && r.cursor == nodes.size();
+      }
     };
-    return std::make_unique<CudaGraph>(*this, exec);
+    auto graph = std::make_unique<CudaGraph>(*this);
+    check(d_->cuStreamCreate(&graph->s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
+    const bool can_update = d_->cuStreamGetCaptureInfo && d_->cuGraphExecKernelNodeSetParams && d_->cuGraphGetNodes;
+    GraphRecording rec;
+    rec.stream = graph->s;
+    rec.nodes = &graph->nodes;
+    check(d_->cuStreamBeginCapture(graph->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing a graph");
+    try {
+      RecordingScope scope(can_update ? &rec : nullptr);
+      work(reinterpret_cast<Stream>(graph->s));
+    } catch (...) {
+      CUgraph g = nullptr;
+      d_->cuStreamEndCapture(graph->s, &g);
+      if (g) d_->cuGraphDestroy(g);
+      throw;
+    }
+    check(d_->cuStreamEndCapture(graph->s, &graph->g), "capturing a graph");
+    check(d_->cuGraphInstantiate(&graph->e, graph->g, 0), "instantiating a graph");
+    if (can_update && rec.ok) {
+      size_t n = 0;  // every node one of the recorded kernels: nothing else to keep in step
+      graph->updatable = d_->cuGraphGetNodes(graph->g, nullptr, &n) == CUDA_SUCCESS && n == graph->nodes.size();
+    }
+    return graph;
   }
 
   std::string fault() const override {
@@ -640,6 +686,11 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   if (d.empty()) return;
   dev_.ensure_current();
   if (d.shared > raised_.load(std::memory_order_relaxed)) raise_shared(d.shared);
+  GraphRecording* rec = t_recording && t_recording->stream == stream_of(s) ? t_recording : nullptr;
+  if (rec && rec->update && d.nzero > 0) {
+    rec->ok = false;  // a fill before the kernel: a node the graph does not update
+    return;
+  }
   for (int i = 0; i < d.nzero; ++i) {
     auto p = *static_cast<const CUdeviceptr*>(params[d.zero_arg[i]]);
     size_t bytes = static_cast<size_t>(d.zero_bytes[i]);
@@ -668,12 +719,47 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     }
     kp = with_maps;
   }
+  if (rec && rec->update) {
+    // The graph's next node is this kernel's: its launch set in place (the driver copies the arguments).
+    if (rec->cursor >= rec->nodes->size() || (*rec->nodes)[rec->cursor].second != k_) {
+      rec->ok = false;
+      return;
+    }
+    const CudaKernelNodeParams np{nullptr,
+                                  static_cast<unsigned>(d.grid.x),
+                                  static_cast<unsigned>(d.grid.y),
+                                  static_cast<unsigned>(d.grid.z),
+                                  static_cast<unsigned>(d.block.x),
+                                  static_cast<unsigned>(d.block.y),
+                                  static_cast<unsigned>(d.block.z),
+                                  static_cast<unsigned>(d.shared),
+                                  kp,
+                                  nullptr,
+                                  k_,
+                                  nullptr};
+    if (drv_->cuGraphExecKernelNodeSetParams(rec->exec, (*rec->nodes)[rec->cursor].first, &np) != CUDA_SUCCESS)
+      rec->ok = false;
+    ++rec->cursor;
+    return;
+  }
   CUresult r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), static_cast<unsigned>(d.grid.x),
                                     static_cast<unsigned>(d.grid.y), static_cast<unsigned>(d.grid.z),
                                     static_cast<unsigned>(d.block.x), static_cast<unsigned>(d.block.y),
                                     static_cast<unsigned>(d.block.z), static_cast<unsigned>(d.shared), stream_of(s),
                                     kp, nullptr);
   if (r != CUDA_SUCCESS) failed(r, d);
+  if (rec) {
+    // Captured: the node just added is what the stream's next work would depend on.
+    int status = 0;
+    unsigned long long id = 0;
+    CUgraph g = nullptr;
+    const CUgraphNode* deps = nullptr;
+    size_t n = 0;
+    if (drv_->cuStreamGetCaptureInfo(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1)
+      rec->nodes->push_back({deps[0], k_});
+    else
+      rec->ok = false;
+  }
 }
 
 void CudaKernel::failed(CUresult r, const LaunchDims& d) {
