@@ -71,32 +71,56 @@ class Swaps {
     return it == pending_.end() ? nullptr : it->second;
   }
 
+  // A shape whose tuning key (`group`: a bucketed key's, shared by other
+  // shapes) is already being tuned: it runs that tuning's safe choice and
+  // starts none of its own (a decode loop's new cache lengths, one a call,
+  // would each copy the cache for a tuning otherwise). Null when none is.
+  // It keeps the safe choice until it leaves the memo; later shapes of the
+  // group find the record the tuning wrote.
+  const Choice* join(const std::string& group, const Key& shape) {
+    auto it = groups_.find(group);
+    if (it == groups_.end()) return nullptr;
+    it->second.push_back(shape);
+    const Choice* safe = pending_[it->second.front()];
+    pending_[shape] = safe;
+    return safe;
+  }
+
   // Queues the shape's tuning on the runtime's background thread; when
   // `tune` returns a winner, it replaces `safe` in `memo`. A tuning that
   // throws or chooses nothing leaves the safe choice in place (a later
   // process tunes the shape). `owner` keeps `memo` and this alive until the
-  // job has run.
+  // job has run. `group`: the tuning key, which shapes join (join()).
   void start(Runtime& rt, ShapeMemo<const Choice*>& memo, std::shared_ptr<void> owner, Key shape, const Choice* safe,
-             std::string what, Tune tune) {
+             std::string what, Tune tune, std::string group = {}) {
     pending_[shape] = safe;
+    if (!group.empty()) groups_[group] = {shape};
     rt.run_in_background(std::move(what), [this, &memo, owner = std::move(owner), shape = std::move(shape),
-                                           tune = std::move(tune)](const std::atomic<bool>& stop) {
+                                           tune = std::move(tune), group](const std::atomic<bool>& stop) {
       const Choice* winner = nullptr;
+      auto done = [&] {
+        pending_.erase(shape);
+        if (auto it = groups_.find(group); !group.empty() && it != groups_.end()) {
+          for (const auto& s : it->second) pending_.erase(s);
+          groups_.erase(it);
+        }
+      };
       try {
         winner = tune(stop);
       } catch (...) {
         std::lock_guard<std::mutex> g(memo.mutex());
-        pending_.erase(shape);
+        done();
         throw;
       }
       std::lock_guard<std::mutex> g(memo.mutex());
       if (winner) memo.insert(shape.data(), winner);
-      pending_.erase(shape);
+      done();
     });
   }
 
  private:
   std::map<Key, const Choice*> pending_;
+  std::map<std::string, std::vector<Key>> groups_;  // tuning key: the shapes running its tuning's safe choice
 };
 
 }  // namespace kiln

@@ -589,6 +589,8 @@ struct MultiKernel::Impl {
                            FirstCall mode, Scratch& scratch) {
     std::vector<int64_t> shape_key(key, key + shape.key_size());
     if (const Chosen* running = swaps.running(shape_key)) return running;
+    if (mode == FirstCall::swap)
+      if (const Chosen* joined = swaps.join(tkey.values_text(), shape_key)) return joined;  // its bucket is being tuned
     std::string failures, how;
     const Chosen* c = safe_variant(params, stream, scratch, &how, &failures);
     if (!c) {
@@ -613,7 +615,8 @@ struct MultiKernel::Impl {
                   log::info("multi-kernel '{}' at {}: tuned in the background: variant {} ({})", spec.name,
                             tkey.values_text(), variant, won->text);
                   return won;
-                });
+                },
+                tkey.values_text());
     return c;
   }
 

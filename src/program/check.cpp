@@ -202,6 +202,11 @@ class ReferenceRun {
   }
 
   void run(const std::vector<std::vector<std::byte>>& inputs) {
+    for (const auto& t : spec_.inputs)
+      if (t.state && !rows_.empty())
+        fail(Errc::usage, "program '{}': input '{}' is state, and the check samples rows of {}: the reference's "
+             "state would be written at other rows (leave [check] sample out of a program with state)",
+             spec_.name, t.name, spec_.check.sample);
     for (const auto& ri : ref_.inputs) rin_.push_back(input(ri, inputs));
     ProgramOptions po;
     po.plain = true;

@@ -128,6 +128,7 @@ struct Program::Impl {
   };
   std::vector<std::unique_ptr<Shape>> shapes;
   std::vector<size_t> bucket_slots;  // the slots of the bucketed scalars
+  bool io_moves = false;             // an input's or output's shape names a bucketed scalar
   std::vector<int64_t> call_key;     // reused by every call
   uint64_t clock = 0;
   size_t graph_count = 0;
@@ -245,6 +246,11 @@ struct Program::Impl {
       steps.push_back(std::move(st));
     }
     for (const auto& n : spec.pow2) bucket_slots.push_back(slot_of(n));
+    for (auto* group : {&spec.inputs, &spec.outputs})
+      for (const auto& t : *group)
+        for (const auto& d : t.shape)
+          for (const auto& sym : d.symbols())
+            if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) io_moves = true;
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
@@ -339,20 +345,22 @@ struct Program::Impl {
   // for this call (nothing is planned or allocated).
   void reslot(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
               const std::vector<int64_t>& slots) {
-    for (size_t i = 0; i < in_dims.size(); ++i)
-      for (size_t d = 0; d < in_dims[i].size(); ++d) sh.in_dims[i][d] = in_dims[i][d].eval(slots.data());
-    for (size_t i = 0; i < out_dims.size(); ++i)
-      for (size_t d = 0; d < out_dims[i].size(); ++d) sh.out_dims[i][d] = out_dims[i][d].eval(slots.data());
-    sh.slots = slots;  // the shape's dimensions follow them: set before a check can throw
     try {
+      for (size_t i = 0; i < in_dims.size(); ++i)
+        for (size_t d = 0; d < in_dims[i].size(); ++d) sh.in_dims[i][d] = in_dims[i][d].eval(slots.data());
+      for (size_t i = 0; i < out_dims.size(); ++i)
+        for (size_t d = 0; d < out_dims[i].size(); ++d) sh.out_dims[i][d] = out_dims[i][d].eval(slots.data());
+      sh.slots = slots;  // what set_integers evaluates with
       check_io(sh, in, out);
       check_guards(slots);
       for (size_t i = 0; i < spec.inputs.size(); ++i)
         sh.elements[0][i] = elements_of(sh.in_dims[i], spec.inputs[i], slots);
       for (size_t i = 0; i < spec.outputs.size(); ++i)
         sh.elements[1][i] = elements_of(sh.out_dims[i], spec.outputs[i], slots);
+      // The steps whose arguments move, and every step where an input's or output's
+      // size moves with the bucketed scalar: their sizes checked again.
       for (size_t i = 0; i < steps.size(); ++i)
-        if (steps[i].moves) set_integers(sh, i, /*moving_only=*/true);
+        if (steps[i].moves || io_moves) set_integers(sh, i, /*moving_only=*/true);
     } catch (...) {
       sh.slots.clear();  // half set for these symbols: the next call sets it again, checks and all
       throw;
@@ -580,7 +588,16 @@ struct Program::Impl {
             launch_steps(sh, s);  // a step waits for its tuning: launched as it runs now
             return;
           }
-          if (!it->graph->update([&](Stream cs) { launch_steps(sh, cs); })) {
+          it->slots.clear();  // half set until the update returns true
+          bool updated = false;
+          try {
+            updated = it->graph->update([&](Stream cs) { launch_steps(sh, cs); });
+          } catch (...) {
+            sh.graphs.erase(it);
+            --graph_count;
+            throw;
+          }
+          if (!updated) {
             sh.graphs.erase(it);  // its launches no longer match: captured anew below
             --graph_count;
             break;
@@ -591,6 +608,14 @@ struct Program::Impl {
         it->used = ++clock;
         it->graph->launch(s);
         ++st.graph_replays;
+        return;
+      }
+      // Captured only where every step's choice for this call is settled (a bucket's
+      // shape may be settled for another of its values).
+      bool all = true;
+      for (size_t i = 0; i < steps.size() && all; ++i) all = handles[steps[i].handle]->settled(sh.params[i].data());
+      if (!all) {
+        launch_steps(sh, s);
         return;
       }
       std::vector<void*> io;

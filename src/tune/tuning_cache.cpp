@@ -144,6 +144,7 @@ TuningKey make_tuning_key(const KernelSpec& spec, const std::string& device, con
   // A multi-kernel's stand-in spec has no source file: its text names its variants' hashes.
   k.source_hash = spec.source_path.empty() ? hash_bytes(spec.source_text).hex() : kernel_source_hash(spec).hex();
   k.semantics = spec_semantics_hash(spec);
+  for (auto& [n, v] : values) v = spec.tuning.key_value(n, v);  // bucketed keys by bucket, whoever gives them
   k.values = std::move(values);
   return k;
 }

@@ -92,6 +92,7 @@ class CublasSgemm final : public LoadedKernel {
     return "";
   }
   void launch(void* const* params, const LaunchDims&, Stream s) override {
+    if (cuda_graph_update_declines(s)) return;
     const Cublas& c = Cublas::get();
     const GemmOperands o = gemm_operands(GemmProblem{}, params);
     if (o.m <= 0 || o.n <= 0) return;

@@ -206,6 +206,7 @@ class LtKernel final : public LoadedKernel {
   }
 
   void launch(void* const* params, const LaunchDims&, Stream stream) override {
+    if (cuda_graph_update_declines(stream)) return;
     auto [M, N, K] = mnk(params);
     if (M <= 0 || N <= 0) return;
     const GemmOperands o = gemm_operands(problem_, params);

@@ -687,8 +687,8 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   dev_.ensure_current();
   if (d.shared > raised_.load(std::memory_order_relaxed)) raise_shared(d.shared);
   GraphRecording* rec = t_recording && t_recording->stream == stream_of(s) ? t_recording : nullptr;
-  if (rec && rec->update && d.nzero > 0) {
-    rec->ok = false;  // a fill before the kernel: a node the graph does not update
+  if (rec && rec->update && (d.nzero > 0 || !rec->ok)) {
+    rec->ok = false;  // a fill before the kernel (a node the graph does not update), or out of step already
     return;
   }
   for (int i = 0; i < d.nzero; ++i) {
@@ -1078,6 +1078,13 @@ nlohmann::json describe_cuda(const Options& opts) {
                    {"registers_per_block", i.registers_per_block}};
   }
   return j;
+}
+
+bool cuda_graph_update_declines(Stream s) {
+  GraphRecording* rec = t_recording;
+  if (!rec || !rec->update || rec->stream != stream_of(s)) return false;
+  rec->ok = false;
+  return true;
 }
 
 }  // namespace kiln

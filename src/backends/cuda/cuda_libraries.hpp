@@ -17,6 +17,10 @@ struct CudaLibraryHost {
   std::function<std::string()> arch;         // "sm_90", or "no device": part of a library's identity
 };
 
+// Whether a graph is being updated in place on stream `s` (Graph::update): a
+// library's launch then declines (the graph cannot be set to it) and runs nothing.
+bool cuda_graph_update_declines(Stream s);
+
 std::unique_ptr<Library> make_cublas(const CudaLibraryHost& host);    // cublas.cpp: cublas_sgemm
 std::unique_ptr<Library> make_cublaslt(const CudaLibraryHost& host);  // cublaslt.cpp: bf16 and f16, ranked
 
