@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "compile/compile_pool.hpp"
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/args.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"
@@ -517,6 +520,8 @@ search = "exhaustive"
 )SPEC";
 
 const char* kPlantedSource = R"SRC(#include <chrono>
+#include <cmath>
+#include <limits>
 #include <thread>
 void planted(kiln::program_id, const float* x, float* y, int64_t n) {
   using C = std::chrono::steady_clock;
@@ -635,4 +640,18 @@ key = ["n"]
   EXPECT_EQ(again.record.remeasured, 1);
   EXPECT_LT(again.record.noise, noisy_noise);
   EXPECT_FALSE(again.record.noisy) << "noise " << again.record.noise;
+}
+
+// Outputs agree where both are the same infinity (a running max over no element is -inf
+// in every config), and disagree where one is infinite and the other is not, or NaN.
+TEST(TunerCompare, EqualInfinitiesAgreeAndEverythingElseIsCompared) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto cmp = [](std::vector<float> got, std::vector<float> ref) {
+    return Tuner::compare(DType::f32, std::as_bytes(std::span(got)), std::as_bytes(std::span(ref)), TuningSpec{});
+  };
+  EXPECT_FALSE(cmp({1.f, -inf, inf}, {1.f, -inf, inf}));
+  EXPECT_TRUE(cmp({1.f, -inf}, {1.f, inf}));
+  EXPECT_TRUE(cmp({1.f, -inf}, {1.f, -3.f}));
+  EXPECT_TRUE(cmp({1.f, std::nanf("")}, {1.f, -inf}));
+  EXPECT_FALSE(cmp({std::nanf("")}, {std::nanf("")}));
 }

@@ -71,19 +71,17 @@ class Swaps {
     return it == pending_.end() ? nullptr : it->second;
   }
 
-  // A shape whose tuning key (`group`: a bucketed key's, shared by other
-  // shapes) is already being tuned: it runs that tuning's safe choice and
-  // starts none of its own (a decode loop's new cache lengths, one a call,
-  // would each copy the cache for a tuning otherwise). Null when none is.
-  // It keeps the safe choice until it leaves the memo; later shapes of the
-  // group find the record the tuning wrote.
-  const Choice* join(const std::string& group, const Key& shape) {
+  // For a shape whose tuning key (`group`: a bucketed key's, shared by other
+  // shapes) is already being tuned: that tuning's safe choice, to run without
+  // starting a tuning of its own (a decode loop's new cache lengths, one a
+  // call, would each copy the cache for one otherwise). Null when none is.
+  // The caller does not memoise it: the shape is decided again at its next
+  // call, from the record once the tuning has written it.
+  const Choice* join(const std::string& group) const {
     auto it = groups_.find(group);
     if (it == groups_.end()) return nullptr;
-    it->second.push_back(shape);
-    const Choice* safe = pending_[it->second.front()];
-    pending_[shape] = safe;
-    return safe;
+    auto p = pending_.find(it->second);
+    return p == pending_.end() ? nullptr : p->second;
   }
 
   // Queues the shape's tuning on the runtime's background thread; when
@@ -94,16 +92,13 @@ class Swaps {
   void start(Runtime& rt, ShapeMemo<const Choice*>& memo, std::shared_ptr<void> owner, Key shape, const Choice* safe,
              std::string what, Tune tune, std::string group = {}) {
     pending_[shape] = safe;
-    if (!group.empty()) groups_[group] = {shape};
+    if (!group.empty()) groups_[group] = shape;
     rt.run_in_background(std::move(what), [this, &memo, owner = std::move(owner), shape = std::move(shape),
                                            tune = std::move(tune), group](const std::atomic<bool>& stop) {
       const Choice* winner = nullptr;
       auto done = [&] {
         pending_.erase(shape);
-        if (auto it = groups_.find(group); !group.empty() && it != groups_.end()) {
-          for (const auto& s : it->second) pending_.erase(s);
-          groups_.erase(it);
-        }
+        if (!group.empty()) groups_.erase(group);
       };
       try {
         winner = tune(stop);
@@ -120,7 +115,7 @@ class Swaps {
 
  private:
   std::map<Key, const Choice*> pending_;
-  std::map<std::string, std::vector<Key>> groups_;  // tuning key: the shapes running its tuning's safe choice
+  std::map<std::string, Key> groups_;  // tuning key: the shape whose tuning is running
 };
 
 }  // namespace kiln

@@ -146,10 +146,8 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
   // A record that answered without a choice (no config survived, or the
   // reference disagreed with all) is the answer: no safe choice overrides it.
   if (!o.choice && !o.from_cache && mode != FirstCall::wait) {
-    if (const Chosen* joined = m.swaps.join(call.key.values_text(), shape_key)) {
-      m.memo.insert(key, joined);  // its tuning key (a bucket) is being tuned already
-      return joined;
-    }
+    // Its tuning key (a bucket) is being tuned already: that tuning's safe choice, not memoised.
+    if (const Chosen* joined = m.swaps.join(call.key.values_text())) return joined;
     if (const Chosen* c = m.first_call(call, shape_key, stream, mode)) {
       m.memo.insert(key, c);
       return c;

@@ -505,6 +505,9 @@ struct MultiKernel::Impl {
       rt.tuning_cache()->note_used(*rec);
     } else {
       if (mode != FirstCall::wait) {
+        // Its tuning key (a bucket) is being tuned already: that tuning's safe choice, not memoised.
+        if (mode == FirstCall::swap)
+          if (const Chosen* joined = swaps.join(tkey.values_text())) return joined;
         if (const Chosen* c = first_call(params, key, stream, tkey, mode, scratch)) {
           memo.insert(key, c);
           return c;
@@ -589,8 +592,6 @@ struct MultiKernel::Impl {
                            FirstCall mode, Scratch& scratch) {
     std::vector<int64_t> shape_key(key, key + shape.key_size());
     if (const Chosen* running = swaps.running(shape_key)) return running;
-    if (mode == FirstCall::swap)
-      if (const Chosen* joined = swaps.join(tkey.values_text(), shape_key)) return joined;  // its bucket is being tuned
     std::string failures, how;
     const Chosen* c = safe_variant(params, stream, scratch, &how, &failures);
     if (!c) {

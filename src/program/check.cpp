@@ -334,8 +334,9 @@ class ReferenceRun {
                             : i;
       const double g = get(pt.dtype, got.data(), at), r = get(ro.dtype, refh.data(), i);
       if (std::isnan(g) && std::isnan(r)) continue;
-      const double err = (std::isnan(g) || std::isnan(r)) ? INFINITY : std::abs(g - r);
-      if (err <= tol.atol + tol.rtol * std::abs(r)) continue;
+      if (g == r) continue;  // infinities of one sign agree
+      const double err = !std::isfinite(g) || !std::isfinite(r) ? INFINITY : std::abs(g - r);
+      if (std::isfinite(err) && err <= tol.atol + tol.rtol * std::abs(r)) continue;
       ++o.bad;
       if (err > worst) worst = err, worst_i = i, worst_got = g, worst_ref = r;
     }

@@ -65,8 +65,11 @@ std::optional<std::string> compare_typed(DType t, const T* got, const T* ref, si
   for (size_t i = 0; i < n; ++i) {
     double g = as_double(got, i, t), r = as_double(ref, i, t);
     if (std::isnan(g) && std::isnan(r)) continue;
-    double err = (std::isnan(g) || std::isnan(r)) ? INFINITY : std::abs(g - r);
-    if (!(err <= tol_abs + rtol * std::abs(r))) {
+    if (g == r) continue;  // infinities of one sign agree (a running max that saw nothing is -inf in both)
+    // Past here an infinite or NaN value on either side is an error (an infinite
+    // reference must not make the tolerance infinite).
+    double err = !std::isfinite(g) || !std::isfinite(r) ? INFINITY : std::abs(g - r);
+    if (!std::isfinite(err) || !(err <= tol_abs + rtol * std::abs(r))) {
       ++bad;
       if (!(err <= worst)) {
         worst = err;
