@@ -100,9 +100,11 @@ TEST_F(AttentionTest, DecodeAttentionOnTheCpuMatchesAPlainComputationInEveryVari
   }
 }
 
-// A decode loop (T = 1, S growing by one a call): the multi-kernel's records are kept by
-// the power of two at or above S ([tuning] buckets), so the loop tunes once a doubling of
-// the cache, not once a step; every step still attends over its own S + 1 keys exactly.
+// A decode loop (T = 1, S growing by one a call): the multi-kernel's records, and its
+// choice, are kept by the power of two at or above S ([tuning] buckets), so the loop
+// times the variants once a doubling of the cache, not once a step (the bucket's record,
+// its variants' times, is the one its first call wrote); every step still attends over
+// its own S + 1 keys exactly.
 TEST_F(AttentionTest, ADecodeLoopTunesOnceABucketOfTheCacheLength) {
   Runtime rt(opts);
   MultiKernel k(rt, load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml"));
@@ -110,15 +112,26 @@ TEST_F(AttentionTest, ADecodeLoopTunesOnceABucketOfTheCacheLength) {
   std::vector<float> kc(CAP * HKV * kD), vc(CAP * HKV * kD), q(HQ * kD), o(HQ * kD);
   fill_random(DType::f32, std::as_writable_bytes(std::span(kc)), 1);
   fill_random(DType::f32, std::as_writable_bytes(std::span(vc)), 2);
+  std::vector<double> first_times;  // the bucket's record: each variant's time
   for (int64_t S = 100; S <= 140; ++S) {
     fill_random(DType::f32, std::as_writable_bytes(std::span(q)), static_cast<uint64_t>(S));
     k(q.data(), kc.data(), vc.data(), o.data(), int64_t{1}, S, CAP, HQ, HKV);
     float *pq = q.data(), *pk = kc.data(), *pv = vc.data(), *po = o.data();
     int64_t T = 1, s = S, cap = CAP, hq = HQ, hkv = HKV;
     void* params[] = {&pq, &pk, &pv, &po, &T, &s, &cap, &hq, &hkv};
-    // The first call of a bucket times the variants; the others take the bucket's record.
-    const ChoiceSource want_source = S == 100 || S == 129 ? ChoiceSource::benchmarked : ChoiceSource::cache;
-    EXPECT_EQ(k.pick(params).source, want_source) << "S=" << S << " (bucket " << pow2_bucket(S) << ")";
+    const MultiKernel::Pick p = k.pick(params);
+    EXPECT_EQ(p.source, ChoiceSource::benchmarked) << "S=" << S;
+    std::vector<double> times;
+    for (const auto& r : p.results) times.push_back(r.ns.value_or(-1));
+    ASSERT_EQ(times.size(), 3u) << "S=" << S;
+    if (S == 100 || S == 129) {
+      if (S == 129) {
+        EXPECT_NE(times, first_times) << "S=129 opens the bucket of 256: timed anew";
+      }
+      first_times = times;
+    } else {
+      EXPECT_EQ(times, first_times) << "S=" << S << " (bucket " << pow2_bucket(S) << ") was timed again";
+    }
     const std::vector<double> want = attention_ref(std::vector<double>(q.begin(), q.end()),
                                                    std::vector<double>(kc.begin(), kc.end()),
                                                    std::vector<double>(vc.begin(), vc.end()), 1, S, HQ, HKV);

@@ -90,8 +90,11 @@ enum class HintPoints : uint8_t { diagonal, grid };
 enum class SearchKind : uint8_t { exhaustive, coordesc, budgeted };
 
 // The bucket of a key value kept by powers of two: the least power of two at or
-// above it (values below 2 as they are).
-int64_t pow2_bucket(int64_t v);
+// above it (values up to 2, and past 2^62, as they are).
+inline int64_t pow2_bucket(int64_t v) {
+  if (v <= 2 || v > (int64_t{1} << 62)) return v;
+  return int64_t{1} << (64 - __builtin_clzll(static_cast<uint64_t>(v - 1)));
+}
 
 struct TuningSpec {
   // Integer scalar args whose values select a tuning record. When the spec

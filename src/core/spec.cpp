@@ -236,12 +236,6 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool alig
 }
 }  // namespace
 
-int64_t pow2_bucket(int64_t v) {
-  if (v <= 2) return v;
-  if (v > (int64_t{1} << 62)) return v;
-  return int64_t{1} << (64 - __builtin_clzll(static_cast<uint64_t>(v - 1)));
-}
-
 int64_t TuningSpec::key_value(const std::string& name, int64_t v) const {
   for (const auto& n : pow2)
     if (n == name) return pow2_bucket(v);

@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key)
+CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key,
+                     const std::vector<std::string>& pow2)
     : kernel_(kernel), args_(args) {
   if (args.size() > static_cast<size_t>(kMaxArgs))
     fail(Errc::usage, "kernel '{}' has {} arguments; kiln dispatches at most {}", kernel, args.size(), kMaxArgs);
@@ -28,6 +29,7 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
     if (args[idx].pointer && std::find(ptr_args_.begin(), ptr_args_.end(), idx) == ptr_args_.end())
       ptr_args_.push_back(idx);
     key_args_.push_back(idx);
+    key_pow2_.push_back(std::find(pow2.begin(), pow2.end(), k) != pow2.end());
   }
 }
 

@@ -19,7 +19,10 @@ class CallShape {
   static constexpr int kMaxKey = 16;
 
   // Throws Error(Errc::usage) beyond kMaxArgs arguments or kMaxKey key names.
-  CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key);
+  // `pow2`: key names read by bucket (pow2_bucket): calls whose values share a
+  // bucket share the key, so a handle decides once a bucket.
+  CallShape(const std::string& kernel, const std::vector<ArgSpec>& args, const std::vector<std::string>& key,
+            const std::vector<std::string>& pow2 = {});
   // The shape key of a kernel's calls: its tuning key, then its unkeyed launch scalars.
   static std::vector<std::string> memo_key(const KernelSpec& spec);
 
@@ -32,7 +35,8 @@ class CallShape {
       uint64_t low = v & (~v + 1);
       slots[i] = v == 0 || low > 256 ? 256 : static_cast<int64_t>(low);
     }
-    for (size_t k = 0; k < key_args_.size(); ++k) key[k] = slots[key_args_[k]];
+    for (size_t k = 0; k < key_args_.size(); ++k)
+      key[k] = key_pow2_[k] ? pow2_bucket(slots[key_args_[k]]) : slots[key_args_[k]];
   }
   size_t key_size() const { return key_args_.size(); }
 
@@ -46,6 +50,7 @@ class CallShape {
   std::vector<std::pair<int, bool>> int_args_;  // (argument, is i32)
   std::vector<int> ptr_args_;                   // buffers whose alignment the key holds
   std::vector<int> key_args_;
+  std::vector<uint8_t> key_pow2_;  // per key entry: read by bucket
   std::vector<uint8_t> codes_;
 };
 

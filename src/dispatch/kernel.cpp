@@ -25,9 +25,28 @@ struct Kernel::Chosen : Choice {
   LaunchPlan plan;
 };
 
+namespace {
+// The key names a kernel's handle remembers its choice by bucket: its spec's
+// bucketed key names, unless a constraint ties a config's params to one of them
+// (a choice made at one value of the bucket might not run at another: it is
+// then remembered per value, and a record answers each new one).
+std::vector<std::string> memo_pow2(const KernelSpec& spec) {
+  for (const auto& c : spec.constraints) {
+    const std::vector<std::string> names = c.symbols();
+    bool bucketed = false, param = false;
+    for (const auto& n : names) {
+      bucketed = bucketed || std::find(spec.tuning.pow2.begin(), spec.tuning.pow2.end(), n) != spec.tuning.pow2.end();
+      for (const auto& p : spec.space.params) param = param || p.name == n;
+    }
+    if (bucketed && param) return {};
+  }
+  return spec.tuning.pow2;
+}
+}  // namespace
+
 struct Kernel::Impl {
   Impl(Runtime& r, KernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, CallShape::memo_key(spec)),
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, CallShape::memo_key(spec), memo_pow2(spec)),
         memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {}
   Runtime& rt;
   KernelSpec spec;

@@ -206,7 +206,7 @@ struct MultiKernel::Impl {
   }
 
   Impl(Runtime& r, MultiKernelSpec s, TuneOptions t)
-      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, memo_key(spec)),
+      : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, memo_key(spec), spec.pow2),
         memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {
     if (spec.scratch.size() > 8)
       fail(Errc::usage, "multi-kernel '{}' has {} scratch buffers; kiln takes at most 8", spec.name, spec.scratch.size());
