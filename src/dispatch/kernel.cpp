@@ -165,8 +165,11 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
   // A record that answered without a choice (no config survived, or the
   // reference disagreed with all) is the answer: no safe choice overrides it.
   if (!o.choice && !o.from_cache && mode != FirstCall::wait) {
-    // Its tuning key (a bucket) is being tuned already: that tuning's safe choice, not memoised.
-    if (const Chosen* joined = m.swaps.join(call.key.values_text())) return joined;
+    // Its tuning key (a bucket of a bucketed key) is being tuned already: that tuning's
+    // safe choice where it can run this call, not memoised.
+    if (!m.spec.tuning.pow2.empty())
+      if (const Chosen* joined = m.swaps.join(call.key.values_text()))
+        if (Tuner::why_not(m.spec, joined->config, call.slot_data(), call.limits).empty()) return joined;
     if (const Chosen* c = m.first_call(call, shape_key, stream, mode)) {
       m.memo.insert(key, c);
       return c;
@@ -254,7 +257,7 @@ void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>&
                           c->config.str(), safe_config.str());
                 return c;
               },
-              call.key.values_text());
+              spec.tuning.pow2.empty() ? std::string() : call.key.values_text());
 }
 
 Launchable::Running Kernel::running(void* const* params) {

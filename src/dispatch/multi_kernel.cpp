@@ -505,9 +505,11 @@ struct MultiKernel::Impl {
       rt.tuning_cache()->note_used(*rec);
     } else {
       if (mode != FirstCall::wait) {
-        // Its tuning key (a bucket) is being tuned already: that tuning's safe choice, not memoised.
-        if (mode == FirstCall::swap)
-          if (const Chosen* joined = swaps.join(tkey.values_text())) return joined;
+        // Its tuning key (a bucket of a bucketed key) is being tuned already: that tuning's
+        // safe choice where every step of it can run this call, not memoised.
+        if (mode == FirstCall::swap && !spec.pow2.empty())
+          if (const Chosen* joined = swaps.join(tkey.values_text()))
+            if (runs_here(*joined, params, scratch)) return joined;
         if (const Chosen* c = first_call(params, key, stream, tkey, mode, scratch)) {
           memo.insert(key, c);
           return c;
@@ -617,8 +619,23 @@ struct MultiKernel::Impl {
                             tkey.values_text(), variant, won->text);
                   return won;
                 },
-                tkey.values_text());
+                spec.pow2.empty() ? std::string() : tkey.values_text());
     return c;
+  }
+
+  // Whether every step of a choice made for another call can run this one.
+  bool runs_here(const Chosen& c, void* const* params, Scratch& scratch) {
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    for (size_t k = 0; k < c.runs.size(); ++k) {
+      if (!c.runs[k].config.library.empty()) continue;  // a library checks its own call
+      StepParams sp;
+      step_params(c.variant, k, params, scratch, sp);
+      const KernelSpec& ks = spec.variants[c.variant].steps[k].kernel;
+      std::vector<int64_t> slots(ks.args.size(), 0);
+      read_int_slots(ks, sp.data(), slots.data());
+      if (!Tuner::why_not(ks, c.runs[k].config, slots.data(), limits).empty()) return false;
+    }
+    return true;
   }
 
   // A variant of several launches as one kernel, for timing it as a whole:
