@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -211,10 +212,19 @@ void bowl(kiln::program_id, float* y, int64_t n) {
 }
 )SRC");
   Runtime rt(opts);
-  HostArgs args(s, parse_scalars(s, {{"n", "2000"}}));
+  HostArgs args(s, parse_scalars(s, {{"n", "20000"}}));
   TuningRecord r = rt.tune(s, args.params()).record;
   ASSERT_TRUE(r.best);
-  EXPECT_EQ(r.best->str(), "P=5 Q=2");
+  auto tried = [](const TuningRecord& t) {
+    std::string out;
+    for (const auto& c : t.configs)
+      if (c.ns)
+        out += fmt::format("\n  {}: median {:.0f} ns, min {:.0f} ns", c.config.str(), *c.ns, c.min_ns);
+      else
+        out += fmt::format("\n  {}: {}", c.config.str(), c.error);
+    return out;
+  };
+  EXPECT_EQ(r.best->str(), "P=5 Q=2") << tried(r);
   EXPECT_EQ(r.method, SearchMethod::coordesc);
   EXPECT_NE(r.start.find("P=0 Q=0 (the spec's default)"), std::string::npos) << r.start;
   EXPECT_LT(r.configs.size(), 40u) << "descent tried most of the 64 configs";
@@ -224,10 +234,10 @@ void bowl(kiln::program_id, float* y, int64_t n) {
   toml.replace(toml.find("default = { P = 0, Q = 0 }"), 26, "");
   test::write(dir.path() / "k.toml", toml);
   KernelSpec s2 = load_spec(dir.path() / "k.toml");
-  HostArgs other(s2, parse_scalars(s2, {{"n", "2500"}}));
+  HostArgs other(s2, parse_scalars(s2, {{"n", "25000"}}));
   TuningRecord r2 = rt.tune(s2, other.params()).record;
-  EXPECT_NE(r2.start.find("P=5 Q=2 (the best of the nearest cached key, n=2000)"), std::string::npos) << r2.start;
-  EXPECT_EQ(r2.best->str(), "P=5 Q=2");
+  EXPECT_NE(r2.start.find("P=5 Q=2 (the best of the nearest cached key, n=20000)"), std::string::npos) << r2.start;
+  EXPECT_EQ(r2.best->str(), "P=5 Q=2") << tried(r2);
 
   // A cap on configs tried.
   TuneOptions capped;

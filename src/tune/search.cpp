@@ -1,6 +1,8 @@
 #include "tune/search.hpp"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "core/format.hpp"
 #include "kiln/ext/call_view.hpp"
@@ -97,19 +99,42 @@ class CoordDescent final : public SearchStrategy {
     for (size_t i : nb)
       if (!s.result(i)) todo.push_back(i);
     if (!todo.empty()) return todo;
-    // Every neighbour has a result: move to the best, if it gains 1%.
-    std::optional<size_t> best;
-    for (size_t i : nb)
-      if (ok(i) && (!best || *s.result(i)->ns < *s.result(*best)->ns)) best = i;
-    if (!best || !(*s.result(*best)->ns < *s.result(*cur_)->ns * 0.99)) return {};
-    cur_ = best;
+    // Every neighbour has a result: move to the best not yet stood on, if it
+    // gains 1% by its median or, failing that, by its minimum. A run that a
+    // busy machine disturbed can double a median while the minimum still shows
+    // what the config can do; moving on either signal costs a few more configs
+    // at worst, and standing on each config once ends the walk.
+    visited_.insert(*cur_);
+    auto step = [&](auto score) -> std::optional<size_t> {
+      std::optional<size_t> best;
+      for (size_t i : nb)
+        if (ok(i) && !visited_.count(i) && (!best || score(i) < score(*best))) best = i;
+      if (best && score(*best) < score(*cur_) * 0.99) return best;
+      return std::nullopt;
+    };
+    std::optional<size_t> to = step([&](size_t i) { return *s.result(i)->ns; });
+    if (!to) to = step([&](size_t i) { return s.result(i)->min_ns > 0 ? s.result(i)->min_ns : *s.result(i)->ns; });
+    if (!to) {
+      if (confirmed_.insert(*cur_).second) {
+        pending_ = {*cur_};
+        for (size_t i : nb)
+          if (ok(i)) pending_.push_back(i);
+        if (pending_.size() < 2) pending_.clear();
+      }
+      return {};
+    }
+    cur_ = to;
     return next(s);
   }
+
+  std::vector<size_t> confirm(const SearchState&) override { return std::exchange(pending_, {}); }
 
  private:
   std::optional<size_t> start_;
   std::string why_;
   std::optional<size_t> cur_;
+  std::set<size_t> visited_, confirmed_;
+  std::vector<size_t> pending_;
   bool tried_start_ = false;
   size_t walk_ = 0;
   std::string start_text_;

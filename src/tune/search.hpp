@@ -36,6 +36,12 @@ class SearchStrategy {
   virtual SearchMethod method() const = 0;
   // The next space indices to evaluate (only runnable ones); empty when done.
   virtual std::vector<size_t> next(const SearchState& s) = 0;
+  // Configs (evaluated, runnable) to time again side by side, in interleaved
+  // rounds, before the strategy is asked for its next batch once more: asked
+  // when next() has nothing left. A strategy that compares configs timed at
+  // different moments asks this before it stops, so drift that fell between
+  // those moments (a busy machine) is not taken for a difference.
+  virtual std::vector<size_t> confirm(const SearchState&) { return {}; }
   // Where the search started and why, for the record ("" when it does not say).
   virtual std::string start() const { return ""; }
 };
@@ -48,7 +54,10 @@ std::unique_ptr<SearchStrategy> make_exhaustive_search();
 // Coordinate descent: from `start` (or, if it is absent or fails, the first
 // runnable config that runs), each round evaluates the neighbours of the
 // current config (each param one step up or down its value list) and moves
-// to the fastest if it is at least 1% faster; it stops when none is.
+// to the fastest not yet stood on if it is at least 1% faster by its median
+// or, failing that, by its minimum. Where none is, it asks (once per config
+// it stands on) to re-time the current config beside its neighbours in
+// interleaved rounds, and stops if none is faster after that either.
 std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start, std::string why);
 
 // Budgeted search over n runnable configs, in rounds of n/256 (at least 8):

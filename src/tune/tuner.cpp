@@ -378,6 +378,15 @@ void Tuning::search(SearchStrategy& strategy) {
       st.seconds_left =
           o_.budget_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     std::vector<size_t> batch = strategy.next(st);
+    if (batch.empty() && budget_left() > 0 && st.seconds_left > 0) {
+      std::vector<ConfigResult*> again;
+      for (size_t i : strategy.confirm(st))
+        if (done_.count(i) && done_[i].ok()) again.push_back(&done_[i]);
+      if (again.size() >= 2) {
+        s_->refine(again, 3);
+        continue;
+      }
+    }
     if (batch.empty() || budget_left() == 0) break;
     const size_t before = done_.size();
     evaluate(batch, rec_.method == SearchMethod::exhaustive ? "configs" : "neighbours");
