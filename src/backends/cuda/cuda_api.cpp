@@ -136,6 +136,7 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2", nullptr);
     bind(h, d->cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2", nullptr);
     bind(h, d->cuGraphGetNodes, "cuGraphGetNodes", nullptr);
+    bind(h, d->cuKernelGetParamInfo, "cuKernelGetParamInfo", nullptr);
     bind(h, d->cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &missing);
     if (!missing.empty()) {
       reason = fmt::format("the CUDA driver is too old: libcuda.so.1 lacks {} (kiln needs a driver for CUDA 12.0 "

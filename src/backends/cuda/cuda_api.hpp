@@ -147,6 +147,8 @@ struct Driver {
                                      size_t*) = nullptr;
   CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CudaKernelNodeParams*) = nullptr;
   CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+  // A kernel parameter's offset and size (optional: without it every node is set on each update).
+  CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t*, size_t*) = nullptr;
   // cuTensorMapEncodeTiled(map, data type, rank, address, dims, strides (bytes, rank - 1),
   // box, element strides, interleave, swizzle, L2 promotion, out-of-bounds fill)
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -210,10 +211,20 @@ namespace {
 // A graph's kernel launches as they are captured (their nodes recorded, in order) or
 // as they are replayed into an instantiated graph to update it (Graph::update): set
 // for the thread while the work runs; launches on `stream` only.
+// A captured kernel node and what it was last set to launch: its dims and
+// its parameters' bytes (empty where the sizes are unknown), so that an
+// update sets only the nodes whose launch changed.
+struct GraphNode {
+  CUgraphNode node;
+  CUkernel kernel;
+  std::array<unsigned, 7> dims{};  // grid, block, shared bytes
+  std::vector<unsigned char> args;
+};
+
 struct GraphRecording {
   CUstream stream = nullptr;
   bool update = false;
-  std::vector<std::pair<CUgraphNode, CUkernel>>* nodes = nullptr;
+  std::vector<GraphNode>* nodes = nullptr;
   size_t cursor = 0;
   CUgraphExec exec = nullptr;
   bool ok = true;
@@ -248,6 +259,8 @@ class CudaKernel final : public LoadedKernel {
   [[noreturn]] void failed(CUresult r, const LaunchDims& d);
   void raise_shared(int64_t bytes);
   const CUtensorMap& tensor_map(const TensorMapDims& m, CUdeviceptr p);
+  // A launch's parameters as the bytes the kernel receives; false where their sizes are unknown.
+  bool param_bytes(void* const* kp, int n, std::vector<unsigned char>& out);
   CudaDevice& dev_;
   const Driver* drv_;
   CUlibrary lib_;
@@ -255,6 +268,8 @@ class CudaKernel final : public LoadedKernel {
   std::string what_;
   std::atomic<int64_t> raised_{48 * 1024};
   std::mutex raise_m_;
+  std::once_flag sizes_once_;
+  std::vector<size_t> param_sizes_;  // per parameter, from the driver; empty if it cannot tell
 };
 
 class CudaTimer final : public Timer {
@@ -496,7 +511,7 @@ class CudaDevice final : public Device {
       CUstream s = nullptr;
       CUgraph g = nullptr;
       CUgraphExec e = nullptr;
-      std::vector<std::pair<CUgraphNode, CUkernel>> nodes;
+      std::vector<GraphNode> nodes;
       bool updatable = false;
       explicit CudaGraph(CudaDevice& d) : dev(d) {}
       ~CudaGraph() override {
@@ -719,10 +734,22 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     }
     kp = with_maps;
   }
+  const std::array<unsigned, 7> dims{static_cast<unsigned>(d.grid.x),  static_cast<unsigned>(d.grid.y),
+                                      static_cast<unsigned>(d.grid.z),  static_cast<unsigned>(d.block.x),
+                                      static_cast<unsigned>(d.block.y), static_cast<unsigned>(d.block.z),
+                                      static_cast<unsigned>(d.shared)};
   if (rec && rec->update) {
-    // The graph's next node is this kernel's: its launch set in place (the driver copies the arguments).
-    if (rec->cursor >= rec->nodes->size() || (*rec->nodes)[rec->cursor].second != k_) {
+    // The graph's next node is this kernel's: its launch set in place (the driver copies
+    // the arguments) unless it is the launch the node already holds.
+    if (rec->cursor >= rec->nodes->size() || (*rec->nodes)[rec->cursor].kernel != k_) {
       rec->ok = false;
+      return;
+    }
+    GraphNode& node = (*rec->nodes)[rec->cursor];
+    thread_local std::vector<unsigned char> bytes;
+    const bool known = param_bytes(kp, d.nargs + d.ntmap, bytes);
+    if (known && !node.args.empty() && node.dims == dims && node.args == bytes) {
+      ++rec->cursor;
       return;
     }
     const CudaKernelNodeParams np{nullptr,
@@ -737,8 +764,16 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
                                   nullptr,
                                   k_,
                                   nullptr};
-    if (drv_->cuGraphExecKernelNodeSetParams(rec->exec, (*rec->nodes)[rec->cursor].first, &np) != CUDA_SUCCESS)
+    if (drv_->cuGraphExecKernelNodeSetParams(rec->exec, node.node, &np) != CUDA_SUCCESS) {
       rec->ok = false;
+      node.args.clear();  // what the node holds is unknown now
+    } else {
+      node.dims = dims;
+      if (known)
+        node.args.assign(bytes.begin(), bytes.end());
+      else
+        node.args.clear();
+    }
     ++rec->cursor;
     return;
   }
@@ -756,10 +791,34 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     const CUgraphNode* deps = nullptr;
     size_t n = 0;
     if (drv_->cuStreamGetCaptureInfo(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1)
-      rec->nodes->push_back({deps[0], k_});
+    {
+      GraphNode node{deps[0], k_, dims, {}};
+      if (!param_bytes(kp, d.nargs + d.ntmap, node.args)) node.args.clear();
+      rec->nodes->push_back(std::move(node));
+    }
     else
       rec->ok = false;
   }
+}
+
+bool CudaKernel::param_bytes(void* const* kp, int n, std::vector<unsigned char>& out) {
+  std::call_once(sizes_once_, [&] {
+    if (!drv_->cuKernelGetParamInfo) return;
+    std::vector<size_t> sizes;
+    for (size_t i = 0;; ++i) {
+      size_t offset = 0, size = 0;
+      if (drv_->cuKernelGetParamInfo(k_, i, &offset, &size) != CUDA_SUCCESS) break;
+      sizes.push_back(size);
+    }
+    param_sizes_ = std::move(sizes);
+  });
+  out.clear();
+  if (n <= 0 || static_cast<size_t>(n) != param_sizes_.size()) return false;
+  for (int i = 0; i < n; ++i) {
+    const auto* p = static_cast<const unsigned char*>(kp[i]);
+    out.insert(out.end(), p, p + param_sizes_[static_cast<size_t>(i)]);
+  }
+  return true;
 }
 
 void CudaKernel::failed(CUresult r, const LaunchDims& d) {
