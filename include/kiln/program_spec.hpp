@@ -55,9 +55,14 @@ struct ProgramTensor {
 struct ProgramArg {
   enum class Kind : uint8_t { buffer, integer, real };
   Kind kind = Kind::integer;
-  std::string text;  // as written
+  std::string text;  // as written; a buffer view's: the buffer's name, its index apart
   Expr value;        // integer
   double real = 0;
+  // A buffer view, written `name[index]`: row `index` of the buffer, the
+  // buffer less its first dimension (one layer's weights of a stack, one
+  // layer's KV cache); the index over the symbols and constants.
+  std::optional<Expr> index;
+  std::string written() const { return index ? text + "[" + index->str() + "]" : text; }
 };
 
 struct ProgramStep {

@@ -3,9 +3,11 @@
 #include "kiln/program_spec.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -190,7 +192,31 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
     for (size_t j = 0; j < args.size(); ++j) {
       ProgramArg& a = st.args[j];
       const ArgSpec& want = args[j];
+      // `name[index]`: a view of one row of a buffer.
+      if (!a.index && want.pointer && a.text.size() > 3 && a.text.back() == ']') {
+        const size_t open = a.text.find('[');
+        if (open != std::string::npos && open > 0 && p.tensor(std::string_view(a.text).substr(0, open))) {
+          const std::string inner = a.text.substr(open + 1, a.text.size() - open - 2);
+          try {
+            a.index = Expr::parse(inner);
+          } catch (const ExprError& e) {
+            err(fmt::format("{}: argument {} ('{}' of kernel '{}'): the index of '{}': {} (column {} of \"{}\")",
+                            where(i), j, want.name, st.kernel, a.text, e.what_only(), e.column(), inner));
+          }
+          a.text.resize(open);
+        }
+      }
       const ProgramTensor* t = p.tensor(a.text);
+      if (a.index) {
+        if (!t || !want.pointer)
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}'): '{}' is a view of a buffer, but the kernel takes a "
+                          "scalar there", where(i), j, want.name, st.kernel, a.written()));
+        if (t->shape.size() < 2)
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}'): '{}' views a row of '{}', which has {} dimension; "
+                          "a view needs two or more (the first is the row's index)",
+                          where(i), j, want.name, st.kernel, a.written(), a.text, t->shape.size()));
+        known(*a.index, fmt::format("{}: argument {} ('{}'), the index of '{}'", where(i), j, want.name, a.written()));
+      }
       if (want.pointer) {
         if (!t)
           err(fmt::format("{}: argument {} ('{}' of kernel '{}') is a buffer; '{}' is not one of the program's",
@@ -386,7 +412,7 @@ std::string ProgramSpec::str() const {
       case ProgramStep::Kind::ret: s += fmt::format("  {:>3}  return\n", ""); break;
       case ProgramStep::Kind::launch: {
         std::vector<std::string> a;
-        for (const auto& x : st.args) a.push_back(x.text);
+        for (const auto& x : st.args) a.push_back(x.written());
         s += fmt::format("  {:>3}  launch {}({})\n", ++n, st.kernel, join(a));
         break;
       }
@@ -464,11 +490,320 @@ void read_kernels(Reader& r, const toml::node& ks, const fs::path& dir, ProgramS
   }
 }
 
+// An expression's text with each identifier found in `to` replaced by its
+// text in parentheses; numbers (1e-5 included) and operators stay.
+std::string substitute(const std::string& text, const std::map<std::string, std::string>& to) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const bool starts = (std::isalpha(static_cast<unsigned char>(c)) || c == '_') &&
+                        (i == 0 || !(word(text[i - 1]) || text[i - 1] == '.'));
+    if (!starts) {
+      out += c;
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && word(text[j])) ++j;
+    const std::string id = text.substr(i, j - i);
+    auto it = to.find(id);
+    out += it == to.end() ? id : "(" + it->second + ")";
+    i = j;
+  }
+  return out;
+}
+
+// The text of an expression, as the parser prints it back (so that two
+// spellings of one expression compare equal); the text itself if it does not parse.
+std::string normal(const std::string& text) {
+  try {
+    return Expr::parse(text).str();
+  } catch (const ExprError&) {
+    return text;
+  }
+}
+
+// The program files being read, outermost first: a file that runs itself
+// (directly or through others) would not end.
+thread_local std::vector<fs::path> t_reading;
+
+// A step that runs another program (a layer) once, or `repeat` times over
+// rows of stacked buffers: its steps are written into this program, its
+// inputs and outputs replaced by what `bind` gives them (the repetition's
+// index a number in each), its intermediates made this program's (one set,
+// reused by every repetition), its kernels added (shared by every
+// repetition: one handle, one tuning), its symbols bound from the shapes of
+// what is bound to its inputs, and guards added that the shapes agree.
+void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, const std::string& where,
+                         ProgramSpec& p, int line, std::set<std::string>& made) {
+  r.only(t, {"program", "repeat", "index", "bind"}, where);
+  const toml::node* pn = t.get("program");
+  const std::string file = r.str(*pn, where + ".program");
+  const fs::path path = fs::path(file).is_absolute() ? fs::path(file) : r.path().parent_path() / file;
+  ProgramSpec sub;
+  {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) r.error(*pn, fmt::format("{}: no program file {}", where, path.string()));
+    const fs::path me = fs::weakly_canonical(r.path(), ec), it = fs::weakly_canonical(path, ec);
+    struct Reading {  // leaves the list as it found it, however this step ends
+      size_t n;
+      ~Reading() { t_reading.resize(n); }
+    } reading{t_reading.size()};
+    if (t_reading.empty()) t_reading.push_back(me);
+    if (std::find(t_reading.begin(), t_reading.end(), it) != t_reading.end()) {
+      std::string chain;
+      for (const auto& f : t_reading) chain += f.filename().string() + " -> ";
+      r.error(*pn, fmt::format("{}: {} runs itself ({}{})", where, it.filename().string(), chain,
+                               it.filename().string()));
+    }
+    t_reading.push_back(it);
+    try {
+      sub = load_program(path);
+    } catch (const Error& e) {
+      r.error(*pn, fmt::format("{}: the program it runs: {}", where, e.what()));
+    }
+  }
+  if (sub.backend != p.backend)
+    r.error(*pn, fmt::format("{}: program '{}' is a {} program; this one's backend is {}", where, sub.name, sub.backend,
+                             p.backend));
+  // The count: a whole number, or an expression over the constants.
+  int64_t count = 1;
+  if (const toml::node* rn = t.get("repeat")) {
+    if (rn->is_integer()) {
+      count = rn->as_integer()->get();
+    } else {
+      const Expr e = r.expr(*rn, where + ".repeat");
+      try {
+        CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
+          for (const auto& [k, v] : p.constants)
+            if (k == n) return SymbolBinding::constant(v);
+          return std::nullopt;
+        });
+        count = c.eval(nullptr);
+      } catch (const ExprError& x) {
+        r.error(*rn, fmt::format("{}.repeat: '{}' is a count over the constants ({})", where, e.str(), x.what_only()));
+      }
+    }
+    if (count < 1 || count > 4096) r.error(*rn, fmt::format("{}.repeat: {} is not a count from 1 to 4096", where, count));
+  }
+  std::string index = "layer";
+  if (const toml::node* in = t.get("index")) {
+    index = r.str(*in, where + ".index");
+    if (!is_name(index)) r.error(*in, fmt::format("{}.index: {:?} is not a name ({})", where, index, kNameRule));
+  }
+  for (const auto& n : p.all_symbols())
+    if (n == index) r.error(at, fmt::format("{}: the repetition's index '{}' is also a symbol of the program", where, index));
+  for (const auto& [n, v] : p.constants)
+    if (n == index) r.error(at, fmt::format("{}: the repetition's index '{}' is also a constant of the program", where, index));
+  // What the step binds: each input and output of the program it runs, and its scalars.
+  std::map<std::string, std::string> bind;
+  const toml::node* bn = t.get("bind");
+  if (bn) {
+    for (const auto& [k, v] : r.table(*bn, where + ".bind")) {
+      const std::string key(k.str());
+      const bool is_tensor = sub.tensor(key) && !std::any_of(sub.buffers.begin(), sub.buffers.end(),
+                                                              [&](const ProgramTensor& b) { return b.name == key; });
+      const auto all = sub.all_symbols();
+      if (!is_tensor && std::find(all.begin(), all.end(), key) == all.end()) {
+        std::vector<std::string> known;
+        for (const auto* g : {&sub.inputs, &sub.outputs})
+          for (const auto& x : *g) known.push_back(x.name);
+        for (const auto& x : all) known.push_back(x);
+        r.error(v, fmt::format("{}.bind: program '{}' has no input, output, symbol or scalar '{}' (it has: {})", where,
+                               sub.name, key, join(known)));
+      }
+      if (v.is_integer()) bind[key] = std::to_string(v.as_integer()->get());
+      else bind[key] = r.str(v, where + ".bind." + key);
+    }
+  }
+  for (const auto* g : {&sub.inputs, &sub.outputs})
+    for (const auto& x : *g)
+      if (!bind.count(x.name))
+        r.error(bn ? *bn : at, fmt::format("{}: program '{}' takes '{}'; bind gives it nothing (bind = {{ {} = \"...\" }})",
+                                     where, sub.name, x.name, x.name));
+  // Tensors bound: the outer buffer and, for a view, its index text.
+  struct Bound {
+    std::string name, index;  // index: "" where the whole buffer is bound
+  };
+  auto bound_of = [&](const std::string& text, const std::string& key) -> Bound {
+    if (text.empty()) r.error(*bn, fmt::format("{}.bind.{}: an empty name", where, key));
+    Bound b{text, ""};
+    const size_t open = text.find('[');
+    if (open != std::string::npos && text.back() == ']') {
+      b.name = text.substr(0, open);
+      b.index = text.substr(open + 1, text.size() - open - 2);
+    }
+    const ProgramTensor* o = p.tensor(b.name);
+    if (!o)
+      r.error(*bn, fmt::format("{}.bind.{}: '{}' is not a buffer of this program (an input, output or buffer)", where,
+                               key, b.name));
+    const ProgramTensor* s = sub.tensor(key);
+    if (o->dtype != s->dtype)
+      r.error(*bn, fmt::format("{}.bind.{}: '{}' is {}, but program '{}' takes '{}' as {}", where, key, b.name,
+                               dtype_name(o->dtype), sub.name, key, dtype_name(s->dtype)));
+    const size_t dims = o->shape.size() - (b.index.empty() ? 0 : 1);
+    if (dims != s->shape.size())
+      r.error(*bn, fmt::format("{}.bind.{}: '{}' has {} dimensions{}, but program '{}' takes '{}' with {}", where, key,
+                               text, dims, b.index.empty() ? "" : " (a row of it)", sub.name, key, s->shape.size()));
+    return b;
+  };
+  // The symbols of the program it runs: from the dimensions of what its inputs are bound to, or from bind.
+  std::map<std::string, std::string> m;  // its names -> this program's expressions
+  for (const auto& [n, v] : sub.constants) m[n] = std::to_string(v);
+  for (const auto& n : sub.all_symbols())
+    if (bind.count(n)) m[n] = bind[n];
+  for (const auto& x : sub.inputs) {
+    const Bound b = bound_of(bind[x.name], x.name);
+    const ProgramTensor* o = p.tensor(b.name);
+    const size_t skip = b.index.empty() ? 0 : 1;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      if (x.shape[d].root().op == ExprOp::Var && !m.count(x.shape[d].root().name))
+        m[x.shape[d].root().name] = o->shape[d + skip].str();
+  }
+  const std::vector<std::string> outer = p.all_symbols();
+  for (const auto& n : sub.all_symbols()) {
+    if (m.count(n)) continue;
+    const bool own = std::find(outer.begin(), outer.end(), n) != outer.end() ||
+                     std::any_of(p.constants.begin(), p.constants.end(), [&](const auto& c) { return c.first == n; });
+    if (!own)
+      r.error(bn ? *bn : at, fmt::format("{}: program '{}' needs '{}', which no input bound gives and this program does "
+                                   "not have (bind = {{ {} = \"...\" }})", where, sub.name, n, n));
+    m[n] = n;  // a scalar or symbol of the same name
+  }
+  // Guards: the program's own, and that every bound tensor has the shape it takes.
+  std::set<std::string> have;
+  for (const auto& g : p.guards) have.insert(g.str());
+  // A guard over the constants alone is decided now: kept out where it holds, refused where it does not.
+  auto constant = [&](const Expr& e) -> std::optional<int64_t> {
+    try {
+      CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
+        for (const auto& [k, v] : p.constants)
+          if (k == n) return SymbolBinding::constant(v);
+        return std::nullopt;
+      });
+      if (c.is_constant()) return c.constant_value();
+    } catch (const ExprError&) {
+    } catch (const Error&) {
+    }
+    return std::nullopt;
+  };
+  auto guard = [&](const std::string& text, const std::string& why) {
+    const Expr e = Expr::parse(normal(text));
+    if (auto v = constant(e)) {
+      if (*v == 0) r.error(at, fmt::format("{}: {} ({} does not hold)", where, why, e.str()));
+      return;
+    }
+    if (have.insert(e.str()).second) p.guards.push_back(e);
+  };
+  for (const auto& g : sub.guards)
+    guard(substitute(g.str(), m), fmt::format("program '{}' guards '{}'", sub.name, g.str()));
+  for (const auto* grp : {&sub.inputs, &sub.outputs})
+    for (const auto& x : *grp) {
+      const Bound b = bound_of(bind[x.name], x.name);
+      const ProgramTensor* o = p.tensor(b.name);
+      const size_t skip = b.index.empty() ? 0 : 1;
+      for (size_t d = 0; d < x.shape.size(); ++d) {
+        const std::string want = normal(substitute(x.shape[d].str(), m)), got = normal(o->shape[d + skip].str());
+        if (want != got)
+          guard(fmt::format("({}) == ({})", got, want),
+                fmt::format("'{}' is bound to '{}', whose dimension {} is {}, but program '{}' takes {} there",
+                            x.name, bind[x.name], d, got, sub.name, want));
+      }
+    }
+  // Its intermediates, as this program's; its kernels, shared by every repetition.
+  std::map<std::string, std::string> buffers;
+  for (const auto& b : sub.buffers) {
+    ProgramTensor x = b;
+    x.shape.clear();
+    for (const auto& d : b.shape) x.shape.push_back(Expr::parse(normal(substitute(d.str(), m))));
+    // An intermediate another such step made, of the same type and shape, is reused (the steps run one after
+    // the other); otherwise a name of its own.
+    auto same = [&](const ProgramTensor* o) {
+      if (!o || !made.count(o->name) || o->dtype != x.dtype || o->shape.size() != x.shape.size()) return false;
+      for (size_t d = 0; d < x.shape.size(); ++d)
+        if (o->shape[d].str() != x.shape[d].str()) return false;
+      return true;
+    };
+    std::string name = sub.name + "_" + b.name;
+    for (int k = 2; p.tensor(name) && !same(p.tensor(name)); ++k) name = fmt::format("{}_{}{}", sub.name, b.name, k);
+    if (!p.tensor(name)) {
+      x.name = name;
+      p.buffers.push_back(std::move(x));
+      made.insert(name);
+    }
+    buffers[b.name] = name;
+  }
+  std::map<std::string, std::string> kernels;
+  for (const auto& k : sub.kernels) {
+    std::string name = sub.name + "_" + k.name;
+    const ProgramKernel* same = nullptr;
+    for (const auto& e : p.kernels)
+      if (e.spec == k.spec && e.kind == k.kind) {
+        same = &e;
+        name = e.name;
+        break;
+      }
+    for (int n = 2; !same; ++n) {
+      const ProgramKernel* e = p.kernel(name);
+      if (!e) break;
+      if (e->spec == k.spec && e->kind == k.kind) {
+        same = e;
+        break;
+      }
+      name = fmt::format("{}_{}{}", sub.name, k.name, n);
+    }
+    if (!same) {
+      ProgramKernel x = k;
+      x.name = name;
+      p.kernels.push_back(std::move(x));
+    }
+    kernels[k.name] = name;
+  }
+  // Its steps, once per repetition.
+  for (int64_t rep = 0; rep < count; ++rep) {
+    const std::map<std::string, std::string> at_rep{{index, std::to_string(rep)}};
+    for (const auto& st : sub.steps) {
+      if (st.kind != ProgramStep::Kind::launch) continue;
+      ProgramStep x;
+      x.kernel = kernels.at(st.kernel);
+      x.line = line;
+      for (const auto& a : st.args) {
+        ProgramArg y;
+        if (a.kind == ProgramArg::Kind::buffer) {
+          const std::string idx = a.index ? substitute(a.index->str(), m) : "";
+          if (buffers.count(a.text)) {
+            y.text = buffers[a.text] + (a.index ? "[" + idx + "]" : "");
+          } else {
+            const Bound b = bound_of(substitute(bind.at(a.text), at_rep), a.text);
+            if (!b.index.empty() && a.index)
+              r.error(*bn, fmt::format("{}.bind.{}: program '{}' passes a row of '{}' ('{}'), and '{}' is a row "
+                                       "already: a view of a view is not supported",
+                                       where, a.text, sub.name, a.text, a.written(), bind.at(a.text)));
+            y.text = b.index.empty() ? b.name + (a.index ? "[" + idx + "]" : "") : b.name + "[" + b.index + "]";
+          }
+        } else if (a.kind == ProgramArg::Kind::integer) {
+          y.text = normal(substitute(a.text, m));
+        } else {
+          y.text = a.text;
+        }
+        x.args.push_back(std::move(y));
+      }
+      p.steps.push_back(std::move(x));
+    }
+  }
+}
+
 void read_steps(Reader& r, const toml::node& ss, ProgramSpec& p) {
   const toml::array& a = r.array(ss, "steps");
+  std::set<std::string> made;  // the intermediates that programs run as steps brought
   for (size_t i = 0; i < a.size(); ++i) {
     std::string where = fmt::format("steps[{}]", i);
     const toml::table& t = r.table(a[i], where);
+    if (t.get("program")) {
+      expand_program_step(r, t, a[i], where, p, static_cast<int>(a[i].source().begin.line), made);
+      continue;
+    }
     r.only(t, {"launch", "args"}, where);
     ProgramStep st;
     const toml::node* l = t.get("launch");

@@ -91,6 +91,7 @@ struct Program::Impl {
     double real = 0;
     DType dtype = DType::i64;
     bool moves = false;  // an integer whose expression names a bucketed scalar: set at each call
+    std::optional<CompiledExpr> row;  // a buffer view's index: which row of the buffer it passes
   };
   struct Step {
     size_t handle;
@@ -122,6 +123,9 @@ struct Program::Impl {
     std::vector<std::vector<uint64_t>> storage;
     std::vector<std::vector<void*>> params;
     std::vector<std::tuple<size_t, size_t, int, size_t>> io;  // (step, arg, group, index): per call
+    // Per step and argument: a buffer view's byte offset into its buffer and the
+    // elements of its row (0, 0 where the argument is no view).
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> views;
     bool settled = false;
     std::list<GraphEntry> graphs;
     uint64_t used = 0;
@@ -129,6 +133,7 @@ struct Program::Impl {
   std::vector<std::unique_ptr<Shape>> shapes;
   std::vector<size_t> bucket_slots;  // the slots of the bucketed scalars
   bool io_moves = false;             // an input's or output's shape names a bucketed scalar
+  bool has_views = false;            // a step passes a row of a buffer
   std::vector<int64_t> call_key;     // reused by every call
   uint64_t clock = 0;
   size_t graph_count = 0;
@@ -215,7 +220,7 @@ struct Program::Impl {
       st.kscope.args = pk.args();
       for (size_t j = 0; j < s.args.size(); ++j) {
         const ProgramArg& pa = s.args[j];
-        st.texts.push_back(pa.text);
+        st.texts.push_back(pa.written());
         Arg a;
         a.kind = pa.kind;
         a.dtype = (*st.kargs)[j].dtype;
@@ -232,6 +237,12 @@ struct Program::Impl {
               live[i].second = si;
             }
           st.ksizes.push_back(compile_expr(st.kscope, (*st.kargs)[j].size, nullptr));
+          if (pa.index) {
+            a.row = compile(*pa.index);
+            has_views = true;
+            for (const auto& sym : pa.index->symbols())
+              if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) a.moves = st.moves = true;
+          }
         } else {
           if (pa.kind == ProgramArg::Kind::integer) {
             a.value = compile(pa.value);
@@ -357,6 +368,10 @@ struct Program::Impl {
         sh.elements[0][i] = elements_of(sh.in_dims[i], spec.inputs[i], slots);
       for (size_t i = 0; i < spec.outputs.size(); ++i)
         sh.elements[1][i] = elements_of(sh.out_dims[i], spec.outputs[i], slots);
+      if (has_views) {
+        place_views(sh);
+        rebase(sh);
+      }
       // The steps whose arguments move, and every step where an input's or output's
       // size moves with the bucketed scalar: their sizes checked again.
       for (size_t i = 0; i < steps.size(); ++i)
@@ -406,6 +421,7 @@ struct Program::Impl {
     for (size_t i = 0; i < spec.outputs.size(); ++i)
       elements[1].push_back(elements_of(sh->out_dims[i], spec.outputs[i], slots));
     elements[2] = place_intermediates(*sh, stream);
+    place_views(*sh);
     sh->storage.resize(steps.size());
     sh->params.resize(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) bind_step(*sh, i);
@@ -474,7 +490,7 @@ struct Program::Impl {
         }
         case ProgramArg::Kind::buffer:
           if (a.group == 2) {
-            void* p = static_cast<std::byte*>(arena) + sh.mem.offset[a.index];
+            void* p = static_cast<std::byte*>(arena) + sh.mem.offset[a.index] + view_offset(sh, i, j);
             std::memcpy(&store[j], &p, sizeof p);
           } else {
             sh.io.push_back({i, j, a.group, a.index});
@@ -518,7 +534,7 @@ struct Program::Impl {
     for (size_t j = 0; j < st.args.size(); ++j)
       if (st.args[j].kind == ProgramArg::Kind::buffer) {
         const int64_t need = st.ksizes[j].eval(kslots_.data());
-        const int64_t have = sh.elements[st.args[j].group][st.args[j].index];
+        const int64_t have = st.args[j].row ? sh.views[i][j].second : sh.elements[st.args[j].group][st.args[j].index];
         if (need > have)
           fail(Errc::usage,
                "program '{}', step {} ({}): kernel argument '{}' takes {} elements ({} with {}), but the "
@@ -528,19 +544,48 @@ struct Program::Impl {
       }
   }
 
+  // Each buffer view's row for the shape's exact symbols: its offset and the
+  // elements it holds; an index outside the buffer's rows is refused.
+  void place_views(Shape& sh) {
+    if (!has_views) return;
+    sh.views.resize(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      sh.views[i].assign(steps[i].args.size(), {0, 0});
+      for (size_t j = 0; j < steps[i].args.size(); ++j) {
+        const Arg& a = steps[i].args[j];
+        if (!a.row) continue;
+        const ProgramTensor& t =
+            a.group == 0 ? spec.inputs[a.index] : a.group == 1 ? spec.outputs[a.index] : spec.buffers[a.index];
+        const int64_t rows = a.group == 0   ? sh.in_dims[a.index][0]
+                             : a.group == 1 ? sh.out_dims[a.index][0]
+                                            : buffer_dims[a.index][0].eval(sh.key.data());
+        const int64_t total = sh.elements[a.group][a.index];
+        const int64_t r = a.row->eval(sh.slots.data());
+        if (r < 0 || r >= rows)
+          fail(Errc::usage, "program '{}', step {} ({}): argument '{}' is row {} of '{}', which has {} rows (with {})",
+               spec.name, i + 1, steps[i].kernel, steps[i].texts[j], r, t.name, rows, sym_text(sh.slots));
+        const int64_t per_row = rows > 0 ? total / rows : 0;
+        sh.views[i][j] = {r * per_row * static_cast<int64_t>(dtype_size(t.dtype)), per_row};
+      }
+    }
+  }
+  int64_t view_offset(const Shape& sh, size_t i, size_t j) const {
+    return sh.views.empty() ? 0 : sh.views[i][j].first;
+  }
+
   // Points a planned shape's intermediates into the current arena.
   void rebase(Shape& sh) {
     for (size_t i = 0; i < steps.size() && i < sh.storage.size(); ++i)
       for (size_t j = 0; j < steps[i].args.size(); ++j)
         if (steps[i].args[j].kind == ProgramArg::Kind::buffer && steps[i].args[j].group == 2) {
-          void* p = static_cast<std::byte*>(arena) + sh.mem.offset[steps[i].args[j].index];
+          void* p = static_cast<std::byte*>(arena) + sh.mem.offset[steps[i].args[j].index] + view_offset(sh, i, j);
           std::memcpy(&sh.storage[i][j], &p, sizeof p);
         }
   }
 
   void patch_io(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
     for (const auto& [i, j, group, index] : sh.io) {
-      void* p = group == 0 ? in[index].data : out[index].data;
+      void* p = static_cast<std::byte*>(group == 0 ? in[index].data : out[index].data) + view_offset(sh, i, j);
       std::memcpy(&sh.storage[i][j], &p, sizeof p);
     }
   }

@@ -332,6 +332,10 @@ class Emitter {
       const std::string v = fmt::format("v{}_", j);
       const std::string where = fmt::format("step {} ({}) argument '{}'", i + 1, st.kernel, args[j].name);
       if (a.kind == ProgramArg::Kind::buffer) {
+        if (a.index)
+          throw Error(Errc::usage, fmt::format("kiln emit: {} is a view of a row of a buffer ('{}'), which kiln emit "
+                                               "does not write yet; kiln run and Program run it",
+                                               where, a.written()));
         o += fmt::format("      const void* {} = {};\n", v, buf(a.text));
       } else if (a.kind == ProgramArg::Kind::real) {
         o += fmt::format("      const {} {} = {};\n", cpp_type(args[j].dtype), v, scalar_value(args[j].dtype, a.real));

@@ -1,0 +1,182 @@
+// A model as a program that runs another program as its steps (the whole-model
+// issue): model_cpu.toml writes the cpu decoder layer once and runs it L times
+// over rows of stacked weights and caches (buffer views, `name[index]`). The
+// model is checked against its double-precision reference, and, independently
+// of how programs are expanded, against the layer program run L times by hand
+// with pointers the test computes; mistakes in a binding are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/fsutil.hpp"
+#include "kiln/args.hpp"
+#include "kiln/program.hpp"
+#include "kiln/runtime.hpp"
+#include "util.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ModelTest : ::testing::Test {
+  TempDir dir{"kiln-model"};
+  Options opts = test::options_in(dir.path());
+  void SetUp() override {
+    opts.bench_budget_ms = 2;
+    opts.workers = 1;
+    opts.first_call = FirstCall::wait;
+  }
+};
+
+fs::path programs() { return fs::path(test::kernels()) / "programs"; }
+
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// model_cpu's sizes, and its inputs, stacked by layer, in host memory.
+struct Model {
+  static constexpr int64_t L = 3, H = 512, HQ = 4, HKV = 2, QKV = 1024, I = 1024, V = 1000;
+  int64_t cap;
+  std::vector<float> g1, wqkv, wo, g2, wg, wu, wd, kc, vc, gf, wlm;
+  explicit Model(int64_t capacity) : cap(capacity) {
+    auto fill = [](std::vector<float>& v, int64_t n, uint64_t seed, float scale, float shift) {
+      v.resize(static_cast<size_t>(n));
+      fill_random(DType::f32, std::as_writable_bytes(std::span(v)), seed);
+      for (auto& x : v) x = x * scale + shift;
+    };
+    fill(g1, L * H, 1, 0.1f, 1), fill(g2, L * H, 2, 0.1f, 1), fill(gf, H, 3, 0.1f, 1);
+    fill(wqkv, L * QKV * H, 4, 0.05f, 0), fill(wo, L * H * HQ * 128, 5, 0.05f, 0);
+    fill(wg, L * I * H, 6, 0.05f, 0), fill(wu, L * I * H, 7, 0.05f, 0), fill(wd, L * H * I, 8, 0.05f, 0);
+    fill(kc, L * cap * HKV * 128, 9, 1, 0), fill(vc, L * cap * HKV * 128, 10, 1, 0);
+    fill(wlm, V * H, 11, 0.05f, 0);
+  }
+  std::vector<Tensor> inputs(std::vector<float>& x, int64_t T) {
+    return {{x.data(), {T, H}},           {g1.data(), {L, H}},      {wqkv.data(), {L, QKV, H}},
+            {wo.data(), {L, H, HQ * 128}}, {g2.data(), {L, H}},      {wg.data(), {L, I, H}},
+            {wu.data(), {L, I, H}},        {wd.data(), {L, H, I}},   {kc.data(), {L, cap, HKV, 128}},
+            {vc.data(), {L, cap, HKV, 128}}, {gf.data(), {H}},       {wlm.data(), {V, H}}};
+  }
+  // Layer l's inputs for decoder_cpu.toml: pointers into the stacks at offsets computed here.
+  std::vector<Tensor> layer(float* x, int64_t T, int64_t l) {
+    auto at = [&](std::vector<float>& v, int64_t per) { return v.data() + l * per; };
+    const int64_t c = cap * HKV * 128;
+    return {{x, {T, H}},
+            {at(g1, H), {H}},
+            {at(wqkv, QKV * H), {QKV, H}},
+            {at(wo, H * HQ * 128), {H, HQ * 128}},
+            {at(g2, H), {H}},
+            {at(wg, I * H), {I, H}},
+            {at(wu, I * H), {I, H}},
+            {at(wd, H * I), {H, I}},
+            {at(kc, c), {cap, HKV, 128}},
+            {at(vc, c), {cap, HKV, 128}}};
+  }
+};
+
+// A prefill of 5 tokens, then two decode steps: each call checked against the
+// reference (logits and every layer's caches), and the same calls made by hand
+// on a second copy of the caches, the layer program once a layer, then the
+// final norm and the output projection in double: the caches agree to the bit,
+// the logits within float rounding.
+TEST_F(ModelTest, TheModelMatchesItsReferenceAndTheLayerRunLayerByLayer) {
+  Runtime rt(opts);
+  ProgramSpec spec = load_program(programs() / "model_cpu.toml");
+  // The layer written once: 8 launches a layer, the norm and the projection; kernels not repeated.
+  EXPECT_EQ(spec.steps.size(), static_cast<size_t>(8 * Model::L + 2));
+  for (size_t a = 0; a < spec.kernels.size(); ++a)
+    for (size_t b = a + 1; b < spec.kernels.size(); ++b) EXPECT_NE(spec.kernels[a].spec, spec.kernels[b].spec);
+  Program model(rt, spec);
+  Program layer(rt, load_program(programs() / "decoder_cpu.toml"));
+  Model m(12), by_hand(12);  // the same seeds: the same weights and starting caches
+  int64_t S = 0;
+  for (int64_t T : {5, 1, 1}) {
+    std::vector<float> x(static_cast<size_t>(T * Model::H)), logits(static_cast<size_t>(T * Model::V), -7);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 100 + S);
+    ProgramCheck c = model.check(m.inputs(x, T), {{logits.data(), {T, Model::V}}}, nullptr, {S});
+    ASSERT_EQ(c.outputs.size(), 3u) << c.str();
+    EXPECT_TRUE(c.ok()) << "T=" << T << " S=" << S << "\n" << c.str();
+
+    std::vector<float> h0 = x, h1(x.size());
+    for (int64_t l = 0; l < Model::L; ++l) {
+      layer.run(by_hand.layer(h0.data(), T, l), {{h1.data(), {T, Model::H}}}, nullptr, {S});
+      std::swap(h0, h1);
+    }
+    EXPECT_EQ(std::memcmp(m.kc.data(), by_hand.kc.data(), m.kc.size() * 4), 0) << "k caches differ, S=" << S;
+    EXPECT_EQ(std::memcmp(m.vc.data(), by_hand.vc.data(), m.vc.size() * 4), 0) << "v caches differ, S=" << S;
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t k = 0; k < Model::H; ++k) ss += double(h0[t * Model::H + k]) * h0[t * Model::H + k];
+      const double inv = 1 / std::sqrt(ss / Model::H + 1e-5);
+      for (int64_t v = 0; v < Model::V; ++v) {
+        double acc = 0;
+        for (int64_t k = 0; k < Model::H; ++k)
+          acc += h0[t * Model::H + k] * inv * by_hand.gf[k] * double(by_hand.wlm[v * Model::H + k]);
+        worst = std::max(worst, std::abs(acc - logits[t * Model::V + v]) / (1e-3 + std::abs(acc)));
+      }
+    }
+    EXPECT_LT(worst, 1e-3) << "logits against the layer run by hand, S=" << S;
+    S += T;
+  }
+}
+
+// What a binding gets wrong is refused when the model is read, naming the step
+// and the name; a row past the end of a buffer is refused at the call.
+TEST_F(ModelTest, BindingMistakesAreRefusedWithTheReason) {
+  const fs::path file = programs() / "model_cpu.toml";
+  const std::string text = read_file(file).value();
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  std::string m = message([&] { parse_program(edited(R"(w_o = "w_o[0]", )", ""), file); });
+  EXPECT_NE(m.find("program 'decoder_cpu' takes 'w_o'; bind gives it nothing"), std::string::npos) << m;
+  m = message([&] { parse_program(edited(R"(w_o = "w_o[0]")", R"(w_out = "w_o[0]")"), file); });
+  EXPECT_NE(m.find("program 'decoder_cpu' has no input, output, symbol or scalar 'w_out'"), std::string::npos) << m;
+  m = message([&] { parse_program(edited(R"(w_o = "w_o[0]")", R"(w_o = "w_o")"), file); });
+  EXPECT_NE(m.find("bind.w_o: 'w_o' has 3 dimensions, but program 'decoder_cpu' takes 'w_o' with 2"),
+            std::string::npos) << m;
+  m = message([&] { parse_program(edited(R"(w_o = "w_o[0]")", R"(w_o = "w_lm")"), file); });
+  EXPECT_NE(m.find("'w_o' is bound to 'w_lm', whose dimension 0 is V"), std::string::npos) << m;
+  m = message([&] { parse_program(edited("H = 512", "H = 256"), file); });
+  EXPECT_NE(m.find("is bound to 'x', whose dimension 1 is H, but program 'decoder_cpu' takes 512 there"),
+            std::string::npos) << m;
+  m = message([&] { parse_program(edited(R"(repeat  = "L - 1")", R"(repeat  = "T")"), file); });
+  EXPECT_NE(m.find("repeat: 'T' is a count over the constants"), std::string::npos) << m;
+  m = message([&] { parse_program(edited(R"(program = "decoder_cpu.toml")", R"(program = "no_such.toml")"), file); });
+  EXPECT_NE(m.find("no program file"), std::string::npos) << m;
+  {
+    // A program that runs itself.
+    std::string self = edited(R"(program = "decoder_cpu.toml")", R"(program = "self.toml")");
+    for (size_t at; (at = self.find("\"../cpu/")) != std::string::npos;)
+      self.replace(at, 8, "\"" + test::kernels() + "/cpu/");
+    self.replace(self.find("model_reference.toml"), 20, (programs() / "model_reference.toml").string());
+    test::write(dir.path() / "self.toml", self);
+    m = message([&] { load_program(dir.path() / "self.toml"); });
+    EXPECT_NE(m.find("self.toml runs itself (self.toml -> self.toml)"), std::string::npos) << m;
+  }
+
+  // A row past the buffer's end: read, then refused at the call with the row and the rows there are.
+  Runtime rt(opts);
+  Program bad(rt, parse_program(edited(R"(args   = ["h[L % 2]")", R"(args   = ["h[L]")"), file));
+  Model w(8);
+  const int64_t T = 2;
+  std::vector<float> x(static_cast<size_t>(T * Model::H)), logits(static_cast<size_t>(T * Model::V));
+  m = message([&] { bad.run(w.inputs(x, T), {{logits.data(), {T, Model::V}}}, nullptr, {0}); });
+  EXPECT_NE(m.find("argument 'h[L]' is row 3 of 'h', which has 2 rows"), std::string::npos) << m;
+}
+
+}  // namespace
