@@ -760,7 +760,11 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
     }
     kernels[k.name] = name;
   }
-  // Its steps, once per repetition.
+  // Its steps, once per repetition (a bound on what files that nest repeats may make).
+  constexpr size_t kMaxSteps = size_t{1} << 16;
+  if (p.steps.size() + static_cast<size_t>(count) * sub.steps.size() > kMaxSteps)
+    r.error(at, fmt::format("{}: {} runs of program '{}' ({} steps each) make more than {} steps", where, count,
+                            sub.name, sub.steps.size(), kMaxSteps));
   for (int64_t rep = 0; rep < count; ++rep) {
     const std::map<std::string, std::string> at_rep{{index, std::to_string(rep)}};
     for (const auto& st : sub.steps) {

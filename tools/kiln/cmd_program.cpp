@@ -1,10 +1,12 @@
 // kiln run PROGRAM --set T=...: runs a program on random inputs and prints
 // per-step times; kiln emit PROGRAM -o file.hpp: C++ with its steps unrolled.
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +57,32 @@ void scale_fill(const ProgramTensor& t, std::vector<std::byte>& host) {
   }
 }
 
+// fill_random and scale_fill over a large input, in chunks on every core: the
+// same values as one pass (the generator's state after i draws is seed + i
+// times its increment), a model's 15 GiB of weights in seconds.
+void fill_parallel(const ProgramTensor& t, std::vector<std::byte>& host, uint64_t seed, bool wide) {
+  const size_t size = dtype_size(t.dtype), n = host.size() / size;
+  constexpr size_t kChunk = size_t{1} << 22;  // elements
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    std::vector<std::byte> part;
+    for (size_t c; (c = next.fetch_add(1)) < chunks;) {
+      const size_t from = c * kChunk, count = std::min(kChunk, n - from);
+      std::span<std::byte> span(host.data() + from * size, count * size);
+      fill_random(t.dtype, span, seed + static_cast<uint64_t>(from) * 0x9e3779b97f4a7c15ULL, wide);
+      part.assign(span.begin(), span.end());
+      scale_fill(t, part);
+      std::copy(part.begin(), part.end(), span.begin());
+    }
+  };
+  const size_t threads = std::min<size_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+}
+
 void run_program(const RunArgs& a, Globals& g) {
   isolate_stdout();
   Options opts = Options::from_env();
@@ -91,8 +119,7 @@ void run_program(const RunArgs& a, Globals& g) {
     held.emplace_back(dev, bytes ? bytes : 1);
     if (fill && !a.first_only) {
       std::vector<std::byte> host(bytes);
-      fill_random(t.dtype, host, seed, a.wide);
-      scale_fill(t, host);
+      fill_parallel(t, host, seed, a.wide);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
     }
     return Tensor{held.back().get(), shape};
