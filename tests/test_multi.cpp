@@ -207,6 +207,33 @@ TEST_F(MultiTest, ScratchSlotsEvictedAndThreadsEnding) {
   EXPECT_EQ(out(), 4u);
 }
 
+// A program captures a graph only where every step is settled, and nothing may
+// be allocated while a graph is captured: a multi-kernel's choice is settled
+// for a call only once the calling thread's scratch for it is in place, so a
+// new thread, or a larger size, is launched once outside a capture first.
+TEST_F(MultiTest, SettledOnlyWhereTheThreadsScratchIsInPlace) {
+  MultiKernelSpec ms = load_multi_spec(test::kernels() + "/cpu/softmax_multi.toml");
+  opts.force_variant = 1;  // the variant with scratch (2 * M floats)
+  Runtime rt(opts);
+  MultiKernel k(rt, ms);
+  auto settled = [&](int64_t M) {
+    std::vector<float> x(static_cast<size_t>(M * 16)), y(x.size());
+    float* xp = x.data();
+    float* yp = y.data();
+    int64_t m = M, n = 16;
+    void* params[] = {&xp, &yp, &m, &n};
+    return k.settled(params);
+  };
+  EXPECT_FALSE(settled(64)) << "no scratch yet on this thread";
+  expect_softmax(k, 64, 16);
+  EXPECT_TRUE(settled(64));
+  EXPECT_FALSE(settled(640)) << "ten times the scratch: more than this thread holds";
+  expect_softmax(k, 640, 16);
+  EXPECT_TRUE(settled(640));
+  EXPECT_TRUE(settled(64)) << "the larger buffer serves the smaller size";
+  std::thread([&] { EXPECT_FALSE(settled(64)) << "another thread has no scratch of its own yet"; }).join();
+}
+
 TEST_F(MultiTest, AnArgumentPassedTwiceAndAWrongVariant) {
   write_scale_specs(dir.path(), true);
   opts.first_call = FirstCall::wait;  // the benchmark on the first call itself is under test

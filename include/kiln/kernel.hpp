@@ -70,7 +70,9 @@ class Launchable {
     bool settled() const { return source != ChoiceSource::safe; }
   };
   virtual Running running(void* const* params) = 0;
-  // running(params).settled(), without the text (a program asks it on its hot path).
+  // running(params).settled(), without the text (a program asks it on its hot path);
+  // a multi-kernel also needs the calling thread's scratch for its choice in place
+  // (a launch then allocates nothing, as a graph being captured requires).
   virtual bool settled(void* const* params) { return running(params).settled(); }
 };
 

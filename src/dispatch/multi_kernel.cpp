@@ -134,6 +134,13 @@ struct ThreadScratch {
     *s = Slot{owner, index, p, b};
     return p;
   }
+  // Whether this thread's buffer `index` of `owner` is at hand and holds `bytes`: a
+  // launch would then allocate nothing (nothing may be allocated while a graph is captured).
+  bool ready(uint64_t owner, size_t index, size_t bytes) const {
+    for (const auto& s : slots)
+      if (s.owner == owner && s.index == index) return s.bytes >= bytes;
+    return false;
+  }
   void note(uint64_t owner, const std::shared_ptr<ScratchPool>& pool) {
     for (const auto& [o, w] : pools)
       if (o == owner) return;
@@ -923,9 +930,21 @@ Launchable::Running MultiKernel::running(void* const* params) {
   return {fmt::format("variant {}: {}", c->variant, c->text), c->source};
 }
 
+// Settled: the choice is not a safe one waiting for a tuning, and this
+// thread's scratch for it is in place, so that a launch captured into a graph
+// allocates nothing (a choice settled by a tuning, or the first call of a
+// larger size, is launched once outside a capture first).
 bool MultiKernel::settled(void* const* params) {
+  Impl& m = *impl_;
   int64_t slots[CallShape::kMaxArgs];
-  return impl_->find(params, slots, nullptr)->source != ChoiceSource::safe;
+  const Impl::Chosen* c = m.find(params, slots, nullptr);
+  if (c->source == ChoiceSource::safe) return false;
+  for (size_t k : m.scratch_used[c->variant]) {
+    const int64_t n = m.scratch_sizes[k].eval(slots);
+    if (!t_scratch.ready(m.id, k, static_cast<size_t>(n < 0 ? 0 : n) * dtype_size(m.spec.scratch[k].dtype)))
+      return false;
+  }
+  return true;
 }
 
 MultiKernel::Pick MultiKernel::pick(void* const* params) {
