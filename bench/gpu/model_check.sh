@@ -22,7 +22,7 @@ missing=$(ldd "$B/kiln" "$B/kiln-worker" "$B/tests/kiln_tests" | grep "not found
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== tests"
   timeout ${TEST_TIMEOUT:-200} "$B/tests/kiln_tests" \
-    --gtest_filter='Attention*:Decoder*:ModelTest.*:ProgramTest.Graph*:ProgramTest.AGraph*' > "$OUTD/tests.log" 2>&1
+    --gtest_filter="${TESTS:-Attention*:Decoder*:ModelTest.*:MultiTest.*:ProgramTest.Graph*:ProgramTest.AGraph*}" > "$OUTD/tests.log" 2>&1
   echo "exit code $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |NOTE|Failure" "$OUTD/tests.log" | head -30
 fi
