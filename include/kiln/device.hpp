@@ -58,10 +58,12 @@ class Graph {
   virtual void launch(Stream s) = 0;
   // Runs `work` again as the graph's launches with new arguments, launching
   // nothing: each kernel launch it makes is matched, in order, with the graph's
-  // kernel nodes, whose grid, block, shared memory and arguments are set in
-  // place. False where they do not match (another kernel or count of them, a
-  // fill, work that is not a kernel of kiln's): the graph is then partly
-  // updated and must be captured anew.
+  // nodes, and where it differs from what the node holds, the node's grid,
+  // block, shared memory and arguments are set in place; nodes the work keeps
+  // (Device::graph_keep: a piece that did not change, a library's call or a
+  // fill among them) are passed over. False where they do not match (another
+  // kernel or count of them, a fill or a library's call launched rather than
+  // kept): the graph is then partly updated and must be captured anew.
   virtual bool update(const std::function<void(Stream)>& work) {
     (void)work;
     return false;
@@ -111,6 +113,22 @@ class Device {
   virtual std::unique_ptr<Graph> capture(const std::function<void(Stream)>& work) {
     static_cast<void>(work);
     return nullptr;
+  }
+  // Within capture's or Graph::update's work on stream `s`: the graph's nodes so
+  // far (every node, a library's and fills included; while updating, the nodes
+  // already matched). Work of one piece after another measures each piece's
+  // nodes by it. 0 elsewhere.
+  virtual size_t graph_nodes(Stream s) {
+    static_cast<void>(s);
+    return 0;
+  }
+  // Within Graph::update's work on stream `s`: the next `n` nodes keep their
+  // launches (a piece of the work that did not change, not run again); false
+  // where they cannot be kept, and the update then fails.
+  virtual bool graph_keep(Stream s, size_t n) {
+    static_cast<void>(s);
+    static_cast<void>(n);
+    return false;
   }
   // Why the device can no longer be used (a kernel faulted and took its
   // context down), or "".

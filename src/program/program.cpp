@@ -110,6 +110,8 @@ struct Program::Impl {
     std::unique_ptr<Graph> graph;
     uint64_t used = 0;
     std::vector<int64_t> slots;  // the symbols its launches were captured (or last updated) with
+    std::vector<size_t> step_nodes;  // per step, the nodes it added to the graph
+    bool counted = false;            // the device counted them (some step added one)
   };
   // One shape: its symbols, memory plan, and each step's argument values
   // (params point into `storage`).
@@ -590,17 +592,25 @@ struct Program::Impl {
     }
   }
 
-  void launch_steps(Shape& sh, Stream s) {
-    for (size_t i = 0; i < steps.size(); ++i) {
-      try {
-        handles[steps[i].handle]->launch(sh.params[i].data(), s);
-      } catch (const WorkerError&) {
-        throw;  // it says which kernel and config already, and its fault is typed
-      } catch (const Error& e) {
-        // Which step of which program: a compile error, a tuning that chose nothing, a refused launch.
-        throw Error(e.code(), fmt::format("program '{}', step {} ({}): {}", spec.name, i + 1, steps[i].kernel, e.what()));
-      }
+  void launch_step(Shape& sh, size_t i, Stream s) {
+    try {
+      handles[steps[i].handle]->launch(sh.params[i].data(), s);
+    } catch (const WorkerError&) {
+      throw;  // it says which kernel and config already, and its fault is typed
+    } catch (const Error& e) {
+      // Which step of which program: a compile error, a tuning that chose nothing, a refused launch.
+      throw Error(e.code(), fmt::format("program '{}', step {} ({}): {}", spec.name, i + 1, steps[i].kernel, e.what()));
     }
+  }
+  void launch_steps(Shape& sh, Stream s) {
+    for (size_t i = 0; i < steps.size(); ++i) launch_step(sh, i, s);
+  }
+
+  // Whether a graph's update keeps step i's nodes as they are: its arguments do not
+  // move within the bucket, nor do the inputs' and outputs' shapes, and the capture
+  // counted each step's nodes.
+  bool keeps(const GraphEntry& g, size_t i) const {
+    return !io_moves && !steps[i].moves && g.step_nodes.size() == steps.size() && g.counted;
   }
 
   // Whether a graph was captured with these buffers.
@@ -627,8 +637,11 @@ struct Program::Impl {
         if (it->slots != call_slots) {
           // Another exact value of a bucketed scalar: the graph's launches set to
           // this call's in place, where every step's choice for it is settled.
+          // The steps that move are launched into the graph; the rest keep their nodes
+          // (their choices were settled when it was captured, their arguments are the same).
           bool all = true;
-          for (size_t i = 0; i < steps.size() && all; ++i) all = handles[steps[i].handle]->settled(sh.params[i].data());
+          for (size_t i = 0; i < steps.size() && all; ++i)
+            all = keeps(*it, i) || handles[steps[i].handle]->settled(sh.params[i].data());
           if (!all) {
             launch_steps(sh, s);  // a step waits for its tuning: launched as it runs now
             return;
@@ -636,7 +649,12 @@ struct Program::Impl {
           it->slots.clear();  // half set until the update returns true
           bool updated = false;
           try {
-            updated = it->graph->update([&](Stream cs) { launch_steps(sh, cs); });
+            updated = it->graph->update([&](Stream cs) {
+              for (size_t i = 0; i < steps.size(); ++i) {
+                if (!keeps(*it, i)) launch_step(sh, i, cs);
+                else if (!dev->graph_keep(cs, it->step_nodes[i])) return;
+              }
+            });
           } catch (...) {
             sh.graphs.erase(it);
             --graph_count;
@@ -667,10 +685,19 @@ struct Program::Impl {
       for (const auto& t : in) io.push_back(t.data);
       for (const auto& t : out) io.push_back(t.data);
       // Capture this shape's launches for these buffers, then replay them.
-      std::unique_ptr<Graph> g = dev->capture([&](Stream cs) { launch_steps(sh, cs); });
+      std::vector<size_t> counts;
+      std::unique_ptr<Graph> g = dev->capture([&](Stream cs) {
+        counts.clear();
+        for (size_t i = 0; i < steps.size(); ++i) {
+          const size_t before = dev->graph_nodes(cs);
+          launch_step(sh, i, cs);
+          counts.push_back(dev->graph_nodes(cs) - before);
+        }
+      });
       if (g) {
         if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
-        sh.graphs.push_back({io, std::move(g), ++clock, call_slots});
+        const bool counted = std::any_of(counts.begin(), counts.end(), [](size_t n) { return n > 0; });
+        sh.graphs.push_back({io, std::move(g), ++clock, call_slots, std::move(counts), counted});
         ++graph_count;
         ++st.graph_captures;
         sh.graphs.back().graph->launch(s);

@@ -213,7 +213,9 @@ namespace {
 // for the thread while the work runs; launches on `stream` only.
 // A captured kernel node and what it was last set to launch: its dims and
 // its parameters' bytes (empty where the sizes are unknown), so that an
-// update sets only the nodes whose launch changed.
+// update sets only the nodes whose launch changed. A node kiln did not
+// launch (a library's kernel, a fill) has no kernel: an update can keep it,
+// never set it.
 struct GraphNode {
   CUgraphNode node;
   CUkernel kernel;
@@ -557,8 +559,13 @@ class CudaDevice final : public Device {
     check(d_->cuStreamEndCapture(graph->s, &graph->g), "capturing a graph");
     check(d_->cuGraphInstantiate(&graph->e, graph->g, 0), "instantiating a graph");
     if (can_update && rec.ok) {
-      size_t n = 0;  // every node one of the recorded kernels: nothing else to keep in step
-      graph->updatable = d_->cuGraphGetNodes(graph->g, nullptr, &n) == CUDA_SUCCESS && n == graph->nodes.size();
+      // Every node accounted for, in order: kiln's kernels as recorded, the rest
+      // (a library's, fills) counted where the work measured its pieces, or last.
+      size_t n = 0;
+      if (d_->cuGraphGetNodes(graph->g, nullptr, &n) == CUDA_SUCCESS && n >= graph->nodes.size()) {
+        graph->nodes.resize(n, GraphNode{nullptr, nullptr, {}, {}});
+        graph->updatable = true;
+      }
     }
     return graph;
   }
@@ -566,6 +573,36 @@ class CudaDevice final : public Device {
   std::string fault() const override {
     std::lock_guard<std::mutex> g(m_);
     return fault_;
+  }
+
+  size_t graph_nodes(Stream st) override {
+    GraphRecording* rec = t_recording && t_recording->stream == stream_of(st) ? t_recording : nullptr;
+    if (!rec) return 0;
+    if (rec->update) return rec->cursor;
+    // Capturing: the nodes that appeared since the last kernel kiln recorded are
+    // another's (a library's, a fill): counted in their place.
+    int status = 0;
+    unsigned long long id = 0;
+    CUgraph g = nullptr;
+    const CUgraphNode* deps = nullptr;
+    size_t ndeps = 0, n = 0;
+    if (d_->cuStreamGetCaptureInfo(stream_of(st), &status, &id, &g, &deps, &ndeps) != CUDA_SUCCESS || !g ||
+        d_->cuGraphGetNodes(g, nullptr, &n) != CUDA_SUCCESS || n < rec->nodes->size()) {
+      rec->ok = false;
+      return rec->nodes->size();
+    }
+    rec->nodes->resize(n, GraphNode{nullptr, nullptr, {}, {}});
+    return n;
+  }
+
+  bool graph_keep(Stream st, size_t n) override {
+    GraphRecording* rec = t_recording && t_recording->stream == stream_of(st) ? t_recording : nullptr;
+    if (!rec || !rec->update || !rec->ok || rec->cursor + n > rec->nodes->size()) {
+      if (rec) rec->ok = false;
+      return false;
+    }
+    rec->cursor += n;
+    return true;
   }
 
  private:
@@ -792,6 +829,11 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     size_t n = 0;
     if (drv_->cuStreamGetCaptureInfo(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1)
     {
+      // Nodes added since the last one recorded (this launch's fills, a library's
+      // kernels) are counted in their places first.
+      size_t total = 0;
+      if (g && drv_->cuGraphGetNodes(g, nullptr, &total) == CUDA_SUCCESS && total > rec->nodes->size() + 1)
+        rec->nodes->resize(total - 1, GraphNode{nullptr, nullptr, {}, {}});
       GraphNode node{deps[0], k_, dims, {}};
       if (!param_bytes(kp, d.nargs + d.ntmap, node.args)) node.args.clear();
       rec->nodes->push_back(std::move(node));
