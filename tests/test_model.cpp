@@ -4,6 +4,7 @@
 // model is checked against its double-precision reference, and, independently
 // of how programs are expanded, against the layer program run L times by hand
 // with pointers the test computes; mistakes in a binding are refused.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -183,6 +184,99 @@ TEST_F(ModelTest, BindingMistakesAreRefusedWithTheReason) {
   std::vector<float> x(static_cast<size_t>(T * Model::H)), logits(static_cast<size_t>(T * Model::V));
   m = message([&] { bad.run(w.inputs(x, T), {{logits.data(), {T, Model::V}}}, nullptr, {0}); });
   EXPECT_NE(m.find("argument 'h[L]' is row 3 of 'h', which has 2 rows"), std::string::npos) << m;
+}
+
+// What a hostile review found, each fixed: two intermediates of one program run
+// as a step were once given one buffer (a name the outer program took pushed
+// one onto the other's); a view of an intermediate planned for its bucket took
+// the bucket's row stride where the kernels lay rows out at the exact size; a
+// scalar naming an input's dimension crashed the load; and a count of 0, an
+// index that shadows a buffer or selects a scalar, an empty index.
+TEST_F(ModelTest, WhatAHostileReviewFound) {
+  const std::string rms = "\"" + test::kernels() + "/cpu/rmsnorm.toml\"";
+  const std::string lin = "\"" + test::kernels() + "/cpu/linear.toml:f32_nt_residual\"";
+  auto tensor = [](const char* kind, const char* name, const char* shape) {
+    return fmt::format("[[{}]]\nname = \"{}\"\ndtype = \"f32\"\nshape = [{}]\n", kind, name, shape);
+  };
+  // A block with two intermediates live at once, run by a program that has a buffer blk_t.
+  test::write(dir.path() / "blk.toml",
+              "kind = \"program\"\nversion = 1\nname = \"blk\"\nbackend = \"cpu\"\nconstants = { H = 8 }\n"
+              "symbols = [\"T\"]\n" +
+                  tensor("inputs", "x", "\"T\", \"H\"") + tensor("inputs", "g", "\"H\"") +
+                  tensor("inputs", "w", "\"H\", \"H\"") + tensor("outputs", "y", "\"T\", \"H\"") +
+                  tensor("buffers", "t", "\"T\", \"H\"") + tensor("buffers", "t2", "\"T\", \"H\"") +
+                  "[kernels]\nrmsnorm = " + rms + "\nlin = " + lin +
+                  "\n[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"x\", \"g\", \"t\", \"T\", \"H\", \"1e-5\"]\n"
+                  "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"x\", \"w\", \"t2\", \"T\", \"H\", \"1e-5\"]\n"
+                  "[[steps]]\nlaunch = \"lin\"\nargs = [\"t\", \"w\", \"y\", \"t2\", \"T\", \"H\", \"H\"]\n");
+  const std::string top =
+      "kind = \"program\"\nversion = 1\nname = \"top\"\nbackend = \"cpu\"\nconstants = { H = 8 }\n"
+      "symbols = [\"T\"]\n" +
+      tensor("inputs", "x", "\"T\", \"H\"") + tensor("inputs", "g", "\"H\"") + tensor("inputs", "w", "\"H\", \"H\"") +
+      tensor("outputs", "y", "\"T\", \"H\"") + tensor("outputs", "z", "\"T\", \"H\"") +
+      tensor("buffers", "blk_t", "\"T\", \"H\"") + "[kernels]\nrmsnorm = " + rms +
+      "\n[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"x\", \"g\", \"y\", \"T\", \"H\", \"1e-5\"]\n"
+      "[[steps]]\nprogram = \"blk.toml\"\nbind = { x = \"x\", g = \"g\", w = \"w\", y = \"y\" }\n"
+      "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"y\", \"g\", \"blk_t\", \"T\", \"H\", \"1e-5\"]\n"
+      "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"blk_t\", \"g\", \"z\", \"T\", \"H\", \"1e-5\"]\n";
+  ProgramSpec p = parse_program(top, dir.path() / "top.toml");
+  ASSERT_EQ(p.steps.size(), 6u);
+  const auto& l = p.steps[3];  // blk's lin: t and t2 are two buffers, neither the program's own blk_t
+  EXPECT_NE(l.args[0].text, l.args[3].text);
+  EXPECT_NE(l.args[0].text, "blk_t");
+  EXPECT_NE(l.args[3].text, "blk_t");
+
+  // A view of a bucketed intermediate: rows at the exact size, S = 3 in S's bucket 4.
+  auto vb = [&](const char* name) {
+    return fmt::format("kind = \"program\"\nversion = 1\nname = \"{}\"\nbackend = \"cpu\"\nconstants = {{ H = 8 }}\n"
+                       "symbols = [\"T\"]\nscalars = [\"S\"]\n{}guards = [\"S >= 1\", \"T >= 2 * S\"]\n",
+                       name, std::string(name) == "vb" ? "buckets = { S = \"pow2\" }\n" : "") +
+           tensor("inputs", "xs", "\"T\", \"H\"") + tensor("inputs", "g", "\"H\"") +
+           tensor("outputs", "y", "\"S\", \"H\"") + tensor("buffers", "buf", "\"2\", \"S\", \"H\"") +
+           "[kernels]\nrmsnorm = " + rms +
+           "\n[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"xs\", \"g\", \"buf\", \"2 * S\", \"H\", \"1e-5\"]\n"
+           "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"buf[1]\", \"g\", \"y\", \"S\", \"H\", \"1e-5\"]\n";
+  };
+  test::write(dir.path() / "vref.toml", vb("vref"));
+  Runtime rt(opts);
+  Program bucketed(rt, parse_program(vb("vb") + "[check]\nreference = \"vref.toml\"\n", dir.path() / "vb.toml"));
+  for (int64_t S : {4, 3}) {
+    std::vector<float> xs(16 * 8), g(8, 1), y(static_cast<size_t>(S * 8));
+    fill_random(DType::f32, std::as_writable_bytes(std::span(xs)), 3);
+    ProgramCheck c = bucketed.check({{xs.data(), {16, 8}}, {g.data(), {8}}}, {{y.data(), {S, 8}}}, nullptr, {S});
+    EXPECT_TRUE(c.ok()) << "S=" << S << "\n" << c.str();
+  }
+
+  // A scalar that names an input's dimension: checked at the call, as any expression.
+  Program scalar_dim(rt, parse_program("kind = \"program\"\nversion = 1\nname = \"p0\"\nbackend = \"cpu\"\n"
+                                       "constants = { H = 8 }\nscalars = [\"S\"]\n" +
+                                           tensor("inputs", "xs", "\"S\", \"H\"") + tensor("inputs", "g", "\"H\"") +
+                                           tensor("outputs", "y", "\"S\", \"H\"") + "[kernels]\nrmsnorm = " + rms +
+                                           "\n[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"xs\", \"g\", \"y\", \"S\", "
+                                           "\"H\", \"1e-5\"]\n",
+                                       dir.path() / "p0.toml"));
+  std::vector<float> xs(16), g(8, 1), y(16);
+  EXPECT_EQ(message([&] { scalar_dim.run({{xs.data(), {2, 8}}, {g.data(), {8}}}, {{y.data(), {2, 8}}}, nullptr, {2}); }),
+            "no error");
+  const std::string m = message(
+      [&] { scalar_dim.run({{xs.data(), {2, 8}}, {g.data(), {8}}}, {{y.data(), {2, 8}}}, nullptr, {1}); });
+  EXPECT_NE(m.find("input 'xs' dimension 0 is 2, but the program says S = 1"), std::string::npos) << m;
+
+  // The model's own file: one layer (a count of 0), an index shadowing a buffer or selecting a scalar, an empty index.
+  const fs::path file = programs() / "model_cpu.toml";
+  const std::string text = read_file(file).value();
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  EXPECT_EQ(parse_program(edited("L = 3", "L = 1"), file).steps.size(), 10u);
+  std::string e = message([&] { parse_program(edited(R"(repeat  = "L - 1")", "repeat  = \"L - 1\"\nindex = \"h\""), file); });
+  EXPECT_NE(e.find("the repetition's index 'h' is also a buffer of the program"), std::string::npos) << e;
+  e = message([&] { parse_program(edited(R"(y = "h[layer % 2]")", R"(y = "h[layer % 2]", S = "S + layer")"), file); });
+  EXPECT_NE(e.find("bind.S: the repetition's index 'layer' selects rows of buffers only"), std::string::npos) << e;
+  e = message([&] { parse_program(edited(R"(y = "h[layer % 2]")", R"(y = "h[]")"), file); });
+  EXPECT_NE(e.find("bind.y: 'h[]' has an empty index"), std::string::npos) << e;
 }
 
 }  // namespace

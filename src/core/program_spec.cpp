@@ -527,6 +527,9 @@ std::string normal(const std::string& text) {
 // The program files being read, outermost first: a file that runs itself
 // (directly or through others) would not end.
 thread_local std::vector<fs::path> t_reading;
+// The programs run as steps that one top-level read has loaded, by file: a file
+// run by many steps (and theirs by many) is read once.
+thread_local std::map<fs::path, ProgramSpec>* t_loaded = nullptr;
 
 // A step that runs another program (a layer) once, or `repeat` times over
 // rows of stacked buffers: its steps are written into this program, its
@@ -558,10 +561,18 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
                                it.filename().string()));
     }
     t_reading.push_back(it);
-    try {
-      sub = load_program(path);
-    } catch (const Error& e) {
-      r.error(*pn, fmt::format("{}: the program it runs: {}", where, e.what()));
+    const ProgramSpec* cached = nullptr;
+    if (t_loaded)
+      if (auto f = t_loaded->find(it); f != t_loaded->end()) cached = &f->second;
+    if (cached) {
+      sub = *cached;
+    } else {
+      try {
+        sub = load_program(path);
+      } catch (const Error& e) {
+        r.error(*pn, fmt::format("{}: the program it runs: {}", where, e.what()));
+      }
+      if (t_loaded) t_loaded->emplace(it, sub);
     }
   }
   if (sub.backend != p.backend)
@@ -583,19 +594,27 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
         count = c.eval(nullptr);
       } catch (const ExprError& x) {
         r.error(*rn, fmt::format("{}.repeat: '{}' is a count over the constants ({})", where, e.str(), x.what_only()));
+      } catch (const Error& x) {
+        r.error(*rn, fmt::format("{}.repeat: '{}': {}", where, e.str(), x.what()));
       }
     }
-    if (count < 1 || count > 4096) r.error(*rn, fmt::format("{}.repeat: {} is not a count from 1 to 4096", where, count));
+    if (count < 0 || count > 4096) r.error(*rn, fmt::format("{}.repeat: {} is not a count from 0 to 4096", where, count));
   }
   std::string index = "layer";
   if (const toml::node* in = t.get("index")) {
     index = r.str(*in, where + ".index");
     if (!is_name(index)) r.error(*in, fmt::format("{}.index: {:?} is not a name ({})", where, index, kNameRule));
   }
-  for (const auto& n : p.all_symbols())
-    if (n == index) r.error(at, fmt::format("{}: the repetition's index '{}' is also a symbol of the program", where, index));
-  for (const auto& [n, v] : p.constants)
-    if (n == index) r.error(at, fmt::format("{}: the repetition's index '{}' is also a constant of the program", where, index));
+  if (t.get("repeat") || t.get("index")) {
+    for (const auto& n : p.all_symbols())
+      if (n == index)
+        r.error(at, fmt::format("{}: the repetition's index '{}' is also a symbol of the program", where, index));
+    for (const auto& [n, v] : p.constants)
+      if (n == index)
+        r.error(at, fmt::format("{}: the repetition's index '{}' is also a constant of the program", where, index));
+    if (p.tensor(index))
+      r.error(at, fmt::format("{}: the repetition's index '{}' is also a buffer of the program", where, index));
+  }
   // What the step binds: each input and output of the program it runs, and its scalars.
   std::map<std::string, std::string> bind;
   const toml::node* bn = t.get("bind");
@@ -615,6 +634,18 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       }
       if (v.is_integer()) bind[key] = std::to_string(v.as_integer()->get());
       else bind[key] = r.str(v, where + ".bind." + key);
+      if (!is_tensor) {
+        if (substitute(bind[key], {{index, "0"}}) != bind[key])
+          r.error(v, fmt::format("{}.bind.{}: the repetition's index '{}' selects rows of buffers only "
+                                 "(name[{}]); a symbol or scalar is the same for every repetition",
+                                 where, key, index, index));
+        try {
+          Expr::parse(bind[key]);
+        } catch (const ExprError& e) {
+          r.error(v, fmt::format("{}.bind.{}: {} (column {} of \"{}\")", where, key, e.what_only(), e.column(),
+                                 bind[key]));
+        }
+      }
     }
   }
   for (const auto* g : {&sub.inputs, &sub.outputs})
@@ -633,6 +664,8 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
     if (open != std::string::npos && text.back() == ']') {
       b.name = text.substr(0, open);
       b.index = text.substr(open + 1, text.size() - open - 2);
+      if (b.index.find_first_not_of(' ') == std::string::npos)
+        r.error(*bn, fmt::format("{}.bind.{}: '{}' has an empty index (name[row], or the name alone)", where, key, text));
     }
     const ProgramTensor* o = p.tensor(b.name);
     if (!o)
@@ -711,8 +744,10 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
                             x.name, bind[x.name], d, got, sub.name, want));
       }
     }
+  if (count == 0) return;  // bound and checked, run no times
   // Its intermediates, as this program's; its kernels, shared by every repetition.
   std::map<std::string, std::string> buffers;
+  std::set<std::string> mine;  // made by this step: two of its intermediates are never one
   for (const auto& b : sub.buffers) {
     ProgramTensor x = b;
     x.shape.clear();
@@ -720,7 +755,8 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
     // An intermediate another such step made, of the same type and shape, is reused (the steps run one after
     // the other); otherwise a name of its own.
     auto same = [&](const ProgramTensor* o) {
-      if (!o || !made.count(o->name) || o->dtype != x.dtype || o->shape.size() != x.shape.size()) return false;
+      if (!o || !made.count(o->name) || mine.count(o->name) || o->dtype != x.dtype || o->shape.size() != x.shape.size())
+        return false;
       for (size_t d = 0; d < x.shape.size(); ++d)
         if (o->shape[d].str() != x.shape[d].str()) return false;
       return true;
@@ -732,6 +768,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       p.buffers.push_back(std::move(x));
       made.insert(name);
     }
+    mine.insert(name);
     buffers[b.name] = name;
   }
   std::map<std::string, std::string> kernels;
@@ -861,6 +898,14 @@ void read_check(Reader& r, const toml::node& c, const fs::path& dir, ProgramSpec
 }  // namespace
 
 ProgramSpec parse_program(std::string_view text, const fs::path& path) {
+  std::map<fs::path, ProgramSpec> loaded;  // for the programs its steps run, where this read is the outermost
+  struct Scope {
+    bool own;
+    ~Scope() {
+      if (own) t_loaded = nullptr;
+    }
+  } scope{t_loaded == nullptr};
+  if (scope.own) t_loaded = &loaded;
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
   r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "scalars", "buckets", "guards", "inputs", "outputs", "buffers",

@@ -168,7 +168,8 @@ struct Program::Impl {
         const Expr& e = spec.inputs[i].shape[d];
         if (e.root().op == ExprOp::Var) {
           size_t sl = slot_of(e.root().name);
-          if (sl >= nconst && !is_bound[sl - nconst]) {
+          // A symbol (not a scalar, given at each call; not a constant) is bound by the first dimension naming it.
+          if (sl >= nconst && sl - nconst < is_bound.size() && !is_bound[sl - nconst]) {
             is_bound[sl - nconst] = true;
             binders.push_back({i, d, sl});
           }
@@ -558,19 +559,28 @@ struct Program::Impl {
         if (!a.row) continue;
         const ProgramTensor& t =
             a.group == 0 ? spec.inputs[a.index] : a.group == 1 ? spec.outputs[a.index] : spec.buffers[a.index];
-        const int64_t rows = a.group == 0   ? sh.in_dims[a.index][0]
-                             : a.group == 1 ? sh.out_dims[a.index][0]
-                                            : buffer_dims[a.index][0].eval(sh.key.data());
-        const int64_t total = sh.elements[a.group][a.index];
+        // The rows as the call's exact sizes lay them out (an intermediate is planned
+        // for its bucket's largest, but a kernel writing all of it uses the exact ones).
+        view_dims_.clear();
+        if (a.group == 2)
+          for (const auto& d : buffer_dims[a.index]) view_dims_.push_back(d.eval(sh.slots.data()));
+        const std::vector<int64_t>& dims =
+            a.group == 0 ? sh.in_dims[a.index] : a.group == 1 ? sh.out_dims[a.index] : view_dims_;
+        const int64_t rows = dims[0];
+        int64_t per_row = 1;
+        for (size_t d = 1; d < dims.size(); ++d)
+          if (__builtin_mul_overflow(per_row, dims[d], &per_row))
+            fail(Errc::usage, "program '{}': a row of '{}' has more elements than 64 bits count (with {})", spec.name,
+                 t.name, sym_text(sh.slots));
         const int64_t r = a.row->eval(sh.slots.data());
         if (r < 0 || r >= rows)
           fail(Errc::usage, "program '{}', step {} ({}): argument '{}' is row {} of '{}', which has {} rows (with {})",
                spec.name, i + 1, steps[i].kernel, steps[i].texts[j], r, t.name, rows, sym_text(sh.slots));
-        const int64_t per_row = rows > 0 ? total / rows : 0;
         sh.views[i][j] = {r * per_row * static_cast<int64_t>(dtype_size(t.dtype)), per_row};
       }
     }
   }
+  std::vector<int64_t> view_dims_;  // place_views' scratch
   int64_t view_offset(const Shape& sh, size_t i, size_t j) const {
     return sh.views.empty() ? 0 : sh.views[i][j].first;
   }

@@ -163,7 +163,9 @@ class Budgeted final : public SearchStrategy {
   std::string start() const override { return text_; }
 
   std::vector<size_t> next(const SearchState& s) override {
-    if (s.budget_left == 0 || s.seconds_left <= 0) return {};
+    // The first sample is timed however little time is left (a budget spent
+    // before anything was timed, on a busy machine, would leave no answer).
+    if (s.budget_left == 0 || (s.seconds_left <= 0 && round_ > 0)) return {};
     std::vector<size_t> left;
     for (size_t i : s.runnable)
       if (!s.result(i)) left.push_back(i);

@@ -67,9 +67,10 @@ std::unique_ptr<SearchStrategy> make_coordesc_search(std::optional<size_t> start
 // time over the configs timed so far; params as log2 features; a failed
 // config counts as 4 times the slowest that ran) predicts fastest, and 1
 // drawn at random. It stops when the time budget or the evaluation cap is
-// spent, or, with `until_settled`, once n/32 configs (at least two rounds)
-// in a row have not improved the best by 1%. Without XGBoost the rounds are
-// random draws (its start() says so).
+// spent (the first sample is timed even where the time budget is spent
+// already, so a tiny budget still answers), or, with `until_settled`, once
+// n/32 configs (at least two rounds) in a row have not improved the best by
+// 1%. Without XGBoost the rounds are random draws (its start() says so).
 std::unique_ptr<SearchStrategy> make_budgeted_search(std::optional<size_t> start, uint64_t seed, bool until_settled);
 
 // The strategy of one tuning of `call`. `pruned`: per candidate, why it
