@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <fmt/format.h>
 
 #include "core/fsutil.hpp"
 #include "kiln/memory_plan.hpp"
@@ -11,6 +12,7 @@
 #include "kiln/ext/tuner.hpp"
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/kernel.hpp"
 #include "kiln/program.hpp"
 #include "emit.hpp"
 #include "kiln/runtime.hpp"
@@ -561,5 +563,118 @@ args = ["x", "wg", "wu", "h", "T", "I", "H"]
     std::vector<std::byte> b(pattern.size());
     dev.to_host(b.data(), f.get(), b.size(), nullptr);
     EXPECT_EQ(b, pattern) << "the replay wrote into memory allocated after the growth";
+  }
+}
+
+// Overlapping launches (a spec's pdl): a consumer launched to overlap a slow producer reads
+// what the producer wrote when it waits for it (kiln_wait_prior), and stale data when it does
+// not, launched alone, and in a program's steps, plainly and as a graph; with overlapping
+// turned off (KILN_PDL=0) the consumer without the wait is correct too. The stale reads are
+// the proof that the launches overlapped: a test that passed without them would prove nothing.
+TEST_F(ProgramTest, AnOverlappedConsumerReadsStaleDataWithoutTheWait) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  const std::string fx = test::source_dir() + "/tests/fixtures/pdl";
+  const int64_t n = 1 << 20;
+  const int64_t spin = 4000000;  // clock cycles, about 2 ms: the consumer has long ended by then
+  // The number of out[i] that are not i + 1.
+  auto stale = [&](Device& dev, void* out) {
+    std::vector<int32_t> h(n);
+    dev.sync(nullptr);
+    dev.to_host(h.data(), out, n * 4, nullptr);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += h[i] != static_cast<int32_t>(i + 1);
+    return bad;
+  };
+  for (bool pdl : {true, false}) {
+    Options o = opts;
+    o.cuda_pdl = pdl;
+    Runtime rt(o);
+    Device& dev = rt.backend("cuda").device();
+    DeviceBuffer zeros(dev, n * 4), mid(dev, n * 4), out(dev, n * 4);
+    const std::vector<int32_t> z(n, 0);
+    dev.to_device(zeros.get(), z.data(), n * 4, nullptr);
+    auto* pm = static_cast<int32_t*>(mid.get());
+    auto* po = static_cast<int32_t*>(out.get());
+    Kernel produce(rt, load_spec(fx + "/produce.toml"));
+    for (int wait : {0, 1}) {
+      SCOPED_TRACE(fmt::format("launched alone, KILN_PDL={}, consumer {} the wait", pdl, wait ? "with" : "without"));
+      Kernel consume(rt, load_spec(fx + fmt::format("/consume_wait{}.toml", wait)));
+      for (int rep = 0; rep < 3; ++rep) {
+        dev.to_device(mid.get(), z.data(), n * 4, nullptr);
+        dev.to_device(out.get(), z.data(), n * 4, nullptr);
+        dev.sync(nullptr);
+        produce(pm, n, spin);
+        consume(static_cast<const int32_t*>(pm), po, n);
+        const int64_t bad = stale(dev, out.get());
+        if (wait || !pdl) {
+          EXPECT_EQ(bad, 0) << "the consumer read data the producer had not written";
+        } else {
+          EXPECT_GT(bad, 0) << "the consumer without the wait read only fresh data: the launches did not overlap";
+        }
+      }
+    }
+    // The same chain as a program's steps: x (zeros) copied into mid, the producer over it,
+    // the consumer to y; run plainly (graphs off), then captured and replayed.
+    for (int wait : {0, 1})
+      for (bool graphs : {false, true}) {
+        SCOPED_TRACE(fmt::format("a program, graphs {}, KILN_PDL={}, consumer {} the wait", graphs, pdl,
+                                 wait ? "with" : "without"));
+        const std::string text = fmt::format(R"(kind = "program"
+version = 1
+name = "overlap"
+backend = "cuda"
+constants = {{ SPIN = {} }}
+symbols = ["N"]
+[[inputs]]
+name = "x"
+dtype = "i32"
+shape = ["N"]
+[[outputs]]
+name = "y"
+dtype = "i32"
+shape = ["N"]
+[[buffers]]
+name = "m"
+dtype = "i32"
+shape = ["N"]
+[kernels]
+copy = "{}/consume_wait1.toml"
+produce = "{}/produce.toml"
+consume = "{}/consume_wait{}.toml"
+[[steps]]
+launch = "copy"
+args = ["x", "m", "N"]
+[[steps]]
+launch = "produce"
+args = ["m", "N", "SPIN"]
+[[steps]]
+launch = "consume"
+args = ["m", "y", "N"]
+)",
+                                             spin, fx, fx, fx, wait);
+        ProgramSpec p = parse_program(text, dir.path() / "overlap.toml");
+        Options po_ = o;
+        po_.program_graphs = graphs;
+        Runtime prt(po_);
+        Device& pdev = prt.backend("cuda").device();
+        DeviceBuffer x(pdev, n * 4), y(pdev, n * 4);
+        pdev.to_device(x.get(), z.data(), n * 4, nullptr);
+        Program prog(prt, p);
+        for (int call = 0; call < 4; ++call) {
+          pdev.to_device(y.get(), z.data(), n * 4, nullptr);
+          pdev.sync(nullptr);
+          prog.run({{x.get(), {n}}}, {{y.get(), {n}}});
+          const int64_t bad = stale(pdev, y.get());
+          if (wait || !pdl) {
+            EXPECT_EQ(bad, 0) << "call " << call << ": the consumer read data the producer had not written";
+          } else {
+            EXPECT_GT(bad, 0) << "call " << call << ": the consumer without the wait read only fresh data";
+          }
+        }
+        if (graphs) {
+          EXPECT_GE(prog.stats().graph_replays, 1u) << "the program was never replayed as a graph";
+        }
+      }
   }
 }

@@ -122,6 +122,16 @@ TEST(Spec, ErrorsNameFileLineColumnAndKey) {
   EXPECT_CONTAINS(error_of(replace(kGood, "name    = \"matmul\"", "name    = \"mat mul\"")), "is not an identifier");
 }
 
+// pdl (a launch that may overlap the kernel before it) is a boolean of cuda kernels.
+TEST(Spec, PdlIsABooleanOfCudaKernels) {
+  EXPECT_CONTAINS(error_of(replace(kGood, "entry   =", "pdl = true\nentry   =")),
+                  "k/matmul.toml:4:7: 'pdl' (a launch that may overlap the kernel before it) is for the cuda backend");
+  std::string cuda = replace(kGood, "backend = \"cpu\"", "backend = \"cuda\"");
+  EXPECT_CONTAINS(error_of(replace(cuda, "entry   =", "pdl = 1\nentry   =")), "k/matmul.toml:4:7: 'pdl' is true or false");
+  EXPECT_FALSE(parse(cuda).pdl);
+  EXPECT_TRUE(parse(replace(cuda, "entry   =", "pdl = true\nentry   =")).pdl);
+}
+
 TEST(Spec, LoadsTheBuiltInKernels) {
   for (const char* k : {"matmul", "softmax"}) {
     KernelSpec s = load_spec(std::filesystem::path(test::kernels()) / "cpu" / (std::string(k) + ".toml"));

@@ -80,6 +80,10 @@
 #define GEMM_DTYPE (DT == 0 ? GEMM_DTYPE_BF16 : GEMM_DTYPE_F16)
 #define GEMM_LAYOUT (BT ? GEMM_LAYOUT_NT : GEMM_LAYOUT_NN)
 #define GEMM_EPILOGUE (EPI + 1)
+// kiln's device functions, which kiln puts before every kernel it compiles (launched here
+// without overlap, the wait returns at once)
+static __device__ __forceinline__ void kiln_wait_prior() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+static __device__ __forceinline__ void kiln_start_next() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 #if DECODE
 #include "../../kernels/cuda/gemm_decode.cu"
 typedef gemm_t elem_t;

@@ -53,6 +53,8 @@ struct Options {
   std::string cuda_arch;              // KILN_CUDA_ARCH: sm_90, sm_90a...; default: the device's (required
                                       // to compile cuda kernels where there is no GPU)
   bool cuda_flush_l2 = true;          // KILN_BENCH_NO_L2_FLUSH=1: time GPU kernels with a warm L2
+  bool cuda_pdl = true;               // KILN_PDL=0: no launch overlaps the kernel before it (a spec's pdl
+                                      // is not used: docs/program.md)
 
   // Sharing with a fleet (docs/fleet.md).
   std::string remote_cache;           // KILN_REMOTE_CACHE=redis://host:port/db: tuning records shared through Redis

@@ -150,6 +150,10 @@ struct KernelSpec {
   std::vector<ArgSpec> args;
   ConfigSpace space;
   std::vector<Expr> constraints;  // a config is pruned when one evaluates to 0
+  // cuda: the kernel calls kiln_wait_prior() in every thread before it touches memory an
+  // earlier launch writes or reads (and before it returns), so it may be launched to
+  // overlap the kernel before it (programmatic dependent launch; docs/program.md).
+  bool pdl = false;
   std::vector<TensorMapSpec> tensor_maps;  // cuda: passed after the arguments, in order (at most 4)
   std::vector<std::filesystem::path> include_dirs;  // resolved
   std::vector<std::string> cflags;

@@ -44,6 +44,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
               const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S, long long CAP,
               long long HQ, long long HKV, long long CHUNK) {
   (void)CAP;
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   constexpr int NU = 2 * NW, KPW = 2 * UNROLL;  // units a block, keys a warp an iteration
   __shared__ float sm[NU][RB][AD_D + 2];
   const int h = blockIdx.x, w = threadIdx.x >> 5, half = (threadIdx.x >> 4) & 1, li = threadIdx.x & 15;
@@ -152,6 +154,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
 extern "C" __global__ void __launch_bounds__(AD_D)
     attn_combine(const float* __restrict__ part, __nv_bfloat16* __restrict__ o, long long T, long long S, long long HQ,
                  long long CHUNK) {
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long r = blockIdx.x, splits = (S + T + CHUNK - 1) / CHUNK, rows = T * HQ;
   const int d = threadIdx.x;
   float M = AD_NEG_INF;

@@ -12,6 +12,8 @@ __device__ __forceinline__ float epi_silu(float x) { return x / (1.f + __expf(-x
 template <class Op>
 __device__ __forceinline__ void ew2(const __nv_bfloat16* __restrict__ G, const __nv_bfloat16* __restrict__ U,
                                     __nv_bfloat16* __restrict__ C, long long n, Op op) {
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long i = (static_cast<long long>(blockIdx.x) * NT + threadIdx.x) * VEC;
   if (i >= n) return;
   if (VEC == 8 && i + 8 <= n) {

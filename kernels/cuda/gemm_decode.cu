@@ -85,6 +85,13 @@ __device__ __forceinline__ void dec_mma(float (&d)[4], unsigned a0, unsigned a1,
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Asks L2 for `bytes` (a multiple of 16) at p (16-byte aligned), with nothing waited for.
+__device__ __forceinline__ void dec_prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // 16 bytes of row `row` from column k, zero where row >= rows or k + e >= kend.
 // Weights stream (read once: no L1 allocation); activations are re-read by every block
 // (read-only path, cached).
@@ -181,6 +188,30 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   };
   const long long kstride = static_cast<long long>(WARPS) * DEC_KSTEP;
   long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP;
+
+  // Launched with pdl (the spec's), this kernel may start while the one before it still runs.
+  // Before it waits for that kernel, it asks L2 for the weight bytes its first steps read (a
+  // thread a row: the block's first kstride of K). A prefetch into L2 cannot read stale
+  // data, whatever wrote the weights: L2 is where every write lands, so the loads after the
+  // wait see the previous kernel's writes (and a weight is mostly never written).
+  kiln_start_next();
+#if VEC == 8
+  {
+    const long long pf_end = kb + kstride < ke ? kb + kstride : ke;
+    if (tid < 16 * RG * DEC_NB && pf_end > kb) {
+      const int j = tid / (16 * RG);
+      const long long n = n0 + tid % (16 * RG);
+#if GEMM_GATED
+      const gemm_t* Wj = j == 0 ? B0 : B1;
+#else
+      const gemm_t* Wj = B0;
+      (void)j;
+#endif
+      if (n < N) dec_prefetch_l2(Wj + n * K + kb, static_cast<unsigned>((pf_end - kb) * sizeof(gemm_t)));
+    }
+  }
+#endif
+  kiln_wait_prior();
 #if PIPE == 1
   for (; kp < ke; kp += kstride) {
     StepA a;

@@ -9,6 +9,8 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
                                                          const __nv_bfloat16* __restrict__ g,
                                                          __nv_bfloat16* __restrict__ y, long long T, long long H,
                                                          float eps) {
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long t = blockIdx.x;
   if (t >= T) return;
   const __nv_bfloat16* xr = x + t * H;

@@ -15,6 +15,8 @@ extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16*
                                                            __nv_bfloat16* vc, long long T, long long S, long long CAP,
                                                            long long HQ, long long HKV, float theta) {
   (void)CAP;
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long t = blockIdx.x, j = blockIdx.y;
   const int i = threadIdx.x;
   if (t >= T || j >= HQ + 2 * HKV) return;

@@ -46,6 +46,7 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
     has_zero_when_ = true;
   }
   nargs_ = static_cast<int>(spec.args.size());
+  pdl_ = spec.pdl;
   for (const auto& m : spec.tensor_maps) {
     const int i = spec.arg_index(m.of);
     auto c = [&](const Expr& e) { return compile_expr(spec, e, &config, &limits); };
@@ -61,6 +62,7 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   int64_t* b[3] = {&d.block.x, &d.block.y, &d.block.z};
   for (size_t i = 0; i < block_.size(); ++i) *b[i] = block_[i].eval(slots);
   if (has_shared_) d.shared = shared_.eval(slots);
+  d.pdl = pdl_;
   if (d.empty()) return d;
   if (!zero_.empty() && (!has_zero_when_ || zero_when_.eval(slots) != 0)) {
     d.nzero = static_cast<int>(zero_.size());

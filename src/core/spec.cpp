@@ -543,7 +543,7 @@ class SpecReader {
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "tensor_maps"},
+                     "tensor_maps", "pdl"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -704,6 +704,12 @@ class SpecReader {
       check(s, *sh, "shared", e);
       s.shared = std::move(e);
     }
+    if (const toml::node* p = root.get("pdl")) {
+      if (!p->is_boolean()) error(*p, "'pdl' is true or false");
+      if (s.backend != "cuda")
+        error(*p, "'pdl' (a launch that may overlap the kernel before it) is for the cuda backend");
+      s.pdl = p->as_boolean()->get();
+    }
   }
 
   // zero, zero_when.
@@ -844,7 +850,7 @@ class SpecReader {
   void make_member(toml::table& root, std::string_view member) {
     only_keys(root, {"kind", "name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "family", "member", "tensor_maps"},
+                     "family", "member", "tensor_maps", "pdl"},
               " in a kernel family (its members' arguments follow their problem: no 'args')");
     const std::vector<std::string> members = family_members(root);
     const std::string family = str(required(root, "name"), "name");

@@ -179,6 +179,7 @@ json to_json(const BenchPlan& p) {
              return z;
            }()},
           {"nargs", p.dims.nargs},
+          {"pdl", p.dims.pdl},
           {"tensor_maps", [&] {
              json t = json::array();
              for (int i = 0; i < p.dims.ntmap; ++i) {
@@ -229,6 +230,7 @@ BenchPlan bench_plan_from_json(const json& j) {
       fail(Errc::worker, "a bench plan zeroes argument {}, which is no buffer", p.dims.zero_arg[i]);
   }
   p.dims.nargs = j.at("nargs").get<int>();
+  p.dims.pdl = j.value("pdl", false);
   const auto& t = j.at("tensor_maps");
   if (t.size() > 4) fail(Errc::worker, "a bench plan passes {} tensor maps (at most 4)", t.size());
   p.dims.ntmap = static_cast<int>(t.size());

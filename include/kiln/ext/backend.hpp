@@ -105,6 +105,8 @@ struct LaunchDims {
   int nargs = 0;
   int ntmap = 0;
   TensorMapDims tmap[4] = {};
+  // cuda: the kernel may start before the previous kernel in its stream ends (the spec's pdl).
+  bool pdl = false;
   bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
 };
 
@@ -140,6 +142,7 @@ class LaunchPlan {
   };
   std::vector<TensorMapPlan> tmaps_;
   int nargs_ = 0;
+  bool pdl_ = false;
   LaunchLimits limits_;
   std::string kernel_, config_;
 };

@@ -106,6 +106,7 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuKernelGetAttribute, "cuKernelGetAttribute", &missing);
     bind(h, d->cuKernelSetAttribute, "cuKernelSetAttribute", &missing);
     bind(h, d->cuLaunchKernel, "cuLaunchKernel", &missing);
+    bind(h, d->cuLaunchKernelEx, "cuLaunchKernelEx", nullptr);
     bind(h, d->cuMemAlloc, "cuMemAlloc_v2", &missing);
     bind(h, d->cuMemFree, "cuMemFree_v2", &missing);
     bind(h, d->cuMemGetAddressRange, "cuMemGetAddressRange_v2", &missing);
@@ -133,6 +134,7 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuGraphLaunch, "cuGraphLaunch", &missing);
     bind(h, d->cuGraphExecDestroy, "cuGraphExecDestroy", &missing);
     bind(h, d->cuGraphDestroy, "cuGraphDestroy", &missing);
+    bind(h, d->cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3", nullptr);
     bind(h, d->cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2", nullptr);
     bind(h, d->cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2", nullptr);
     bind(h, d->cuGraphGetNodes, "cuGraphGetNodes", nullptr);

@@ -41,6 +41,25 @@ struct CudaKernelNodeParams {
   CUkernel kern;
   CUcontext ctx;
 };
+// The driver's extended launch (CUlaunchAttribute, CUlaunchConfig): one attribute is
+// used, programmatic stream serialisation (a launch that may start before the previous
+// kernel in its stream ends, the kernel waiting with griddepcontrol.wait).
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72, "the driver's CUlaunchAttribute is 72 bytes");
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 // The driver's TMA descriptor (CUtensorMap): 128 opaque bytes.
 struct alignas(128) CUtensorMap {
   unsigned long long opaque[16];
@@ -116,6 +135,8 @@ struct Driver {
   CUresult (*cuKernelSetAttribute)(int, int, CUkernel, CUdevice);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
+  // The extended launch (optional: without it no launch overlaps the one before it).
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -143,6 +164,10 @@ struct Driver {
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
   // Graph updates in place (optional: without them a graph is captured anew instead).
+  // (_v3, whose edge data keeps the query exact after a programmatic edge, else _v2 through
+  // capture_info below)
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**,
+                                        const void**, size_t*) = nullptr;
   CUresult (*cuStreamGetCaptureInfo)(CUstream, int*, unsigned long long*, CUgraph*, const CUgraphNode**,
                                      size_t*) = nullptr;
   CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CudaKernelNodeParams*) = nullptr;
@@ -158,6 +183,15 @@ struct Driver {
   // The driver, opened once; nullptr with `why` set when there is none
   // (no libcuda, a missing symbol, a driver too old, cuInit failing).
   static const Driver* get(std::string* why);
+  bool can_query_capture() const { return cuStreamGetCaptureInfo_v3 || cuStreamGetCaptureInfo; }
+  CUresult capture_info(CUstream s, int* status, unsigned long long* id, CUgraph* g, const CUgraphNode** deps,
+                        size_t* n) const {
+    if (cuStreamGetCaptureInfo_v3) {
+      const void* edges = nullptr;
+      return cuStreamGetCaptureInfo_v3(s, status, id, g, deps, &edges, n);
+    }
+    return cuStreamGetCaptureInfo(s, status, id, g, deps, n);
+  }
   std::string error_text(CUresult r) const;  // "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access...)"
 };
 

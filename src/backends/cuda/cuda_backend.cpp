@@ -292,7 +292,7 @@ CUstream stream_of(Stream s) { return s ? static_cast<CUstream>(s) : per_thread_
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(const Driver* d, int ordinal) : d_(d), ordinal_(ordinal) {
+  CudaDevice(const Driver* d, int ordinal, bool pdl) : d_(d), ordinal_(ordinal) {
     check(d_->cuDeviceGet(&dev_, ordinal), "getting the device");
     check(d_->cuDevicePrimaryCtxRetain(&ctx_, dev_), "retaining the device's primary context");
     char name[256] = {};
@@ -301,6 +301,8 @@ class CudaDevice final : public Device {
     info_.ordinal = ordinal;
     int major = attr(COMPUTE_CAPABILITY_MAJOR), minor = attr(COMPUTE_CAPABILITY_MINOR);
     info_.arch = fmt::format("sm_{}{}", major, minor);
+    // Programmatic dependent launch: Hopper on, with the extended launch.
+    pdl_ = pdl && major >= 9 && d_->cuLaunchKernelEx;
     info_.multiprocessors = attr(MULTIPROCESSOR_COUNT);
     info_.l2_bytes = attr(L2_CACHE_SIZE);
     size_t mem = 0;
@@ -328,6 +330,8 @@ class CudaDevice final : public Device {
   const Driver* driver() const { return d_; }
   CUdevice handle() const { return dev_; }
   int ordinal() const { return ordinal_; }
+  // Whether a spec's pdl launches overlap the kernel before them (KILN_PDL, the device, the driver).
+  bool pdl() const { return pdl_; }
 
   // The context every call of kiln's needs: the caller's current one if it
   // has one, else this device's primary context. Cheap: a thread-local read.
@@ -542,7 +546,7 @@ class CudaDevice final : public Device {
     };
     auto graph = std::make_unique<CudaGraph>(*this);
     check(d_->cuStreamCreate(&graph->s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
-    const bool can_update = d_->cuStreamGetCaptureInfo && d_->cuGraphExecKernelNodeSetParams && d_->cuGraphGetNodes;
+    const bool can_update = d_->can_query_capture() && d_->cuGraphExecKernelNodeSetParams && d_->cuGraphGetNodes;
     GraphRecording rec;
     rec.stream = graph->s;
     rec.nodes = &graph->nodes;
@@ -586,7 +590,7 @@ class CudaDevice final : public Device {
     CUgraph g = nullptr;
     const CUgraphNode* deps = nullptr;
     size_t ndeps = 0, n = 0;
-    if (d_->cuStreamGetCaptureInfo(stream_of(st), &status, &id, &g, &deps, &ndeps) != CUDA_SUCCESS || !g ||
+    if (d_->capture_info(stream_of(st), &status, &id, &g, &deps, &ndeps) != CUDA_SUCCESS || !g ||
         d_->cuGraphGetNodes(g, nullptr, &n) != CUDA_SUCCESS || n < rec->nodes->size()) {
       rec->ok = false;
       return rec->nodes->size();
@@ -617,6 +621,7 @@ class CudaDevice final : public Device {
   };
   const Driver* d_;
   int ordinal_;
+  bool pdl_ = false;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   DeviceInfo info_;
@@ -814,11 +819,20 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     ++rec->cursor;
     return;
   }
-  CUresult r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), static_cast<unsigned>(d.grid.x),
-                                    static_cast<unsigned>(d.grid.y), static_cast<unsigned>(d.grid.z),
-                                    static_cast<unsigned>(d.block.x), static_cast<unsigned>(d.block.y),
-                                    static_cast<unsigned>(d.block.z), static_cast<unsigned>(d.shared), stream_of(s),
-                                    kp, nullptr);
+  CUresult r;
+  if (d.pdl && d.nzero == 0 && dev_.pdl()) {
+    // The kernel waits for the previous one itself (griddepcontrol.wait): it may be
+    // scheduled once that kernel's blocks have all started or asked for it
+    // (griddepcontrol.launch_dependents). Captured, the edge is a programmatic one.
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_serialization_allowed = 1;
+    const CUlaunchConfig cfg{dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream_of(s), &attr, 1};
+    r = drv_->cuLaunchKernelEx(&cfg, reinterpret_cast<CUfunction>(k_), kp, nullptr);
+  } else {
+    r = drv_->cuLaunchKernel(reinterpret_cast<CUfunction>(k_), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
+                             dims[6], stream_of(s), kp, nullptr);
+  }
   if (r != CUDA_SUCCESS) failed(r, d);
   if (rec) {
     // Captured: the node just added is what the stream's next work would depend on.
@@ -827,7 +841,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     CUgraph g = nullptr;
     const CUgraphNode* deps = nullptr;
     size_t n = 0;
-    if (drv_->cuStreamGetCaptureInfo(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1)
+    if (drv_->capture_info(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1)
     {
       // Nodes added since the last one recorded (this launch's fills, a library's
       // kernels) are counted in their places first.
@@ -926,6 +940,21 @@ class CudaBackend final : public Backend {
   std::string generate_source(const CompileRequest& req) {
     std::string s = fmt::format("// generated by kiln: kernel {}, config {}\n", req.kernel, req.config_text);
     for (const auto& [n, v] : req.defines) s += fmt::format("#define {} {}\n", n, v);
+    // kiln's device functions, for any kernel (docs/program.md, "Overlapping launches"):
+    // kiln_wait_prior() returns once the kernels before this one in its stream have ended and
+    // their writes are visible (at once unless the launch may overlap them: the spec's pdl);
+    // kiln_start_next() lets the next kernel, when it may overlap this one, be scheduled now.
+    s += R"(static __device__ __forceinline__ void kiln_wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void kiln_start_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+)";
     s += fmt::format("#line 1 \"{}\"\n", c_escape(req.source_name));
     s += req.source_text;
     if (!req.source_text.empty() && req.source_text.back() != '\n') s += '\n';
@@ -1061,7 +1090,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
         fail(Errc::launch, "the cuda backend cannot run here: {}",
              n == 0 ? std::string("no GPU: the CUDA driver found no device")
                     : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs", opts_.cuda_device, n));
-      device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device);
+      device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
     }
     return *device_;
   }
