@@ -600,7 +600,9 @@ TEST_F(ProgramTest, AnOverlappedConsumerReadsStaleDataWithoutTheWait) {
     for (int wait : {0, 1}) {
       SCOPED_TRACE(fmt::format("launched alone, KILN_PDL={}, consumer {} the wait", pdl, wait ? "with" : "without"));
       Kernel consume(rt, load_spec(fx + fmt::format("/consume_wait{}.toml", wait)));
-      for (int rep = 0; rep < 3; ++rep) {
+      // The first call of a handle may do more than launch (compile, check): its stale read is
+      // not asked for.
+      for (int rep = 0; rep < 4; ++rep) {
         dev.to_device(mid.get(), z.data(), n * 4, nullptr);
         dev.to_device(out.get(), z.data(), n * 4, nullptr);
         dev.sync(nullptr);
@@ -609,7 +611,7 @@ TEST_F(ProgramTest, AnOverlappedConsumerReadsStaleDataWithoutTheWait) {
         const int64_t bad = stale(dev, out.get());
         if (wait || !pdl) {
           EXPECT_EQ(bad, 0) << "the consumer read data the producer had not written";
-        } else {
+        } else if (rep > 0) {
           EXPECT_GT(bad, 0) << "the consumer without the wait read only fresh data: the launches did not overlap";
         }
       }
@@ -661,14 +663,14 @@ args = ["m", "y", "N"]
         DeviceBuffer x(pdev, n * 4), y(pdev, n * 4);
         pdev.to_device(x.get(), z.data(), n * 4, nullptr);
         Program prog(prt, p);
-        for (int call = 0; call < 4; ++call) {
+        for (int call = 0; call < 5; ++call) {
           pdev.to_device(y.get(), z.data(), n * 4, nullptr);
           pdev.sync(nullptr);
           prog.run({{x.get(), {n}}}, {{y.get(), {n}}});
           const int64_t bad = stale(pdev, y.get());
           if (wait || !pdl) {
             EXPECT_EQ(bad, 0) << "call " << call << ": the consumer read data the producer had not written";
-          } else {
+          } else if (call > 0) {  // (not the steps' first calls, as above)
             EXPECT_GT(bad, 0) << "call " << call << ": the consumer without the wait read only fresh data";
           }
         }
