@@ -190,23 +190,16 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP;
 
   // Launched with pdl (the spec's), this kernel may start while the one before it still runs.
-  // Before it waits for that kernel, it asks L2 for the weight bytes it reads first (a thread
-  // a row): every block its first kstride of K; the blocks of the first wave (block number
-  // below the multiprocessors' count, %nsmid), the ones that can start while the kernel
-  // before still runs, up to 64 KiB of their rows, which the previous kernel's tail and the
-  // gap between the two would otherwise leave unread. (64 KiB for every block measured
-  // slower on the H100: the layer 177 us a call against 165.) A prefetch into L2 cannot read
-  // stale data, whatever wrote the weights: L2 is where every write lands, so the loads after
-  // the wait see the previous kernel's writes.
+  // Before it waits for that kernel, it asks L2 for the weight bytes its first steps read (a
+  // thread a row: the block's first kstride of K). A prefetch into L2 cannot read stale
+  // data, whatever wrote the weights: L2 is where every write lands, so the loads after the
+  // wait see the previous kernel's writes. (4 KiB a row, 64 KiB a block, measured slower on
+  // the H100: the layer 177 us a call against 165, the tuning of the gated MLP GEMM then
+  // preferring cuBLASLt.)
   kiln_start_next();
 #if VEC == 8
   {
-    unsigned nsm;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < nsm;
-    constexpr long long kWave = 65536 / (16 * RG * DEC_NB) / sizeof(gemm_t);  // elements a row
-    const long long span = first_wave && kWave > kstride ? kWave : kstride;
-    const long long pf_end = kb + span < ke ? kb + span : ke;
+    const long long pf_end = kb + kstride < ke ? kb + kstride : ke;
     if (tid < 16 * RG * DEC_NB && pf_end > kb) {
       const int j = tid / (16 * RG);
       const long long n = n0 + tid % (16 * RG);
