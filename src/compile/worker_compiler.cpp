@@ -18,7 +18,8 @@ nlohmann::json worker_options(const Options& o) {
           {"cuda_device", o.cuda_device},
           {"cuda_arch", o.cuda_arch},
           {"bench_flush", o.bench_flush},
-          {"cuda_flush_l2", o.cuda_flush_l2}};
+          {"cuda_flush_l2", o.cuda_flush_l2},
+          {"cuda_pdl", o.cuda_pdl}};
 }
 
 void rethrow_worker_error(const nlohmann::json& reply) {

@@ -125,6 +125,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   for (const auto& [n, v] : s.constants) h.add("constant", fmt::format("{}={}", n, v));
   for (const auto& z : s.zero) h.add("zero", z);
   if (s.zero_when) h.add("zero_when", s.zero_when->str());
+  if (s.pdl) h.add("pdl", "1");
   for (const auto& f : s.cflags) h.add("cflag", f);
   h.add("rtol", fmt::format("{:.17g}", s.tuning.rtol)).add("atol", fmt::format("{:.17g}", s.tuning.atol));
   h.add("reference", s.tuning.reference_config ? s.tuning.reference_config->str() : std::string("(first that runs)"));

@@ -66,6 +66,7 @@ Options options_from(const json& j) {
   if (j.contains("cuda_arch")) o.cuda_arch = j["cuda_arch"].get<std::string>();
   if (j.contains("bench_flush")) o.bench_flush = j["bench_flush"].get<bool>();
   if (j.contains("cuda_flush_l2")) o.cuda_flush_l2 = j["cuda_flush_l2"].get<bool>();
+  if (j.contains("cuda_pdl")) o.cuda_pdl = j["cuda_pdl"].get<bool>();
   return o;
 }
 
@@ -75,7 +76,7 @@ struct Worker {
   std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;
 
   static std::string id_of(const std::string& name, const Options& o) {
-    return fmt::format("{}|{}|{}|{}|{}", name, o.cxx, o.launch_threads, o.cuda_device, o.cuda_arch);
+    return fmt::format("{}|{}|{}|{}|{}|{}", name, o.cxx, o.launch_threads, o.cuda_device, o.cuda_arch, o.cuda_pdl);
   }
   Backend& backend(const std::string& name, const Options& o) {
     std::string id = id_of(name, o);

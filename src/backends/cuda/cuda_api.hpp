@@ -44,7 +44,7 @@ struct CudaKernelNodeParams {
 // The driver's extended launch (CUlaunchAttribute, CUlaunchConfig): one attribute is
 // used, programmatic stream serialisation (a launch that may start before the previous
 // kernel in its stream ends, the kernel waiting with griddepcontrol.wait).
-struct CUlaunchAttribute {
+struct alignas(8) CUlaunchAttribute {
   int id;
   char pad[4];
   union {
@@ -52,13 +52,17 @@ struct CUlaunchAttribute {
     int programmatic_serialization_allowed;
   } value;
 };
-static_assert(sizeof(CUlaunchAttribute) == 72, "the driver's CUlaunchAttribute is 72 bytes");
+static_assert(sizeof(CUlaunchAttribute) == 72 && offsetof(CUlaunchAttribute, value) == 8,
+              "the driver's CUlaunchAttribute: the id, then the 64-byte value at 8");
 struct CUlaunchConfig {
   unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
   CUstream hStream;
   CUlaunchAttribute* attrs;
   unsigned numAttrs;
 };
+static_assert(sizeof(CUlaunchConfig) == 56 && offsetof(CUlaunchConfig, hStream) == 32 &&
+                  offsetof(CUlaunchConfig, attrs) == 40 && offsetof(CUlaunchConfig, numAttrs) == 48,
+              "the driver's CUlaunchConfig layout");
 constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 // The driver's TMA descriptor (CUtensorMap): 128 opaque bytes.
 struct alignas(128) CUtensorMap {

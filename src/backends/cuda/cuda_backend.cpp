@@ -22,7 +22,7 @@ using namespace cuda;
 namespace {
 
 // Bump when the generated source around a kernel changes: old binaries no longer fit.
-constexpr int kCudaAbiVersion = 2;
+constexpr int kCudaAbiVersion = 3;
 
 // The largest shared memory a block can opt in to, by architecture, for
 // pruning when there is no device to ask.
@@ -301,8 +301,9 @@ class CudaDevice final : public Device {
     info_.ordinal = ordinal;
     int major = attr(COMPUTE_CAPABILITY_MAJOR), minor = attr(COMPUTE_CAPABILITY_MINOR);
     info_.arch = fmt::format("sm_{}{}", major, minor);
-    // Programmatic dependent launch: Hopper on, with the extended launch.
-    pdl_ = pdl && major >= 9 && d_->cuLaunchKernelEx;
+    // Programmatic dependent launch: Hopper on, with the extended launch and a driver that
+    // captures it into graphs (CUDA 12.3).
+    pdl_ = pdl && major >= 9 && d_->cuLaunchKernelEx && d_->version >= 12030;
     info_.multiprocessors = attr(MULTIPROCESSOR_COUNT);
     info_.l2_bytes = attr(L2_CACHE_SIZE);
     size_t mem = 0;
