@@ -193,6 +193,40 @@ args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n"
   }
 }
 
+// A spec that says pdl = true (launched to overlap the kernel before it) compiles only when its
+// code waits for that kernel (kiln_wait_prior, the device function kiln puts before every
+// kernel); the same kernel without pdl compiles either way.
+TEST_F(CudaTest, APdlKernelThatNeverWaitsIsRefusedAtCompile) {
+  if (nvrtc_missing()) return;
+  const std::string toml = R"(name = "k"
+backend = "cuda"
+source = "k.cu"
+entry = "k"
+grid = ["1"]
+block = ["32"]
+pdl = true
+args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
+)";
+  const std::string waits = "extern \"C\" __global__ void k(float* x, long long n) {\n  kiln_wait_prior();\n  x[0] = n;\n}\n";
+  const std::string never = "extern \"C\" __global__ void k(float* x, long long n) {\n  kiln_start_next();\n  x[0] = n;\n}\n";
+  Runtime rt(opts);
+  KernelSpec good = test::spec_in(dir.path() / "a", toml, "k.cu", waits);
+  EXPECT_NO_THROW(rt.compile_pool("cuda").submit(make_compile_request(good, good.space.at(0))).get());
+  KernelSpec bad = test::spec_in(dir.path() / "b", toml, "k.cu", never);
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(bad, bad.space.at(0))).get();
+    FAIL() << "a pdl kernel that never waits compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::compile);
+    EXPECT_NE(std::string(e.what()).find("says pdl = true, but its code never calls kiln_wait_prior()"),
+              std::string::npos) << e.what();
+  }
+  std::string plain_toml = toml;
+  plain_toml.erase(plain_toml.find("pdl = true\n"), 11);
+  KernelSpec plain = test::spec_in(dir.path() / "c", plain_toml, "k.cu", never);
+  EXPECT_NO_THROW(rt.compile_pool("cuda").submit(make_compile_request(plain, plain.space.at(0))).get());
+}
+
 // A spec's tensor maps are parameters after its arguments: the entry check counts them
 // and wants 128 bytes each; a kernel that takes them compiles (launching is the GPU's test).
 TEST_F(CudaTest, TensorMapsFollowTheArgumentsAndTheEntryIsCheckedForThem) {

@@ -23,6 +23,7 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
   r.defines = config.values;
   for (const auto& a : spec.args) r.args.push_back({a.name, a.dtype, a.pointer});
   r.tensor_maps = static_cast<int>(spec.tensor_maps.size());
+  r.pdl = spec.pdl;
   r.cflags = spec.cflags;
   return r;
 }

@@ -21,7 +21,7 @@ json to_json(const CompileRequest& r) {
   return {{"backend", r.backend},         {"kernel", r.kernel},         {"config", r.config_text},
           {"entry", r.entry},             {"source_name", r.source_name}, {"source_text", r.source_text},
           {"include_dirs", r.include_dirs}, {"defines", defines},       {"args", args},
-          {"tensor_maps", r.tensor_maps}, {"cflags", r.cflags}};
+          {"tensor_maps", r.tensor_maps}, {"cflags", r.cflags}, {"pdl", r.pdl}};
 }
 
 CompileRequest compile_request_from_json(const json& j) {
@@ -38,6 +38,7 @@ CompileRequest compile_request_from_json(const json& j) {
     r.args.push_back({a.at("name").get<std::string>(), dtype_from(a.at("dtype").get<std::string>()),
                       a.at("pointer").get<bool>()});
   r.tensor_maps = j.at("tensor_maps").get<int>();
+  r.pdl = j.value("pdl", false);
   if (r.tensor_maps < 0 || r.tensor_maps > 4) fail(Errc::internal, "a compile request with {} tensor maps", r.tensor_maps);
   r.cflags = j.at("cflags").get<std::vector<std::string>>();
   return r;

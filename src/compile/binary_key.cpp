@@ -136,6 +136,7 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   for (const auto& [n, v] : req.defines) k.defines += fmt::format("{}={};", n, v);
   for (const auto& a : req.args) k.args += fmt::format("{}:{}{};", a.name, dtype_name(a.dtype), a.pointer ? "*" : "");
   if (req.tensor_maps > 0) k.args += fmt::format("tensor_maps:{};", req.tensor_maps);
+  if (req.pdl) k.args += "pdl;";  // a pdl kernel's compile checks that it waits
   for (const auto& f : req.cflags) k.cflags += f + " ";
   return k;
 }

@@ -42,6 +42,7 @@ struct CompileRequest {
   std::vector<ArgSig> args;
   int tensor_maps = 0;  // 128-byte tensor-map parameters after the arguments (cuda)
   std::vector<std::string> cflags;
+  bool pdl = false;     // cuda: the spec's pdl; the compile checks that the entry waits
 };
 
 // Builds the request for one config of a spec.

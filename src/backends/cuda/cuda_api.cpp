@@ -201,6 +201,8 @@ const Nvrtc* Nvrtc::get(std::string* why) {
     bind(h, n->nvrtcGetProgramLog, "nvrtcGetProgramLog", &missing);
     bind(h, n->nvrtcGetCUBINSize, "nvrtcGetCUBINSize", &missing);
     bind(h, n->nvrtcGetCUBIN, "nvrtcGetCUBIN", &missing);
+    bind(h, n->nvrtcGetPTXSize, "nvrtcGetPTXSize", nullptr);
+    bind(h, n->nvrtcGetPTX, "nvrtcGetPTX", nullptr);
     bind(h, n->nvrtcAddNameExpression, "nvrtcAddNameExpression", &missing);
     bind(h, n->nvrtcGetLoweredName, "nvrtcGetLoweredName", &missing);
     if (!missing.empty()) {

@@ -214,6 +214,9 @@ struct Nvrtc {
   nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
+  // (optional: a pdl kernel's PTX is read for its wait where NVRTC has them)
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*) = nullptr;
   nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char*);
   nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char*, const char**);
   int major = 0, minor = 0;

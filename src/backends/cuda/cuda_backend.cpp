@@ -1040,6 +1040,20 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     if (n.nvrtcGetLoweredName(prog, expr.c_str(), &lowered) != 0 || !lowered)
       fail(Errc::compile, "kernel '{}' (config {}): NVRTC found no __global__ function '{}' to launch", req.kernel,
            req.config_text, req.entry);
+    // A kernel launched to overlap the one before it must wait for it: one that never
+    // calls kiln_wait_prior() would read that kernel's output before it is written. (A
+    // wait in the code does not prove every thread reaches it: docs/program.md's rule.)
+    if (req.pdl && n.nvrtcGetPTXSize && n.nvrtcGetPTX) {
+      size_t ptx_size = 0;
+      if (n.nvrtcGetPTXSize(prog, &ptx_size) == 0 && ptx_size > 0) {
+        std::string ptx(ptx_size, '\0');
+        if (n.nvrtcGetPTX(prog, ptx.data()) == 0 && ptx.find("griddepcontrol.wait") == std::string::npos)
+          fail(Errc::compile, "kernel '{}' (config {}): its spec says pdl = true, but its code never calls "
+               "kiln_wait_prior(): launched to overlap the kernel before it, it would read that kernel's output "
+               "before it is written (call it before touching what earlier kernels write, or drop pdl)",
+               req.kernel, req.config_text);
+      }
+    }
     size_t size = 0;
     n.nvrtcGetCUBINSize(prog, &size);
     if (size == 0)
