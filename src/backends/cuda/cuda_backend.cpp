@@ -1043,7 +1043,9 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     // A kernel launched to overlap the one before it must wait for it: one that never
     // calls kiln_wait_prior() would read that kernel's output before it is written. (A
     // wait in the code does not prove every thread reaches it: docs/program.md's rule.)
-    if (req.pdl && n.nvrtcGetPTXSize && n.nvrtcGetPTX) {
+    // Below sm_90 no launch overlaps, and the wait compiles to nothing.
+    const int sm = target.rfind("sm_", 0) == 0 ? std::atoi(target.c_str() + 3) : 0;
+    if (req.pdl && sm >= 90 && n.nvrtcGetPTXSize && n.nvrtcGetPTX) {
       size_t ptx_size = 0;
       if (n.nvrtcGetPTXSize(prog, &ptx_size) == 0 && ptx_size > 0) {
         std::string ptx(ptx_size, '\0');
