@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "kiln/ext/tuner.hpp"
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/fill.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/program.hpp"
 #include "emit.hpp"
@@ -685,4 +687,49 @@ args = ["m", "y", "N"]
         }
       }
   }
+}
+
+// The inputs kiln makes (kiln run, kiln pack, the model's logits check) are
+// the generator kiln/fill.hpp defines, element by element from the seed, so
+// that another implementation can make the same model: checked here against
+// the definition written out again, on both sides of the parallel fill's
+// chunks, for a scaled bf16 input, a scaled f32 one and a constant.
+TEST(Fill, AnInputIsTheDocumentedCounterBasedGeneratorFromItsSeed) {
+  auto defined = [](uint64_t seed, uint64_t j) {
+    uint64_t z = seed + (j + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return 2 * (static_cast<double>(z >> 11) * 0x1p-53) - 1;
+  };
+  const size_t n = (size_t{1} << 23) + 77;  // two chunks and a part
+  ProgramTensor w{"w", DType::bf16, {}, false, 0.02, std::nullopt};
+  std::vector<std::byte> host(n * 2);
+  const uint64_t seed = input_seed(5, 3);
+  EXPECT_EQ(seed, 5u + 977 * 4);
+  fill_input(w, host, seed);
+  const auto* bits = reinterpret_cast<const uint16_t*>(host.data());
+  size_t checked = 0;
+  for (size_t j : {size_t{0}, size_t{1}, (size_t{1} << 22) - 1, size_t{1} << 22, (size_t{1} << 22) + 1, n / 3,
+                   (size_t{1} << 23) - 1, size_t{1} << 23, n - 1}) {
+    const float v = bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(defined(seed, j))));
+    const uint16_t want = f32_to_bf16_bits(static_cast<float>(static_cast<double>(v) * 0.02));
+    EXPECT_EQ(bits[j], want) << "element " << j;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 9u);
+
+  ProgramTensor f{"f", DType::f32, {}, false, 0.5, std::nullopt};
+  std::vector<std::byte> fh((size_t{1} << 22) * 4 + 40);
+  fill_input(f, fh, 11);
+  for (size_t j : {size_t{0}, (size_t{1} << 22) - 1, size_t{1} << 22, (size_t{1} << 22) + 9}) {
+    float got;
+    std::memcpy(&got, fh.data() + 4 * j, 4);
+    EXPECT_EQ(got, static_cast<float>(static_cast<double>(static_cast<float>(defined(11, j))) * 0.5)) << j;
+  }
+
+  ProgramTensor g{"g", DType::bf16, {}, false, 1, 1.0};
+  std::vector<std::byte> gh(4096 * 2);
+  fill_input(g, gh, 1);
+  for (size_t j = 0; j < 4096; ++j) ASSERT_EQ(reinterpret_cast<const uint16_t*>(gh.data())[j], 0x3f80) << j;
 }

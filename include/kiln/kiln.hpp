@@ -6,6 +6,7 @@
 #include "kiln/artifact.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fill.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/memory_plan.hpp"
 #include "kiln/multi_kernel.hpp"

@@ -15,6 +15,7 @@
 #include "kiln/plan.hpp"
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/fill.hpp"
 #include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
 
@@ -145,13 +146,13 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
       held.emplace_back(dev, bytes ? bytes : 1);
       if (fill) {
         std::vector<std::byte> host(bytes);
-        fill_random(t.dtype, host, seed);
+        fill_input(t, host, seed);
         dev.to_device(held.back().get(), host.data(), bytes, nullptr);
       }
       x.data = held.back().get();
       return x;
     };
-    for (size_t i = 0; i < ps.inputs.size(); ++i) in.push_back(make(ps.inputs[i], true, a.seed + 977 * (i + 1)));
+    for (size_t i = 0; i < ps.inputs.size(); ++i) in.push_back(make(ps.inputs[i], true, input_seed(a.seed, i)));
     for (const auto& t : ps.outputs) outs.push_back(make(t, false, 0));
     std::vector<int64_t> scalars;
     for (const auto& n : ps.scalars) scalars.push_back(shape.at(n));

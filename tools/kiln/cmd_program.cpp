@@ -1,12 +1,9 @@
 // kiln run PROGRAM --set T=...: runs a program on random inputs and prints
 // per-step times; kiln emit PROGRAM -o file.hpp: C++ with its steps unrolled.
-#include <atomic>
 #include <charconv>
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <optional>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +11,7 @@
 #include "core/format.hpp"
 #include "kiln/memory_plan.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/fill.hpp"
 #include "kiln/program.hpp"
 #include "emit.hpp"
 #include "kiln/runtime.hpp"
@@ -31,57 +29,6 @@ struct RunArgs {
   bool show = false, json = false, wide = false, first_only = false, check = false;
   uint64_t seed = 0;
 };
-
-// An input's random fill as its spec says: scaled (fill = { scale = x }) or
-// one value throughout (fill = { constant = x }).
-void scale_fill(const ProgramTensor& t, std::vector<std::byte>& host) {
-  if (t.scale == 1 && !t.constant) return;
-  const size_t n = host.size() / dtype_size(t.dtype);
-  for (size_t i = 0; i < n; ++i) {
-    std::byte* p = host.data() + i * dtype_size(t.dtype);
-    auto scaled = [&](double v) { return t.constant ? *t.constant : v * t.scale; };
-    switch (t.dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); v = static_cast<float>(scaled(v)); std::memcpy(p, &v, 4); break; }
-      case DType::f64: { double v; std::memcpy(&v, p, 8); v = scaled(v); std::memcpy(p, &v, 8); break; }
-      case DType::f16: case DType::bf16: {
-        uint16_t h; std::memcpy(&h, p, 2);
-        const bool f16 = t.dtype == DType::f16;
-        const float v = static_cast<float>(scaled(f16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h)));
-        h = f16 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DType::i32: { int32_t v; std::memcpy(&v, p, 4); v = static_cast<int32_t>(scaled(v)); std::memcpy(p, &v, 4); break; }
-      case DType::i64: { int64_t v; std::memcpy(&v, p, 8); v = static_cast<int64_t>(scaled(static_cast<double>(v))); std::memcpy(p, &v, 8); break; }
-    }
-  }
-}
-
-// fill_random and scale_fill over a large input, in chunks on every core: the
-// same values as one pass (the generator's state after i draws is seed + i
-// times its increment), a model's 15 GiB of weights in seconds.
-void fill_parallel(const ProgramTensor& t, std::vector<std::byte>& host, uint64_t seed, bool wide) {
-  const size_t size = dtype_size(t.dtype), n = host.size() / size;
-  constexpr size_t kChunk = size_t{1} << 22;  // elements
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    std::vector<std::byte> part;
-    for (size_t c; (c = next.fetch_add(1)) < chunks;) {
-      const size_t from = c * kChunk, count = std::min(kChunk, n - from);
-      std::span<std::byte> span(host.data() + from * size, count * size);
-      fill_random(t.dtype, span, seed + static_cast<uint64_t>(from) * 0x9e3779b97f4a7c15ULL, wide);
-      part.assign(span.begin(), span.end());
-      scale_fill(t, part);
-      std::copy(part.begin(), part.end(), span.begin());
-    }
-  };
-  const size_t threads = std::min<size_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
-}
 
 void run_program(const RunArgs& a, Globals& g) {
   isolate_stdout();
@@ -119,14 +66,14 @@ void run_program(const RunArgs& a, Globals& g) {
     held.emplace_back(dev, bytes ? bytes : 1);
     if (fill && !a.first_only) {
       std::vector<std::byte> host(bytes);
-      fill_parallel(t, host, seed, a.wide);
+      fill_input(t, host, seed, a.wide);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
     }
     return Tensor{held.back().get(), shape};
   };
   held.reserve(spec.inputs.size() + spec.outputs.size());
   std::vector<Tensor> in, outs;
-  for (size_t i = 0; i < spec.inputs.size(); ++i) in.push_back(make(spec.inputs[i], true, a.seed + 977 * (i + 1)));
+  for (size_t i = 0; i < spec.inputs.size(); ++i) in.push_back(make(spec.inputs[i], true, input_seed(a.seed, i)));
   for (const auto& t : spec.outputs) outs.push_back(make(t, false, 0));
   dev.sync(nullptr);
 

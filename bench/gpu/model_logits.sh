@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole model's result check (issue 28): kiln runs kernels/programs/model_llama3_8b.toml over
+# a prompt of PROMPT tokens and then STEPS decode steps (bench/model_logits.cpp; tuned on its
+# first calls unless KILN_CACHE_DIR holds the records), and bench/gpu/torch_logits.py makes the
+# same weights from the seeds and compares kiln's logits at every call with PyTorch's in float32.
+# PART=kiln or PART=torch runs one side (the logits wait under $LOGITS between the two).
+# KILN_FIRST_CALL=wait by default: each call runs what tuning chose, as the timed runs do.
+# Usage (GPU machine): bench/gpu/model_logits.sh [build dir]   (results under $OUT)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build-gpu-carry}
+OUTD=${OUT:-/tmp/kiln-gpu-out}
+LOGITS=${LOGITS:-/tmp/kiln-logits}
+mkdir -p "$OUTD"
+export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-json-cache}
+# Every step tuned before its first call returns: the calls run (and check) the tuned choices.
+export KILN_FIRST_CALL=${KILN_FIRST_CALL:-wait}
+PART=${PART:-kiln,torch}
+if [[ ,$PART, == *,kiln,* ]]; then
+  echo "== kiln: prompt ${PROMPT:-128}, then ${STEPS:-16} decode steps"
+  t0=$(date +%s)
+  "$B/bench/kiln_bench_model_logits" kernels/programs/model_llama3_8b.toml --out "$LOGITS" \
+    --prompt "${PROMPT:-128}" --steps "${STEPS:-16}" 2> "$OUTD/model_logits.err"
+  echo "exit code $? after $(($(date +%s) - t0)) s"
+  grep -E "^call|filled|model_logits" "$OUTD/model_logits.err" | head -30
+  cp "$LOGITS/meta.json" "$OUTD/logits_meta.json" 2>/dev/null
+fi
+if [[ ,$PART, == *,torch,* ]]; then
+  echo "== PyTorch float32 (and bf16) on the same weights"
+  python3 bench/gpu/torch_logits.py "$LOGITS" --out "$OUTD/logits_check.json"
+  echo "exit code $?"
+fi

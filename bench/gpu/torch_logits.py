@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The whole model's result check (issue 28): kiln's logits against PyTorch in float32.
+
+  torch_logits.py DIR [--out FILE]
+
+DIR is what build/bench/kiln_bench_model_logits wrote for kernels/programs/model_llama3_8b.toml:
+meta.json (the seeds, the calls) and call<k>.logits.bin (kiln's bf16 logits of call k: a prompt,
+then decode steps). This script makes the same weights and inputs from the seeds with kiln's
+generator (include/kiln/fill.hpp), reimplemented here in 64-bit integer arithmetic on the GPU,
+first checking the values kiln reported for each input; then runs the same calls through the same
+model (bench/gpu/torch_decoder.py's Layer: rotate-half RoPE at theta 500000, RMSNorm eps 1e-5,
+GQA attention over a static cache, causal bottom-right) in float32, and, for scale, in bf16.
+Per call it prints the relative L2 error of kiln's logits against float32 (||kiln - f32|| /
+||f32||, over the call's rows; for the prompt also its worst row), the same for PyTorch's own bf16
+model, and how often the top-1 token agrees.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_decoder import D, EPS, H, HKV, HQ, THETA, Layer  # noqa: E402
+
+GAMMA, M1, M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def s64(v):
+    """An unsigned 64-bit constant as the int64 of the same bits."""
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def srl(z, k):
+    """A logical right shift of int64 bits."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def uniform(seed, start, count):
+    """Elements start .. start+count-1 of kiln's generator with this seed: 2u - 1 in float64."""
+    z = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device="cuda") * s64(GAMMA) + s64(seed)
+    z = (z ^ srl(z, 30)) * s64(M1)
+    z = (z ^ srl(z, 27)) * s64(M2)
+    z = z ^ srl(z, 31)
+    return srl(z, 11).double() * 2.0 ** -53 * 2 - 1
+
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def make(inp, shape=None):
+    """An input as kiln fills it (its dtype's values), returned in float32."""
+    shape = shape or inp["shape"]
+    n = math.prod(shape)
+    dt = DTYPES[inp["dtype"]]
+    out = torch.empty(n, dtype=torch.float32, device="cuda")
+    if "constant" in inp:
+        out.fill_(torch.tensor(inp["constant"], dtype=torch.float32).to(dt).float().item())
+        return out.view(shape)
+    chunk = 1 << 26
+    for s in range(0, n, chunk):
+        c = min(chunk, n - s)
+        v = uniform(inp["seed"], s, c).float().to(dt)
+        if inp["scale"] != 1:
+            v = (v.double() * inp["scale"]).float().to(dt)
+        out[s:s + c] = v.float()
+    return out.view(shape)
+
+
+def check_samples(name, t, samples):
+    flat = t.reshape(-1)
+    for sm in samples:
+        got = flat[sm["index"]].item()
+        if got != sm["value"]:
+            sys.exit(f"the generator differs from kiln's: {name}[{sm['index']}] = {got!r}, kiln filled "
+                     f"{sm['value']!r}; nothing compared")
+
+
+class RefLayer(Layer):
+    """Layer's computation on given weights (no random init)."""
+
+    def __init__(self, w, cap, dtype):
+        torch.nn.Module.__init__(self)
+        for k, v in w.items():
+            setattr(self, k, v.to(dtype))
+        self.kc = torch.zeros(cap, HKV, D, device="cuda", dtype=dtype)
+        self.vc = torch.zeros(cap, HKV, D, device="cuda", dtype=dtype)
+        inv = 1.0 / (THETA ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float64) / D))
+        ang = torch.arange(cap, device="cuda", dtype=torch.float64)[:, None] * inv[None, :]
+        ang = torch.cat([ang, ang], -1)
+        self.cos, self.sin = ang.cos().float(), ang.sin().float()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("--out")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    meta = json.load(open(os.path.join(a.dir, "meta.json")))
+    ins = {i["name"]: i for i in meta["inputs"]}
+    t0 = time.perf_counter()
+    w = {}
+    for name, inp in ins.items():
+        if name == "x" or inp["state"]:
+            continue
+        w[name] = make(inp)
+        check_samples(name, w[name], inp.get("samples", []))
+    print(f"weights made in {time.perf_counter() - t0:.1f} s; kiln's sampled values reproduced exactly", flush=True)
+    L = w["w_qkv"].shape[0]
+    cap = meta["CAP"]
+    names = {"g1": "g1", "w_qkv": "wqkv", "w_o": "wo", "g2": "g2", "w_gate": "wg", "w_up": "wu", "w_down": "wd"}
+    forms = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        layers = [RefLayer({names[k]: w[k][l] for k in names}, cap, dtype) for l in range(L)]
+        forms[dtype] = (layers, w["g_final"].to(dtype), w["w_lm"].to(dtype))
+    V = w["w_lm"].shape[0]
+    rows = []
+    print(f"{'call':>4} {'T':>4} {'S':>4}  {'kiln vs f32':>12} {'(worst row)':>12}  {'torch bf16 vs f32':>17}  "
+          f"{'top-1 kiln':>10} {'top-1 bf16':>10}")
+    for k, call in enumerate(meta["calls"]):
+        T, S = call["T"], call["S"]
+        x = make(ins["x"] | {"seed": call["x_seed"]}, [T, H])
+        check_samples("x", x, call["x_samples"])
+        out = {}
+        with torch.no_grad():
+            for dtype, (layers, gf, wlm) in forms.items():
+                h = x.to(dtype)
+                for layer in layers:
+                    h = layer(h, S)
+                out[dtype] = (Layer.rmsnorm(h, gf) @ wlm.t()).float()
+        raw = open(os.path.join(a.dir, call["outputs"]["logits"]["file"]), "rb").read()
+        kl = torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).view(T, V).cuda().float()
+        ref = out[torch.float32]
+
+        def rel(y):
+            return ((y - ref).norm() / ref.norm()).item()
+
+        worst = max(((kl[r] - ref[r]).norm() / ref[r].norm()).item() for r in range(T))
+        top_k = (kl.argmax(-1) == ref.argmax(-1)).float().mean().item()
+        top_b = (out[torch.bfloat16].argmax(-1) == ref.argmax(-1)).float().mean().item()
+        row = {"call": k, "T": T, "S": S, "kiln_rel_l2": rel(kl), "kiln_worst_row_rel_l2": worst,
+               "torch_bf16_rel_l2": rel(out[torch.bfloat16]), "top1_kiln": top_k, "top1_torch_bf16": top_b,
+               "finite": bool(torch.isfinite(kl).all().item())}
+        rows.append(row)
+        print(f"{k:>4} {T:>4} {S:>4}  {row['kiln_rel_l2']:>12.2e} {worst:>12.2e}  {row['torch_bf16_rel_l2']:>17.2e}  "
+              f"{top_k:>10.3f} {top_b:>10.3f}", flush=True)
+    bound = 3e-2
+    worst_all = max(r["kiln_rel_l2"] for r in rows)
+    ok = worst_all <= bound and all(r["finite"] for r in rows)
+    print(f"{'PASS' if ok else 'FAIL'}: the largest relative L2 error of kiln's logits against float32 is "
+          f"{worst_all:.2e} (bound {bound:g}) over {len(rows)} calls")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
+                       "bound": bound, "pass": ok}, f, indent=1)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+// A model program's outputs over a prompt and then decode steps, saved for a
+// comparison with another implementation of the same model (the whole-model
+// issue: logits against PyTorch in float32 on the same weights).
+//
+// Usage: kiln_bench_model_logits PROGRAM --out DIR [--prompt 128] [--steps 16] [--seed 0]
+//
+// The program must have the symbols T (new tokens, bound from its first input
+// x, whose first dimension is T) and CAP (the caches' capacity) and the scalar
+// S (the tokens the caches hold), as kernels/programs/model_*.toml have. Its
+// inputs are filled as `kiln run --seed` fills them (kiln/fill.hpp), with CAP =
+// prompt + steps; call 0 is the prompt (T = prompt, S = 0), call k the k-th
+// decode step (T = 1, S = prompt + k - 1); call k's x is filled with seed
+// input_seed(seed, 0) + k. Writes DIR/call<k>.<output>.bin (each output's
+// bytes as the device holds them) and DIR/meta.json: the calls, every input's
+// dtype, shape, seed, scale or constant, and a few of its values (so that a
+// reimplementation of the generator can check itself before it compares).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/args.hpp"
+#include "kiln/device_args.hpp"
+#include "kiln/fill.hpp"
+#include "kiln/program.hpp"
+#include "kiln/runtime.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+double value_at(DType t, const std::byte* p, size_t i) {
+  switch (t) {
+    case DType::f32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::f64: { double v; std::memcpy(&v, p + 8 * i, 8); return v; }
+    case DType::f16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return f16_bits_to_f32(h); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return bf16_bits_to_f32(h); }
+    case DType::i32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::i64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
+  }
+  return 0;
+}
+
+// A few of a filled buffer's values: its first, some at the generator's
+// chunk boundaries, its last.
+nlohmann::json samples(DType t, const std::vector<std::byte>& host) {
+  const size_t n = host.size() / dtype_size(t);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{1} << 22, (size_t{1} << 22) + 1, size_t{3} << 22, n / 2,
+                   n - 1})
+    if (i < n) out.push_back({{"index", i}, {"value", value_at(t, host.data(), i)}});
+  return out;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "kiln_bench_model_logits: %s\nusage: kiln_bench_model_logits PROGRAM --out DIR [--prompt 128] "
+               "[--steps 16] [--seed 0]\n",
+               why);
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return usage("no program given");
+  const fs::path program = argv[1];
+  fs::path out_dir;
+  int64_t prompt = 128, steps = 16;
+  uint64_t seed = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return usage(("missing the value of " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--out") out_dir = v;
+    else if (a == "--prompt") prompt = std::stoll(v);
+    else if (a == "--steps") steps = std::stoll(v);
+    else if (a == "--seed") seed = std::stoull(v);
+    else return usage(("unknown option " + a).c_str());
+  }
+  if (out_dir.empty()) return usage("--out DIR is required");
+  if (prompt < 1 || steps < 0) return usage("--prompt must be at least 1, --steps at least 0");
+  ProgramSpec spec = load_program(program);
+  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  if (!has(spec.symbols, "T") || !has(spec.symbols, "CAP") || spec.scalars != std::vector<std::string>{"S"} ||
+      spec.inputs.empty() || spec.inputs[0].name != "x")
+    return usage(("program '" + spec.name + "' is not a model program: it needs symbols T and CAP, the one scalar S "
+                  "and x as its first input").c_str());
+  fs::create_directories(out_dir);
+
+  Runtime rt(Options::from_env());
+  Device& dev = rt.device(spec.backend);
+  const int64_t cap = prompt + steps;
+  std::map<std::string, int64_t> at_prompt{{"T", prompt}, {"CAP", cap}, {"S", 0}};
+  nlohmann::json meta = {{"program", spec.name}, {"file", program.string()}, {"seed", seed},
+                         {"prompt", prompt},     {"steps", steps},          {"CAP", cap}};
+  std::vector<DeviceBuffer> held;
+  held.reserve(spec.inputs.size() + spec.outputs.size());
+  std::vector<Tensor> in, outs;
+  auto t_fill = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const ProgramTensor& t = spec.inputs[i];
+    const std::vector<int64_t> shape = spec.dims(t, at_prompt);
+    const size_t bytes = buffer_bytes(t.dtype, spec.elements(t, at_prompt), t.name);
+    held.emplace_back(dev, bytes ? bytes : 1);
+    nlohmann::json m = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape},
+                        {"seed", input_seed(seed, i)}, {"state", t.state}};
+    if (t.constant) m["constant"] = *t.constant;
+    else m["scale"] = t.scale;
+    if (i > 0) {  // x is filled at each call
+      std::vector<std::byte> host(bytes);
+      fill_input(t, host, input_seed(seed, i));
+      dev.to_device(held.back().get(), host.data(), bytes, nullptr);
+      dev.sync(nullptr);
+      m["samples"] = samples(t.dtype, host);
+    }
+    meta["inputs"].push_back(m);
+    in.push_back({held.back().get(), shape});
+  }
+  for (const auto& t : spec.outputs) {
+    const size_t bytes = buffer_bytes(t.dtype, spec.elements(t, at_prompt), t.name);
+    held.emplace_back(dev, bytes ? bytes : 1);
+    outs.push_back({held.back().get(), spec.dims(t, at_prompt)});
+    meta["outputs"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}});
+  }
+  std::fprintf(stderr, "inputs filled in %.1f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count());
+
+  Program prog(rt, spec);
+  for (int64_t k = 0; k <= steps; ++k) {
+    const int64_t T = k == 0 ? prompt : 1, S = k == 0 ? 0 : prompt + k - 1;
+    const std::map<std::string, int64_t> now{{"T", T}, {"CAP", cap}, {"S", S}};
+    const ProgramTensor& xt = spec.inputs[0];
+    in[0].shape = spec.dims(xt, now);
+    std::vector<std::byte> x(buffer_bytes(xt.dtype, spec.elements(xt, now), "x"));
+    const uint64_t xseed = input_seed(seed, 0) + static_cast<uint64_t>(k);
+    fill_input(xt, x, xseed);
+    dev.to_device(in[0].data, x.data(), x.size(), nullptr);
+    for (size_t o = 0; o < outs.size(); ++o) outs[o].shape = spec.dims(spec.outputs[o], now);
+    dev.sync(nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    prog.run(in, outs, nullptr, {S});
+    dev.sync(nullptr);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(xt.dtype, x)}};
+    for (size_t o = 0; o < outs.size(); ++o) {
+      const ProgramTensor& ot = spec.outputs[o];
+      std::vector<std::byte> host(buffer_bytes(ot.dtype, spec.elements(ot, now), ot.name));
+      dev.to_host(host.data(), outs[o].data, host.size(), nullptr);
+      dev.sync(nullptr);
+      const fs::path f = out_dir / ("call" + std::to_string(k) + "." + ot.name + ".bin");
+      std::ofstream(f, std::ios::binary).write(reinterpret_cast<const char*>(host.data()),
+                                               static_cast<std::streamsize>(host.size()));
+      call["outputs"][ot.name] = {{"file", f.filename().string()}, {"shape", outs[o].shape}};
+    }
+    call["choices"] = prog.choices(in, outs, {S});  // what each step ran: "kernel: config (source)"
+    meta["calls"].push_back(call);
+    std::fprintf(stderr, "call %lld: T=%lld S=%lld in %.3f s\n", static_cast<long long>(k),
+                 static_cast<long long>(T), static_cast<long long>(S), s);
+  }
+  std::ofstream(out_dir / "meta.json") << meta.dump(1) << "\n";
+  std::printf("%lld calls of %s written to %s\n", static_cast<long long>(steps + 1), spec.name.c_str(),
+              out_dir.string().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln_bench_model_logits: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,35 @@
+// How kiln fills a program's inputs when it makes them itself (kiln run,
+// kiln pack, bench/model_logits): a seeded, counter-based generator, so that
+// any other implementation (a framework's reference model) can make the same
+// values from the seed alone, in any order and in parallel.
+//
+// Element j (0-based, over the whole buffer in row-major order) of a buffer
+// filled with seed s:
+//   r = mix(s + (j + 1) * 0x9e3779b97f4a7c15)           (64-bit, wrapping)
+//   mix(z): z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9; z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+//           z ^ (z >> 31)                                 (splitmix64's finaliser)
+//   u = (r >> 11) * 2^-53                                 (a double in [0, 1))
+//   v = the dtype's value nearest float(2u - 1)           (round to nearest even; f64: 2u - 1)
+// An input with `fill = { scale = c }` then holds the dtype's value nearest
+// float(double(v) * c); one with `fill = { constant = c }` holds c throughout.
+// Integer inputs hold r % 201 - 100. Input number i (0-based, in the
+// program's order) of a run with seed s is filled with seed input_seed(s, i).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kiln/program_spec.hpp"
+
+namespace kiln {
+
+// The seed of a program's input number `index` in a run with seed `run_seed`.
+constexpr uint64_t input_seed(uint64_t run_seed, size_t index) { return run_seed + 977 * (index + 1); }
+
+// Fills `host` (the input's bytes) as above, on every core for a large
+// input (a model's 15 GiB in seconds). `wide` (kiln run --inputs wide)
+// draws v as fill_random's wide values do, before the scale.
+void fill_input(const ProgramTensor& t, std::span<std::byte> host, uint64_t seed, bool wide = false);
+
+}  // namespace kiln
