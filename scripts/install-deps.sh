@@ -6,7 +6,8 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libhiredis-dev redis-server libopenblas0 libxgboost-dev
-      libplplot-dev plplot-driver-cairo)
+      libplplot-dev plplot-driver-cairo
+      python3-torch)
 if [ "${1:-}" = "--fuzz" ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,13 +3,15 @@
 
   torch_logits.py DIR [--out FILE]
 
-DIR is what build/bench/kiln_bench_model_logits wrote for kernels/programs/model_llama3_8b.toml:
+DIR is what build/bench/kiln_bench_model_logits wrote for a model program (kernels/programs/model_*.toml):
 meta.json (the seeds, the calls) and call<k>.logits.bin (kiln's bf16 logits of call k: a prompt,
 then decode steps). This script makes the same weights and inputs from the seeds with kiln's
 generator (include/kiln/fill.hpp), reimplemented here in 64-bit integer arithmetic on the GPU,
 first checking the values kiln reported for each input; then runs the same calls through the same
-model (bench/gpu/torch_decoder.py's Layer: rotate-half RoPE at theta 500000, RMSNorm eps 1e-5,
-GQA attention over a static cache, causal bottom-right) in float32, and, for scale, in bf16.
+model, written here from its definition (the sizes read from the inputs' shapes; rotate-half RoPE
+at theta 500000, RMSNorm eps 1e-5, GQA attention over a static cache, causal bottom-right), in
+float32 and, for scale, in bf16. On the GPU when there is one, else on the cpu (the cpu model,
+model_cpu.toml, checks this script and kiln's cpu kernels without a GPU).
 Per call it prints the relative L2 error of kiln's logits against float32 (||kiln - f32|| /
 ||f32||, over the call's rows; for the prompt also its worst row), the same for PyTorch's own bf16
 model, and how often the top-1 token agrees.
@@ -23,8 +25,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_decoder import D, EPS, H, HKV, HQ, THETA, Layer  # noqa: E402
+THETA, EPS = 500000.0, 1e-5
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 GAMMA, M1, M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -42,7 +44,7 @@ def srl(z, k):
 
 def uniform(seed, start, count):
     """Elements start .. start+count-1 of kiln's generator with this seed: 2u - 1 in float64."""
-    z = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device="cuda") * s64(GAMMA) + s64(seed)
+    z = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=DEV) * s64(GAMMA) + s64(seed)
     z = (z ^ srl(z, 30)) * s64(M1)
     z = (z ^ srl(z, 27)) * s64(M2)
     z = z ^ srl(z, 31)
@@ -57,7 +59,7 @@ def make(inp, shape=None):
     shape = shape or inp["shape"]
     n = math.prod(shape)
     dt = DTYPES[inp["dtype"]]
-    out = torch.empty(n, dtype=torch.float32, device="cuda")
+    out = torch.empty(n, dtype=torch.float32, device=DEV)
     if "constant" in inp:
         out.fill_(torch.tensor(inp["constant"], dtype=torch.float32).to(dt).float().item())
         return out.view(shape)
@@ -80,19 +82,56 @@ def check_samples(name, t, samples):
                      f"{sm['value']!r}; nothing compared")
 
 
-class RefLayer(Layer):
-    """Layer's computation on given weights (no random init)."""
+def rmsnorm(x, g):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype) * g
+
+
+class Model:
+    """The model program's computation on given weights, in one dtype, with its own caches."""
 
     def __init__(self, w, cap, dtype):
-        torch.nn.Module.__init__(self)
-        for k, v in w.items():
-            setattr(self, k, v.to(dtype))
-        self.kc = torch.zeros(cap, HKV, D, device="cuda", dtype=dtype)
-        self.vc = torch.zeros(cap, HKV, D, device="cuda", dtype=dtype)
-        inv = 1.0 / (THETA ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float64) / D))
-        ang = torch.arange(cap, device="cuda", dtype=torch.float64)[:, None] * inv[None, :]
+        self.w = {k: v.to(dtype) for k, v in w.items()}
+        self.L, qkv, self.H = w["w_qkv"].shape
+        self.D = 128
+        self.HQ = w["w_o"].shape[2] // self.D
+        self.HKV = (qkv - self.HQ * self.D) // (2 * self.D)
+        self.kc = torch.zeros(self.L, cap, self.HKV, self.D, device=DEV, dtype=dtype)
+        self.vc = torch.zeros_like(self.kc)
+        inv = 1.0 / (THETA ** (torch.arange(0, self.D, 2, device=DEV, dtype=torch.float64) / self.D))
+        ang = torch.arange(cap, device=DEV, dtype=torch.float64)[:, None] * inv[None, :]
         ang = torch.cat([ang, ang], -1)
         self.cos, self.sin = ang.cos().float(), ang.sin().float()
+
+    def rope(self, t, S, T):
+        cos, sin = self.cos[S:S + T, None, :], self.sin[S:S + T, None, :]
+        tf, h = t.float(), self.D // 2
+        return (tf * cos + torch.cat([-tf[..., h:], tf[..., :h]], -1) * sin).to(t.dtype)
+
+    def layer(self, l, x, S):
+        w = {k: self.w[k][l] for k in ("g1", "w_qkv", "w_o", "g2", "w_gate", "w_up", "w_down")}
+        T, D, HQ, HKV = x.shape[0], self.D, self.HQ, self.HKV
+        qkv = rmsnorm(x, w["g1"]) @ w["w_qkv"].t()
+        q, k, v = qkv.split([HQ * D, HKV * D, HKV * D], -1)
+        q = self.rope(q.reshape(T, HQ, D), S, T)
+        self.kc[l, S:S + T] = self.rope(k.reshape(T, HKV, D), S, T)
+        self.vc[l, S:S + T] = v.reshape(T, HKV, D)
+        # query head h reads KV head h / (HQ / HKV); token t sees keys 0 .. S + t
+        kk = self.kc[l, :S + T].repeat_interleave(HQ // HKV, dim=1).float()
+        vv = self.vc[l, :S + T].repeat_interleave(HQ // HKV, dim=1).float()
+        sc = torch.einsum("thd,shd->hts", q.float(), kk) / D ** 0.5
+        seen = torch.arange(S + T, device=DEV)[None, :] <= (S + torch.arange(T, device=DEV))[:, None]
+        p = torch.softmax(sc.masked_fill(~seen[None], float("-inf")), -1)
+        a = torch.einsum("hts,shd->thd", p, vv).to(x.dtype).reshape(T, HQ * D)
+        x2 = x + a @ w["w_o"].t()
+        n2 = rmsnorm(x2, w["g2"])
+        return x2 + (torch.nn.functional.silu(n2 @ w["w_gate"].t()) * (n2 @ w["w_up"].t())) @ w["w_down"].t()
+
+    def __call__(self, x, S):
+        h = x.to(self.kc.dtype)
+        for l in range(self.L):
+            h = self.layer(l, h, S)
+        return (rmsnorm(h, self.w["g_final"]) @ self.w["w_lm"].t()).float()
 
 
 def main():
@@ -112,30 +151,20 @@ def main():
         w[name] = make(inp)
         check_samples(name, w[name], inp.get("samples", []))
     print(f"weights made in {time.perf_counter() - t0:.1f} s; kiln's sampled values reproduced exactly", flush=True)
-    L = w["w_qkv"].shape[0]
-    cap = meta["CAP"]
-    names = {"g1": "g1", "w_qkv": "wqkv", "w_o": "wo", "g2": "g2", "w_gate": "wg", "w_up": "wu", "w_down": "wd"}
-    forms = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        layers = [RefLayer({names[k]: w[k][l] for k in names}, cap, dtype) for l in range(L)]
-        forms[dtype] = (layers, w["g_final"].to(dtype), w["w_lm"].to(dtype))
+    forms = {dtype: Model(w, meta["CAP"], dtype) for dtype in (torch.float32, torch.bfloat16)}
     V = w["w_lm"].shape[0]
     rows = []
     print(f"{'call':>4} {'T':>4} {'S':>4}  {'kiln vs f32':>12} {'(worst row)':>12}  {'torch bf16 vs f32':>17}  "
           f"{'top-1 kiln':>10} {'top-1 bf16':>10}")
     for k, call in enumerate(meta["calls"]):
         T, S = call["T"], call["S"]
-        x = make(ins["x"] | {"seed": call["x_seed"]}, [T, H])
+        x = make(ins["x"] | {"seed": call["x_seed"]}, [T, ins["x"]["shape"][1]])
         check_samples("x", x, call["x_samples"])
-        out = {}
         with torch.no_grad():
-            for dtype, (layers, gf, wlm) in forms.items():
-                h = x.to(dtype)
-                for layer in layers:
-                    h = layer(h, S)
-                out[dtype] = (Layer.rmsnorm(h, gf) @ wlm.t()).float()
+            out = {dtype: m(x, S) for dtype, m in forms.items()}
         raw = open(os.path.join(a.dir, call["outputs"]["logits"]["file"]), "rb").read()
-        kl = torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).view(T, V).cuda().float()
+        odt = DTYPES[next(o["dtype"] for o in meta["outputs"] if o["name"] == "logits")]
+        kl = torch.frombuffer(bytearray(raw), dtype=odt).view(T, V).to(DEV).float()
         ref = out[torch.float32]
 
         def rel(y):
@@ -157,8 +186,8 @@ def main():
           f"{worst_all:.2e} (bound {bound:g}) over {len(rows)} calls")
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
-                       "bound": bound, "pass": ok}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "program": meta["program"],
+                       "torch": torch.__version__, "rows": rows, "bound": bound, "pass": ok}, f, indent=1)
     sys.exit(0 if ok else 1)
 
 
