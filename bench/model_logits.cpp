@@ -2,19 +2,23 @@
 // comparison with another implementation of the same model (the whole-model
 // issue: logits against PyTorch in float32 on the same weights).
 //
-// Usage: kiln_bench_model_logits PROGRAM --out DIR [--prompt 128] [--steps 16] [--seed 0]
+// Usage: kiln_bench_model_logits PROGRAM --out DIR [--prompt 128] [--chunk 0] [--steps 16] [--seed 0]
 //
 // The program must have the symbols T (new tokens, bound from its first input
-// x, whose first dimension is T) and CAP (the caches' capacity) and the scalar
-// S (the tokens the caches hold), as kernels/programs/model_*.toml have. Its
-// inputs are filled as `kiln run --seed` fills them (kiln/fill.hpp), with CAP =
-// prompt + steps; call 0 is the prompt (T = prompt, S = 0), call k the k-th
-// decode step (T = 1, S = prompt + k - 1); call k's x is filled with seed
-// input_seed(seed, 0) + k. Writes DIR/call<k>.<output>.bin (each output's
-// bytes as the device holds them) and DIR/meta.json: the calls, every input's
-// dtype, shape, seed, scale or constant, and a few of its values (so that a
+// x [T, H]) and CAP (the caches' capacity), the one scalar S (the tokens the
+// caches hold) and an output named logits, as kernels/programs/model_*.toml
+// have. Its inputs are filled as `kiln run --seed` fills them (kiln/fill.hpp),
+// with CAP = prompt + chunk + steps. Call 0 is the prompt (T = prompt, S = 0);
+// with --chunk C, call 1 is a second part of the prompt (T = C, S = prompt: new
+// tokens over a cache, the causal mask aligned bottom-right); then each decode
+// step (T = 1, S growing by one). Call k's x is filled with seed
+// input_seed(seed, 0) + k * 2^32. Writes DIR/call<k>.<output>.bin (each
+// output's bytes as the device holds them) and, once every call is done,
+// DIR/meta.json: the calls and what each step ran, every input's dtype, shape,
+// seed, scale or constant, and a few of its values (so that a
 // reimplementation of the generator can check itself before it compares).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,46 +65,71 @@ nlohmann::json samples(DType t, const std::vector<std::byte>& host) {
   return out;
 }
 
-int usage(const char* why) {
+int usage(const std::string& why) {
   std::fprintf(stderr,
                "kiln_bench_model_logits: %s\nusage: kiln_bench_model_logits PROGRAM --out DIR [--prompt 128] "
-               "[--steps 16] [--seed 0]\n",
-               why);
+               "[--chunk 0] [--steps 16] [--seed 0]\n",
+               why.c_str());
   return 2;
+}
+
+// A whole non-negative integer, at most `most`.
+template <typename T>
+bool parse(const char* text, T most, T& out) {
+  const char* end = text + std::strlen(text);
+  auto [p, ec] = std::from_chars(text, end, out);
+  if (ec != std::errc() || p != end || end == text || out > most) return false;
+  if constexpr (std::is_signed_v<T>) return out >= 0;
+  return true;
+}
+
+void write_file(const fs::path& f, const void* data, size_t bytes) {
+  std::ofstream o(f, std::ios::binary);
+  o.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  o.close();
+  if (!o) throw std::runtime_error("cannot write " + f.string());
 }
 
 int run(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return usage("no program given");
   const fs::path program = argv[1];
   fs::path out_dir;
-  int64_t prompt = 128, steps = 16;
+  int64_t prompt = 128, chunk = 0, steps = 16;
   uint64_t seed = 0;
+  constexpr int64_t kMost = int64_t{1} << 24;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) return usage(("missing the value of " + a).c_str());
+    if (i + 1 >= argc) return usage("missing the value of " + a);
     const char* v = argv[++i];
+    bool ok = true;
     if (a == "--out") out_dir = v;
-    else if (a == "--prompt") prompt = std::stoll(v);
-    else if (a == "--steps") steps = std::stoll(v);
-    else if (a == "--seed") seed = std::stoull(v);
-    else return usage(("unknown option " + a).c_str());
+    else if (a == "--prompt") ok = parse(v, kMost, prompt) && prompt >= 1;
+    else if (a == "--chunk") ok = parse(v, kMost, chunk);
+    else if (a == "--steps") ok = parse(v, kMost, steps);
+    else if (a == "--seed") ok = parse(v, ~uint64_t{0}, seed);
+    else return usage("unknown option " + a);
+    if (!ok)
+      return usage(a + " " + v + ": not a whole number" + (a == "--prompt" ? " from 1" : " from 0") +
+                   (a == "--seed" ? "" : " to 2^24"));
   }
   if (out_dir.empty()) return usage("--out DIR is required");
-  if (prompt < 1 || steps < 0) return usage("--prompt must be at least 1, --steps at least 0");
   ProgramSpec spec = load_program(program);
   auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  const bool has_logits = std::any_of(spec.outputs.begin(), spec.outputs.end(),
+                                      [](const ProgramTensor& t) { return t.name == "logits"; });
   if (!has(spec.symbols, "T") || !has(spec.symbols, "CAP") || spec.scalars != std::vector<std::string>{"S"} ||
-      spec.inputs.empty() || spec.inputs[0].name != "x")
-    return usage(("program '" + spec.name + "' is not a model program: it needs symbols T and CAP, the one scalar S "
-                  "and x as its first input").c_str());
+      spec.inputs.empty() || spec.inputs[0].name != "x" || spec.inputs[0].shape.size() != 2 || !has_logits)
+    return usage("program '" + spec.name + "' is not a model program: it needs symbols T and CAP, the one scalar S, "
+                 "x [T, H] as its first input and an output named logits");
   fs::create_directories(out_dir);
+  fs::remove(out_dir / "meta.json");  // a run cut short leaves none to be taken for its results
 
   Runtime rt(Options::from_env());
   Device& dev = rt.device(spec.backend);
-  const int64_t cap = prompt + steps;
+  const int64_t cap = prompt + chunk + steps;
   std::map<std::string, int64_t> at_prompt{{"T", prompt}, {"CAP", cap}, {"S", 0}};
   nlohmann::json meta = {{"program", spec.name}, {"file", program.string()}, {"seed", seed},
-                         {"prompt", prompt},     {"steps", steps},          {"CAP", cap}};
+                         {"prompt", prompt},     {"chunk", chunk},          {"steps", steps}, {"CAP", cap}};
   std::vector<DeviceBuffer> held;
   held.reserve(spec.inputs.size() + spec.outputs.size());
   std::vector<Tensor> in, outs;
@@ -133,13 +163,16 @@ int run(int argc, char** argv) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count());
 
   Program prog(rt, spec);
-  for (int64_t k = 0; k <= steps; ++k) {
-    const int64_t T = k == 0 ? prompt : 1, S = k == 0 ? 0 : prompt + k - 1;
+  std::vector<std::pair<int64_t, int64_t>> calls = {{prompt, 0}};  // (T, S)
+  if (chunk > 0) calls.push_back({chunk, prompt});
+  for (int64_t k = 0; k < steps; ++k) calls.push_back({1, prompt + chunk + k});
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const auto [T, S] = calls[k];
     const std::map<std::string, int64_t> now{{"T", T}, {"CAP", cap}, {"S", S}};
     const ProgramTensor& xt = spec.inputs[0];
     in[0].shape = spec.dims(xt, now);
     std::vector<std::byte> x(buffer_bytes(xt.dtype, spec.elements(xt, now), "x"));
-    const uint64_t xseed = input_seed(seed, 0) + static_cast<uint64_t>(k);
+    const uint64_t xseed = input_seed(seed, 0) + (static_cast<uint64_t>(k) << 32);
     fill_input(xt, x, xseed);
     dev.to_device(in[0].data, x.data(), x.size(), nullptr);
     for (size_t o = 0; o < outs.size(); ++o) outs[o].shape = spec.dims(spec.outputs[o], now);
@@ -148,6 +181,7 @@ int run(int argc, char** argv) {
     prog.run(in, outs, nullptr, {S});
     dev.sync(nullptr);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The first call of each shape includes its compiles and tunings.
     nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(xt.dtype, x)}};
     for (size_t o = 0; o < outs.size(); ++o) {
       const ProgramTensor& ot = spec.outputs[o];
@@ -155,18 +189,20 @@ int run(int argc, char** argv) {
       dev.to_host(host.data(), outs[o].data, host.size(), nullptr);
       dev.sync(nullptr);
       const fs::path f = out_dir / ("call" + std::to_string(k) + "." + ot.name + ".bin");
-      std::ofstream(f, std::ios::binary).write(reinterpret_cast<const char*>(host.data()),
-                                               static_cast<std::streamsize>(host.size()));
+      write_file(f, host.data(), host.size());
       call["outputs"][ot.name] = {{"file", f.filename().string()}, {"shape", outs[o].shape}};
     }
     call["choices"] = prog.choices(in, outs, {S});  // what each step ran: "kernel: config (source)"
     meta["calls"].push_back(call);
-    std::fprintf(stderr, "call %lld: T=%lld S=%lld in %.3f s\n", static_cast<long long>(k),
-                 static_cast<long long>(T), static_cast<long long>(S), s);
+    const bool new_shape = std::none_of(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(k),
+                                        [&](const auto& c) { return c.first == T; });
+    std::fprintf(stderr, "call %zu: T=%lld S=%lld in %.3f s%s\n", k, static_cast<long long>(T),
+                 static_cast<long long>(S), s, new_shape ? " (the first of this shape: it compiles and tunes what the caches lack)" : "");
   }
-  std::ofstream(out_dir / "meta.json") << meta.dump(1) << "\n";
-  std::printf("%lld calls of %s written to %s\n", static_cast<long long>(steps + 1), spec.name.c_str(),
-              out_dir.string().c_str());
+  const std::string text = meta.dump(1) + "\n";
+  write_file(out_dir / "meta.json.part", text.data(), text.size());
+  fs::rename(out_dir / "meta.json.part", out_dir / "meta.json");
+  std::printf("%zu calls of %s written to %s\n", calls.size(), spec.name.c_str(), out_dir.string().c_str());
   return 0;
 }
 

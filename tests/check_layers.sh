@@ -23,6 +23,7 @@ rank() {  # the layer of a source file or an included header
     kiln/program_spec.hpp|include/kiln/program_spec.hpp) echo 0 ;;
     src/program/*|program/*|kiln/program.hpp|include/kiln/program.hpp) echo 6 ;;
     kiln/memory_plan.hpp|include/kiln/memory_plan.hpp) echo 6 ;;
+    kiln/fill.hpp|include/kiln/fill.hpp) echo 6 ;;
     kiln/kiln.hpp|include/kiln/kiln.hpp) echo 6 ;;
     *) echo -1 ;;
   esac
@@ -42,7 +43,7 @@ while IFS= read -r hit; do
   echo "check_layers: $hit: a public header includes a private one"; bad=1
 done < <(grep -rnE '#include "(core|backends|worker|compile|tune|dispatch|program)/' include || true)
 # Tiers: the headers an application includes include no extension-tier header (kiln/ext/).
-for h in kernel multi_kernel runtime program memory_plan plan device_args device tune_options tuning artifact spec library kiln; do
+for h in kernel multi_kernel runtime program memory_plan fill plan device_args device tune_options tuning artifact spec library kiln; do
   while IFS= read -r hit; do
     echo "check_layers: include/kiln/$h.hpp:$hit: an application's header includes the extension tier"; bad=1
   done < <(grep -nE '#include "kiln/ext/' "include/kiln/$h.hpp" || true)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The cpu model (kernels/programs/model_cpu.toml: three decoder layers, the final norm and
-# the output projection) over a prompt and then decode steps, its logits at every call
+# the output projection) over a prompt of 9 tokens, 5 more over that cache (the causal mask
+# aligned bottom-right), then 4 decode steps whose cache length crosses 16 (a bucket's end),
+# its logits at every call
 # compared with PyTorch's float32 computation of the same model on the same weights
 # (bench/gpu/torch_logits.py makes them from kiln's seeds, include/kiln/fill.hpp): an
 # implementation that shares no code with kiln's kernels, its reference programs or its
@@ -17,5 +19,5 @@ fi
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 export KILN_CACHE_DIR=$d/cache KILN_FIRST_CALL=wait KILN_BENCH_BUDGET_MS=2
-"$tool" "$src/kernels/programs/model_cpu.toml" --out "$d/logits" --prompt 12 --steps 3 --seed 7
+"$tool" "$src/kernels/programs/model_cpu.toml" --out "$d/logits" --prompt 9 --chunk 5 --steps 4 --seed 7
 "$PY" "$src/bench/gpu/torch_logits.py" "$d/logits"

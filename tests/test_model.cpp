@@ -176,14 +176,20 @@ TEST_F(ModelTest, BindingMistakesAreRefusedWithTheReason) {
   EXPECT_NE(m.find("is a view of a row of a buffer ('g1[0]'), which kiln emit does not write yet"), std::string::npos)
       << m;
 
-  // A row past the buffer's end: read, then refused at the call with the row and the rows there are.
+  // A constant row no step writes (h has rows 0 and 1; L = 3) is refused when the file is read.
+  m = message([&] { parse_program(edited(R"(args   = ["h[L % 2]")", R"(args   = ["h[L]")"), file); });
+  EXPECT_NE(m.find("kernel 'rmsnorm' reads 'h[L]', row 3 of 'h', before any step writes that row (rows written so "
+                   "far: 0, 1)"),
+            std::string::npos)
+      << m;
+  // A row past the buffer's end that only the call's sizes tell: refused at the call with the row and the rows there are.
   Runtime rt(opts);
-  Program bad(rt, parse_program(edited(R"(args   = ["h[L % 2]")", R"(args   = ["h[L]")"), file));
+  Program bad(rt, parse_program(edited(R"(args   = ["h[L % 2]")", R"(args   = ["h[T + 1]")"), file));
   Model w(8);
   const int64_t T = 2;
   std::vector<float> x(static_cast<size_t>(T * Model::H)), logits(static_cast<size_t>(T * Model::V));
   m = message([&] { bad.run(w.inputs(x, T), {{logits.data(), {T, Model::V}}}, nullptr, {0}); });
-  EXPECT_NE(m.find("argument 'h[L]' is row 3 of 'h', which has 2 rows"), std::string::npos) << m;
+  EXPECT_NE(m.find("argument 'h[T + 1]' is row 3 of 'h', which has 2 rows"), std::string::npos) << m;
 }
 
 // What a hostile review found, each fixed: two intermediates of one program run
@@ -277,6 +283,25 @@ TEST_F(ModelTest, WhatAHostileReviewFound) {
   EXPECT_NE(e.find("bind.S: the repetition's index 'layer' selects rows of buffers only"), std::string::npos) << e;
   e = message([&] { parse_program(edited(R"(y = "h[layer % 2]")", R"(y = "h[]")"), file); });
   EXPECT_NE(e.find("bind.y: 'h[]' has an empty index"), std::string::npos) << e;
+
+  // A view's row read before any step writes that row, though another row of the buffer was written:
+  // refused when the file is read, naming the row and the rows written (once, only the whole buffer counted).
+  auto rows = [&](const char* read) {
+    return std::string("kind = \"program\"\nversion = 1\nname = \"rows\"\nbackend = \"cpu\"\nconstants = { H = 8 }\n"
+                       "symbols = [\"T\"]\n") +
+           tensor("inputs", "xs", "\"T\", \"H\"") + tensor("inputs", "g", "\"H\"") +
+           tensor("outputs", "y", "\"T\", \"H\"") + tensor("buffers", "buf", "\"2\", \"T\", \"H\"") +
+           "[kernels]\nrmsnorm = " + rms +
+           "\n[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"xs\", \"g\", \"buf[0]\", \"T\", \"H\", \"1e-5\"]\n"
+           "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"" + read + "\", \"g\", \"y\", \"T\", \"H\", \"1e-5\"]\n";
+  };
+  e = message([&] { parse_program(rows("buf[1]"), dir.path() / "rows.toml"); });
+  EXPECT_NE(e.find("kernel 'rmsnorm' reads 'buf[1]', row 1 of 'buf', before any step writes that row (rows "
+                   "written so far: 0)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(message([&] { parse_program(rows("buf[2 - 2]"), dir.path() / "rows.toml"); }), "no error");
+  EXPECT_EQ(message([&] { parse_program(rows("buf[T - 1]"), dir.path() / "rows.toml"); }), "no error");  // not constant
 }
 
 }  // namespace

@@ -728,6 +728,29 @@ TEST(Fill, AnInputIsTheDocumentedCounterBasedGeneratorFromItsSeed) {
     EXPECT_EQ(got, static_cast<float>(static_cast<double>(static_cast<float>(defined(11, j))) * 0.5)) << j;
   }
 
+  // f64 scaled in double; f16 as bf16; integers r % 201 - 100, a scale truncated toward zero.
+  auto raw = [](uint64_t seed, uint64_t j) {
+    uint64_t z = seed + (j + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  ProgramTensor d{"d", DType::f64, {}, false, 0.25, std::nullopt};
+  ProgramTensor h{"h", DType::f16, {}, false, 3, std::nullopt};
+  ProgramTensor i{"i", DType::i32, {}, false, 0.5, std::nullopt};
+  std::vector<std::byte> dh(64 * 8), hh(64 * 2), ih(64 * 4);
+  fill_input(d, dh, 21), fill_input(h, hh, 22), fill_input(i, ih, 23);
+  for (size_t j = 0; j < 64; ++j) {
+    double dv;
+    std::memcpy(&dv, dh.data() + 8 * j, 8);
+    EXPECT_EQ(dv, defined(21, j) * 0.25) << j;
+    const float hv = f16_bits_to_f32(f32_to_f16_bits(static_cast<float>(defined(22, j))));
+    EXPECT_EQ(reinterpret_cast<const uint16_t*>(hh.data())[j], f32_to_f16_bits(static_cast<float>(hv * 3.0))) << j;
+    int32_t iv;
+    std::memcpy(&iv, ih.data() + 4 * j, 4);
+    EXPECT_EQ(iv, static_cast<int32_t>((static_cast<int64_t>(raw(23, j) % 201) - 100) * 0.5)) << j;
+  }
+
   ProgramTensor g{"g", DType::bf16, {}, false, 1, 1.0};
   std::vector<std::byte> gh(4096 * 2);
   fill_input(g, gh, 1);

@@ -10,10 +10,14 @@
 //           z ^ (z >> 31)                                 (splitmix64's finaliser)
 //   u = (r >> 11) * 2^-53                                 (a double in [0, 1))
 //   v = the dtype's value nearest float(2u - 1)           (round to nearest even; f64: 2u - 1)
-// An input with `fill = { scale = c }` then holds the dtype's value nearest
-// float(double(v) * c); one with `fill = { constant = c }` holds c throughout.
-// Integer inputs hold r % 201 - 100. Input number i (0-based, in the
-// program's order) of a run with seed s is filled with seed input_seed(s, i).
+// Then an input's `fill`:
+//   f32, f16, bf16: with { scale = c }, the dtype's value nearest float(double(v) * c);
+//                   with { constant = c }, the dtype's value nearest float(c)
+//   f64:            v * c, or c
+//   i32, i64:       v = r % 201 - 100 (unsigned r); with a scale, v * c truncated toward zero;
+//                   with a constant, c truncated toward zero
+// Input number i (0-based, in the program's order) of a run with seed s is
+// filled with seed input_seed(s, i).
 #pragma once
 
 #include <cstddef>

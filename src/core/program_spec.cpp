@@ -168,8 +168,23 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
       err(fmt::format("kernel '{}' ({}) is a {} kernel; the program's backend is {}", k.name, k.spec.string(),
                       k.backend(), p.backend));
   }
-  std::set<std::string> written;
+  std::set<std::string> written;  // every row, as far as the check can tell
   for (const auto& t : p.inputs) written.insert(t.name);
+  // Buffers of which only some rows are written so far, through views whose
+  // index is a constant (`h[1]`); a view with another index counts as the whole.
+  std::map<std::string, std::set<int64_t>> rows_written;
+  auto constant_row = [&](const Expr& e) -> std::optional<int64_t> {
+    try {
+      CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
+        for (const auto& [cn, v] : p.constants)
+          if (cn == n) return SymbolBinding::constant(v);
+        return std::nullopt;
+      });
+      if (c.is_constant()) return c.constant_value();
+    } catch (const Error&) {
+    }
+    return std::nullopt;
+  };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     ProgramStep& st = p.steps[i];
     if (st.kind != ProgramStep::Kind::launch) continue;
@@ -188,7 +203,7 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
                         return join(a);
                       }(),
                       st.args.size()));
-    std::vector<std::string> writes;
+    std::vector<std::pair<std::string, std::optional<int64_t>>> writes;  // a buffer, and its row for a view
     for (size_t j = 0; j < args.size(); ++j) {
       ProgramArg& a = st.args[j];
       const ArgSpec& want = args[j];
@@ -233,10 +248,18 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
             err(fmt::format("{}: kernel '{}' writes '{}' ('{}'), an input of the program; inputs are read only "
                             "(state = true makes an input state the program updates in place)",
                             where(i), st.kernel, want.name, a.text));
-          writes.push_back(a.text);
+          writes.emplace_back(a.text, a.index ? constant_row(*a.index) : std::nullopt);
         }
-        if (want.intent != Intent::out && !written.count(a.text))
-          err(fmt::format("{}: kernel '{}' reads '{}' before any step writes it", where(i), st.kernel, a.text));
+        if (want.intent != Intent::out && !written.count(a.text)) {
+          auto rows = rows_written.find(a.text);
+          if (rows == rows_written.end())
+            err(fmt::format("{}: kernel '{}' reads '{}' before any step writes it", where(i), st.kernel, a.text));
+          const std::optional<int64_t> r = a.index ? constant_row(*a.index) : std::nullopt;
+          if (r && !rows->second.count(*r))
+            err(fmt::format("{}: kernel '{}' reads '{}', row {} of '{}', before any step writes that row (rows "
+                            "written so far: {})",
+                            where(i), st.kernel, a.written(), *r, a.text, fmt::join(rows->second, ", ")));
+        }
       } else if (t) {
         err(fmt::format("{}: argument {} ('{}' of kernel '{}') is a {} scalar, not a buffer like '{}'", where(i), j,
                         want.name, st.kernel, dtype_name(want.dtype), a.text));
@@ -259,12 +282,17 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
         known(a.value, fmt::format("{}: argument {} ('{}')", where(i), j, want.name));
       }
     }
-    for (const auto& w : writes) written.insert(w);
+    for (const auto& [w, row] : writes) {
+      if (row) rows_written[w].insert(*row);
+      else written.insert(w);
+    }
   }
   for (const auto& o : p.outputs)
-    if (!written.count(o.name)) err(fmt::format("output '{}' is written by no step", o.name));
+    if (!written.count(o.name) && !rows_written.count(o.name))
+      err(fmt::format("output '{}' is written by no step", o.name));
   for (const auto& b : p.buffers)
-    if (!written.count(b.name)) err(fmt::format("buffer '{}' is written by no step", b.name));
+    if (!written.count(b.name) && !rows_written.count(b.name))
+      err(fmt::format("buffer '{}' is written by no step", b.name));
 }
 
 ProgramKernel load_kernel_ref(const std::string& name, const fs::path& spec, const std::string& kind) {
