@@ -80,9 +80,8 @@ TEST(Family, EachMemberIsTheSpecOfItsProblem) {
     for (const std::string& d : p.defines())
       EXPECT_NE(std::find(s.cflags.begin(), s.cflags.end(), d), s.cflags.end()) << m << " lacks " << d;
     EXPECT_EQ(s.constant("WEIGHTS"), p.weights()) << m;
-    // The member's own table gives the plain product its library choice, completed with the problem.
-    EXPECT_EQ(s.libraries, m == "f32_nt" ? std::vector<std::string>{"openblas_f32_nt"} : std::vector<std::string>{})
-        << m;
+    // Each member's own table gives it the library choice, completed with its problem.
+    EXPECT_EQ(s.libraries, std::vector<std::string>{"openblas_" + m}) << m;
   }
   // Members differ in name and flags, so their records and binaries are their own.
   EXPECT_NE(load_spec(linear() + ":f32_nt_gelu").cflags, load_spec(linear() + ":f32_nt_silu").cflags);

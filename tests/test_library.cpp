@@ -121,6 +121,42 @@ TEST_F(LibraryTest, OpenBlasOfEachLayoutAgreesWithTheTemplate) {
   }
 }
 
+// Every epilogue of the cpu linear family has OpenBLAS's unfused form as a
+// choice (the GEMM, two for the gated MLP, and the epilogue beside it): each
+// runs for real at an odd shape and at one row, and agrees with the fused
+// template (the reference), or the tuning would record it wrong.
+TEST_F(LibraryTest, OpenBlasRunsEveryEpilogueUnfusedAndAgreesWithTheFusedTemplate) {
+  Runtime rt(opts);
+  if (!rt.backend("cpu").library_unavailable("openblas_f32_nt").empty())
+    GTEST_SKIP() << "OpenBLAS is not installed here: " << rt.backend("cpu").library_unavailable("openblas_f32_nt");
+  const std::string linear = test::kernels() + "/cpu/linear.toml";
+  size_t checked = 0;
+  for (const std::string& m : family_members(linear)) {
+    KernelSpec s = load_spec(linear + ":" + m);
+    for (const char* rows : {"7", "1"}) {
+      SCOPED_TRACE(m + " M=" + rows);
+      HostArgs args(s, parse_scalars(s, {{"M", rows}, {"N", "33"}, {"K", "19"}}));
+      args.fill_random(11);
+      TuneOutcome o = rt.tune(s, args.params());
+      const ConfigResult* lib = nullptr;
+      for (const auto& c : o.record.configs)
+        if (c.config.library == "openblas_" + m) lib = &c;
+      ASSERT_NE(lib, nullptr);
+      EXPECT_TRUE(lib->ok()) << fail_kind_name(lib->kind) << ": " << lib->error;
+      // Whichever ran first is the reference the others are checked against: the
+      // templates agree with the library's result (a wrong one would fail them all).
+      size_t templates_ok = 0, templates = 0;
+      for (const auto& c : o.record.configs)
+        if (c.config.library.empty()) templates += 1, templates_ok += c.ok();
+      EXPECT_GT(templates, 0u);
+      EXPECT_EQ(templates_ok, templates) << "reference " << o.record.reference;
+      EXPECT_TRUE(o.choice);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 14u);
+}
+
 TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernelIsMade) {
   Runtime rt(opts);
   KernelSpec s = test::spec_in(dir.path(), gemm_spec("openblass_f64_nn", 0), "gemm.cpp", kGemmSource);

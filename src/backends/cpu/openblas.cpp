@@ -2,6 +2,13 @@
 // K x N), openblas_f32_nt, openblas_f64_nn and openblas_f64_nt, through
 // cblas_sgemm and cblas_dgemm. The worked example of docs/libraries.md.
 //
+// Every epilogue too, in its unfused form, so that a fused template is timed
+// against the computation it fuses: a bias or a residual is put in C first
+// and the GEMM adds to it (beta = 1); SiLU and GELU (the erf form, as kiln's
+// cpu kernels) are a pass over C after it; the gated MLP is two GEMMs (the
+// up projection into scratch memory of M x N, allocated for the call) and a
+// pass computing silu(gate) * up. A choice is timed as a whole.
+//
 // Opened with dlopen (Debian's libopenblas0): absent, its choices are
 // unavailable. Its own thread count is set to kiln's launch threads
 // (KILN_NUM_THREADS), so a library call and a kiln grid share the cores alike.
@@ -14,7 +21,10 @@
 #include <dlfcn.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 
 #include "core/format.hpp"
 
@@ -53,7 +63,7 @@ struct OpenBlasApi {
   }
 };
 
-// C = A . B (or A . B^T), row-major.
+// C = epilogue(A . B (or A . B^T)), row-major.
 class OpenBlasGemm final : public LoadedKernel {
  public:
   OpenBlasGemm(std::string key, KernelMeta meta, GemmProblem p, int threads)
@@ -69,21 +79,67 @@ class OpenBlasGemm final : public LoadedKernel {
   void launch(void* const* params, const LaunchDims&, Stream) override {
     const GemmOperands o = gemm_operands(p_, params);
     if (o.m <= 0 || o.n <= 0) return;
-    const int M = static_cast<int>(o.m), N = static_cast<int>(o.n), K = static_cast<int>(o.k);
-    constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
-    const bool nt = p_.layout == GemmLayout::nt;
-    const int lda = K > 0 ? K : 1, ldb = nt ? lda : N;
-    if (p_.dtype == DType::f32)
-      OpenBlasApi::get().sgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0f,
-                               static_cast<const float*>(o.a), lda, static_cast<const float*>(o.b), ldb, 0.0f,
-                               static_cast<float*>(o.c), N);
-    else
-      OpenBlasApi::get().dgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0,
-                               static_cast<const double*>(o.a), lda, static_cast<const double*>(o.b), ldb, 0.0,
-                               static_cast<double*>(o.c), N);
+    if (p_.dtype == DType::f32) run<float>(o);
+    else run<double>(o);
   }
 
  private:
+  static void gemm(const float* a, const float* b, float* c, int M, int N, int K, bool nt, float beta) {
+    OpenBlasApi::get().sgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0f, a, K > 0 ? K : 1, b,
+                             nt ? (K > 0 ? K : 1) : N, beta, c, N);
+  }
+  static void gemm(const double* a, const double* b, double* c, int M, int N, int K, bool nt, double beta) {
+    OpenBlasApi::get().dgemm(kRowMajor, kNoTrans, nt ? kTrans : kNoTrans, M, N, K, 1.0, a, K > 0 ? K : 1, b,
+                             nt ? (K > 0 ? K : 1) : N, beta, c, N);
+  }
+  template <typename T>
+  static T silu(T x) { return x / (T(1) + std::exp(-x)); }
+  template <typename T>
+  static T gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752))); }
+
+  template <typename T>
+  void run(const GemmOperands& o) const {
+    const int M = static_cast<int>(o.m), N = static_cast<int>(o.n), K = static_cast<int>(o.k);
+    const bool nt = p_.layout == GemmLayout::nt;
+    const T* a = static_cast<const T*>(o.a);
+    const T* b = static_cast<const T*>(o.b);
+    T* c = static_cast<T*>(o.c);
+    const size_t mn = static_cast<size_t>(M) * static_cast<size_t>(N);
+    T beta = 0;
+    switch (p_.epilogue) {
+      case GemmEpilogue::residual:  // C = R, then C += A . B
+        if (c != o.extra) std::memmove(c, o.extra, mn * sizeof(T));
+        beta = 1;
+        break;
+      case GemmEpilogue::bias:
+      case GemmEpilogue::bias_gelu:  // every row of C the bias, then C += A . B
+        for (int i = 0; i < M; ++i) std::memcpy(c + static_cast<size_t>(i) * N, o.extra, N * sizeof(T));
+        beta = 1;
+        break;
+      default:
+        break;
+    }
+    gemm(a, b, c, M, N, K, nt, beta);
+    switch (p_.epilogue) {
+      case GemmEpilogue::silu:
+        for (size_t i = 0; i < mn; ++i) c[i] = silu(c[i]);
+        break;
+      case GemmEpilogue::gelu:
+      case GemmEpilogue::bias_gelu:
+        for (size_t i = 0; i < mn; ++i) c[i] = gelu(c[i]);
+        break;
+      case GemmEpilogue::gated: {  // C = A . Bg (above), up = A . Bu, C = silu(C) * up
+        std::unique_ptr<T[]> up(new T[mn]);  // per call: nothing of this size stays allocated
+        gemm(a, static_cast<const T*>(o.b2), up.get(), M, N, K, nt, 0);
+        for (size_t i = 0; i < mn; ++i) c[i] = silu(c[i]) * up[i];
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  static constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
   GemmProblem p_;
 };
 
@@ -92,8 +148,8 @@ class OpenBlas final : public Library {
   explicit OpenBlas(int threads) : threads_(threads) {}
   std::string name() const override { return "openblas"; }
   std::string implements(const GemmProblem& p) const override {
-    if ((p.dtype == DType::f32 || p.dtype == DType::f64) && p.epilogue == GemmEpilogue::none) return "";
-    return fmt::format("OpenBLAS has no {} (kiln calls its f32 and f64 GEMMs, without epilogues)", p.text());
+    if (p.dtype == DType::f32 || p.dtype == DType::f64) return "";
+    return fmt::format("OpenBLAS has no {} (kiln calls its f32 and f64 GEMMs)", p.text());
   }
   std::string unavailable() override { return OpenBlasApi::get().why; }
   std::string identity() override {
