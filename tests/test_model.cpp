@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/fsutil.hpp"
+#include "core/process.hpp"
 #include "emit.hpp"
 #include "kiln/args.hpp"
 #include "kiln/program.hpp"
@@ -130,6 +131,38 @@ TEST_F(ModelTest, TheModelMatchesItsReferenceAndTheLayerRunLayerByLayer) {
     EXPECT_LT(worst, 1e-3) << "logits against the layer run by hand, S=" << S;
     S += T;
   }
+}
+
+// The whole model packed (kiln pack PROGRAM at two token counts) and loaded by
+// a process with an empty cache: its first call of each packed shape compiles
+// nothing and times nothing, and its result passes the check against the
+// reference program.
+TEST_F(ModelTest, APackedModelRunsWithNothingCompiledOrTimed) {
+  const std::string model = (programs() / "model_cpu.toml").string();
+  const std::string artifact = (dir.path() / "model.kiln").string();
+  auto kiln = [&](const std::string& cache, const std::string& env, const std::string& args) {
+    ProcessResult r = run_process(
+        {"bash", "-c", fmt::format("KILN_CACHE_DIR={} KILN_BENCH_BUDGET_MS=2 {} {} -q {} 2>&1",
+                                   (dir.path() / cache).string(), env, test::kiln_exe(), args)},
+        600);
+    EXPECT_TRUE(r.ok()) << r.describe() << "\n" << r.output;
+    return r.output;
+  };
+  std::string out = kiln("packer", "", fmt::format("pack {} --set T=1,3 --set S=2 --set CAP=8 -o {}", model, artifact));
+  EXPECT_NE(out.find("packed"), std::string::npos) << out;
+  for (const char* T : {"3", "1"}) {
+    SCOPED_TRACE(std::string("T=") + T);
+    out = kiln(std::string("app") + T, "KILN_ARTIFACT=" + artifact,
+               fmt::format("run --first-only {} --set T={} --set S=2 --set CAP=8", model, T));
+    EXPECT_NE(out.find(": 0 compiled, 0 configs timed"), std::string::npos) << out;
+    out = kiln(std::string("app") + T, "KILN_ARTIFACT=" + artifact,
+               fmt::format("run --check --reps 1 --calls 1 {} --set T={} --set S=2 --set CAP=8", model, T));
+    EXPECT_NE(out.find("check passed"), std::string::npos) << out;
+  }
+  // A shape not packed is compiled or tuned as usual: the artifact is not what made the counts zero.
+  out = kiln("app5", "KILN_ARTIFACT=" + artifact,
+             fmt::format("run --first-only {} --set T=5 --set S=2 --set CAP=8", model));
+  EXPECT_EQ(out.find(": 0 compiled, 0 configs timed"), std::string::npos) << out;
 }
 
 // What a binding gets wrong is refused when the model is read, naming the step
