@@ -127,7 +127,8 @@ int run(int argc, char** argv) {
   Runtime rt(Options::from_env());
   Device& dev = rt.device(spec.backend);
   const int64_t cap = prompt + chunk + steps;
-  std::map<std::string, int64_t> at_prompt{{"T", prompt}, {"CAP", cap}, {"S", 0}};
+  // Buffers whose size follows T are made for the largest call (the prompt or the chunk).
+  std::map<std::string, int64_t> at_prompt{{"T", std::max(prompt, chunk)}, {"CAP", cap}, {"S", 0}};
   nlohmann::json meta = {{"program", spec.name}, {"file", program.string()}, {"seed", seed},
                          {"prompt", prompt},     {"chunk", chunk},          {"steps", steps}, {"CAP", cap}};
   std::vector<DeviceBuffer> held;

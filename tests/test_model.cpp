@@ -335,6 +335,33 @@ TEST_F(ModelTest, WhatAHostileReviewFound) {
       << e;
   EXPECT_EQ(message([&] { parse_program(rows("buf[2 - 2]"), dir.path() / "rows.toml"); }), "no error");
   EXPECT_EQ(message([&] { parse_program(rows("buf[T - 1]"), dir.path() / "rows.toml"); }), "no error");  // not constant
+
+  // A launch writing a buffer it also reads (in place: the kernels read while they write, a wrong
+  // answer), and an output whose rows are not all written: refused when the file is read.
+  auto small = [&](const std::string& outputs, const std::string& steps) {
+    return std::string("kind = \"program\"\nversion = 1\nname = \"small\"\nbackend = \"cpu\"\n"
+                       "constants = { H = 8 }\nsymbols = [\"T\"]\n") +
+           tensor("inputs", "xs", "\"T\", \"H\"") + tensor("inputs", "g", "\"H\"") +
+           tensor("inputs", "w", "\"H\", \"H\"") + outputs + tensor("buffers", "h", "\"2\", \"T\", \"H\"") +
+           "[kernels]\nrmsnorm = " + rms + "\nlin = " + lin + "\n" + steps;
+  };
+  const std::string norm_h = "[[steps]]\nlaunch = \"rmsnorm\"\nargs = [\"xs\", \"g\", \"h\", \"2 * T\", \"H\", \"1e-5\"]\n";
+  const std::string y_out = tensor("outputs", "y", "\"T\", \"H\"");
+  auto lin_step = [](const char* a, const char* c, const char* r) {
+    return fmt::format("[[steps]]\nlaunch = \"lin\"\nargs = [\"{}\", \"w\", \"{}\", \"{}\", \"T\", \"H\", \"H\"]\n", a, c, r);
+  };
+  e = message([&] { parse_program(small(y_out, norm_h + lin_step("h[0]", "h[0]", "xs") + lin_step("h[0]", "y", "xs")),
+                                  dir.path() / "small.toml"); });
+  EXPECT_NE(e.find("kernel 'lin' writes 'h[0]' as 'C' and reads it as 'A' in the same launch"), std::string::npos) << e;
+  e = message([&] { parse_program(small(y_out, norm_h + lin_step("h[1]", "h", "xs") + lin_step("h[0]", "y", "xs")),
+                                  dir.path() / "small.toml"); });
+  EXPECT_NE(e.find("writes 'h' as 'C' and reads it as 'A'"), std::string::npos) << e;  // the whole and a row
+  EXPECT_EQ(message([&] { parse_program(small(y_out, norm_h + lin_step("h[1]", "h[0]", "h[1]") + lin_step("h[0]", "y", "xs")),
+                                        dir.path() / "small.toml"); }),
+            "no error");  // other rows of the same buffer
+  e = message([&] { parse_program(small(tensor("outputs", "y", "\"2\", \"T\", \"H\""), norm_h + lin_step("h[0]", "y[0]", "xs")),
+                                  dir.path() / "small.toml"); });
+  EXPECT_NE(e.find("output 'y' has 2 rows, but no step writes row 1"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -282,10 +282,45 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
         known(a.value, fmt::format("{}: argument {} ('{}')", where(i), j, want.name));
       }
     }
+    // A buffer a launch writes may not overlap another of its arguments (the kernels
+    // read their inputs while they write: in place gives a wrong answer). Two views
+    // overlap unless their rows are different constants or their indices differ.
+    for (size_t j = 0; j < args.size(); ++j) {
+      const ProgramArg& a = st.args[j];
+      if (a.kind != ProgramArg::Kind::buffer || args[j].intent == Intent::in) continue;
+      for (size_t q = 0; q < args.size(); ++q) {
+        const ProgramArg& b = st.args[q];
+        if (q == j || b.kind != ProgramArg::Kind::buffer || b.text != a.text) continue;
+        if (q < j && args[q].intent != Intent::in) continue;  // a pair of written ones: said once
+        bool overlap = !a.index || !b.index;
+        if (a.index && b.index) {
+          const std::optional<int64_t> ra = constant_row(*a.index), rb = constant_row(*b.index);
+          overlap = ra && rb ? *ra == *rb : *a.index == *b.index;
+        }
+        if (overlap)
+          err(fmt::format("{}: kernel '{}' writes '{}' as '{}' and {} it as '{}' in the same launch: a launch's "
+                          "arguments may not overlap where it writes (give the output a buffer of its own)",
+                          where(i), st.kernel, a.written(), args[j].name,
+                          args[q].intent == Intent::in ? "reads" : "writes", args[q].name));
+      }
+    }
     for (const auto& [w, row] : writes) {
       if (row) rows_written[w].insert(*row);
       else written.insert(w);
     }
+  }
+  // An output written row by row through views must have every row written.
+  for (const auto& o : p.outputs) {
+    auto rows = rows_written.find(o.name);
+    if (written.count(o.name) || rows == rows_written.end() || o.shape.empty()) continue;
+    const std::optional<int64_t> n = constant_row(o.shape[0]);
+    if (!n) continue;
+    std::vector<int64_t> missing;
+    for (int64_t r = 0; r < *n && missing.size() < 8; ++r)
+      if (!rows->second.count(r)) missing.push_back(r);
+    if (!missing.empty())
+      err(fmt::format("output '{}' has {} rows, but no step writes row{} {}", o.name, *n, missing.size() > 1 ? "s" : "",
+                      fmt::join(missing, ", ")));
   }
   for (const auto& o : p.outputs)
     if (!written.count(o.name) && !rows_written.count(o.name))
