@@ -68,6 +68,20 @@ TEST_F(CliTest, ArgumentsAreCheckedStrictly) {
   // -q works after the subcommand too.
   Out quiet = kiln("tune " + spec + " --set N=10 -q");
   EXPECT_EQ(quiet.code, 0) << quiet.err;
+  // A seed is all of a whole number in 64 bits: not wrapped from -1, not clamped from 2^64.
+  for (const char* seed : {"-1", "18446744073709551616", "7x"}) {
+    Out bad_seed = kiln("tune " + spec + " --set N=10 --seed " + seed);
+    EXPECT_EQ(bad_seed.code, 2) << seed;
+    EXPECT_NE(bad_seed.err.find("a seed is a whole number from 0 to 18446744073709551615"), std::string::npos)
+        << bad_seed.err;
+  }
+  // kiln pack refuses a --set name that none of its specs or programs has, before tuning anything.
+  Out typo = kiln("pack " + spec + " --set N=10 --set Nn=4 -o " + (dir.path() / "x.kiln").string());
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("--set Nn=4: no spec or program given has a scalar or symbol 'Nn' (they have: N)"),
+            std::string::npos)
+      << typo.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "x.kiln"));
 }
 
 TEST_F(CliTest, SettingsAreCheckedStrictly) {

@@ -205,6 +205,23 @@ void run_pack(Globals& g, const PackArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   size_t tuned = 0, records = 0;
   std::set<std::string> binaries;
+  // A --set name no spec or program given has is a mistake (a misspelt symbol would
+  // pack other shapes than meant): refused before anything is tuned.
+  {
+    std::set<std::string> known;
+    for (const auto& path : a.specs) {
+      if (is_program_file(path)) {
+        for (const auto& n : load_program(path).all_symbols()) known.insert(n);
+      } else {
+        for (const auto& arg : load_spec(path).args)
+          if (!arg.pointer) known.insert(arg.name);
+      }
+    }
+    for (const auto& [n, v] : split_sets(a.sets))
+      if (!known.count(n))
+        fail(Errc::usage, "--set {}={}: no spec or program given has a scalar or symbol '{}' (they have: {})", n, v, n,
+             fmt::join(known, ", "));
+  }
   for (const auto& path : a.specs) {
     if (is_program_file(path)) {
       pack_program(rt, art, path, a, binaries, records);
@@ -311,7 +328,7 @@ void add_pack(CLI::App& app, Globals& g) {
   cmd->add_flag("--hints", a->hints, "Pack every spec's size-hint points");
   cmd->add_option("-o,--output", a->out, "The artifact file to write");
   cmd->add_option("--unpacked", a->unpacked, "Also (or instead) write the same entries into this folder");
-  cmd->add_option("--seed", a->seed, "Seed of the random inputs tuned on")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs tuned on")->check(Seed)->capture_default_str();
   cmd->add_option("--runners-up", a->runners_up, "Binaries of this many next-best configs per shape, beside the choice")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();

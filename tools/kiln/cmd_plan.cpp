@@ -308,7 +308,7 @@ void add_plan(CLI::App& app, Globals& g) {
                   "Evaluation shapes (a file like --shapes): the plan's pick and the hint-based pick against tuning "
                   "each exactly")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs")->check(Seed)->capture_default_str();
   cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: a plan over templates only");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([&g, a] { run_plan(g, *a); });

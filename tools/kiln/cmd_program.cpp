@@ -239,7 +239,7 @@ void add_program(CLI::App& app, Globals& g) {
       ->capture_default_str();
   run->add_option("--calls", a->calls, "Whole calls timed back to back")->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  run->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  run->add_option("--seed", a->seed, "Seed of the random inputs")->check(Seed)->capture_default_str();
   run->add_flag("--wide", a->wide, "Inputs of a large dynamic range (as kiln tune --inputs wide)");
   run->add_option("--loop", a->loop,
                   "NAME=N: then N calls back to back with scalar NAME growing by one a call from its --set value "

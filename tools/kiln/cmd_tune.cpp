@@ -413,7 +413,7 @@ void add_tune(CLI::App& app, Globals& g) {
       ->check(CLI::Range(0.001, 1e6));
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
   cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: templates only");
-  cmd->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs")->check(Seed)->capture_default_str();
   cmd->add_option("--inputs", a->inputs,
                   "uniform: floats in [-1, 1); wide: +-2^e (1 + f) with e in [-8, 8), a large dynamic range")
       ->check(CLI::IsMember({"uniform", "wide"}))

@@ -43,6 +43,12 @@ struct SpecFileValidator : CLI::Validator {
 };
 extern const SpecFileValidator SpecFile;
 
+// A seed: a whole number from 0 to 2^64 - 1, all of the text (not wrapped or clamped).
+struct SeedValidator : CLI::Validator {
+  SeedValidator();
+};
+extern const SeedValidator Seed;
+
 // A fixed-width text table.
 class Table {
  public:

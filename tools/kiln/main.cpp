@@ -1,3 +1,4 @@
+#include <charconv>
 #include <unistd.h>
 
 #include <cstdio>
@@ -61,6 +62,17 @@ SpecFileValidator::SpecFileValidator() : CLI::Validator("FILE") {
   };
 }
 const SpecFileValidator SpecFile;
+
+SeedValidator::SeedValidator() : CLI::Validator("UINT64") {
+  func_ = [](std::string& text) -> std::string {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    return ec == std::errc() && p == text.data() + text.size() && !text.empty()
+               ? ""
+               : "a seed is a whole number from 0 to 18446744073709551615, not '" + text + "'";
+  };
+}
+const SeedValidator Seed;
 
 FILE* out() { return g_out ? g_out : stdout; }
 
