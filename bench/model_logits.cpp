@@ -145,8 +145,7 @@ int run(int argc, char** argv) {
     if (t.constant) m["constant"] = *t.constant;
     else m["scale"] = t.scale;
     if (i > 0) {  // x is filled at each call
-      std::vector<std::byte> host(bytes);
-      fill_input(t, host, input_seed(seed, i));
+      const std::vector<std::byte> host = filled_input(t, bytes, input_seed(seed, i));
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
       dev.sync(nullptr);
       m["samples"] = samples(t.dtype, host);
@@ -172,9 +171,8 @@ int run(int argc, char** argv) {
     const std::map<std::string, int64_t> now{{"T", T}, {"CAP", cap}, {"S", S}};
     const ProgramTensor& xt = spec.inputs[0];
     in[0].shape = spec.dims(xt, now);
-    std::vector<std::byte> x(buffer_bytes(xt.dtype, spec.elements(xt, now), "x"));
     const uint64_t xseed = input_seed(seed, 0) + (static_cast<uint64_t>(k) << 32);
-    fill_input(xt, x, xseed);
+    const std::vector<std::byte> x = filled_input(xt, buffer_bytes(xt.dtype, spec.elements(xt, now), "x"), xseed);
     dev.to_device(in[0].data, x.data(), x.size(), nullptr);
     for (size_t o = 0; o < outs.size(); ++o) outs[o].shape = spec.dims(spec.outputs[o], now);
     dev.sync(nullptr);

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kiln/program_spec.hpp"
 
@@ -35,5 +36,8 @@ constexpr uint64_t input_seed(uint64_t run_seed, size_t index) { return run_seed
 // input (a model's 15 GiB in seconds). `wide` (kiln run --inputs wide)
 // draws v as fill_random's wide values do, before the scale.
 void fill_input(const ProgramTensor& t, std::span<std::byte> host, uint64_t seed, bool wide = false);
+// The same into `bytes` of host memory it allocates: Error(Errc::io) naming the
+// input and the size when the memory cannot be had.
+std::vector<std::byte> filled_input(const ProgramTensor& t, size_t bytes, uint64_t seed, bool wide = false);
 
 }  // namespace kiln

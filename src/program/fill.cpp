@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
+#include "core/format.hpp"
 #include "kiln/args.hpp"
 
 namespace kiln {
@@ -60,6 +62,17 @@ void fill_input(const ProgramTensor& t, std::span<std::byte> host, uint64_t seed
   for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
   for (auto& th : pool) th.join();
+}
+
+std::vector<std::byte> filled_input(const ProgramTensor& t, size_t bytes, uint64_t seed, bool wide) {
+  std::vector<std::byte> host;
+  try {
+    host.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    fail(Errc::io, "cannot allocate {} bytes of host memory to fill input '{}'", bytes, t.name);
+  }
+  fill_input(t, host, seed, wide);
+  return host;
 }
 
 }  // namespace kiln

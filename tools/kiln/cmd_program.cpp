@@ -65,8 +65,7 @@ void run_program(const RunArgs& a, Globals& g) {
     const size_t bytes = buffer_bytes(t.dtype, n, t.name);
     held.emplace_back(dev, bytes ? bytes : 1);
     if (fill && !a.first_only) {
-      std::vector<std::byte> host(bytes);
-      fill_input(t, host, seed, a.wide);
+      const std::vector<std::byte> host = filled_input(t, bytes, seed, a.wide);
       dev.to_device(held.back().get(), host.data(), bytes, nullptr);
     }
     return Tensor{held.back().get(), shape};
