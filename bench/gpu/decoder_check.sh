@@ -6,11 +6,7 @@
 # over a cache checked the same way.
 # Usage (GPU machine): bench/gpu/decoder_check.sh [build dir]    (results under $OUT)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-dec-cache-XXXXXX)}
 LOOP=${LOOP:-1000}
 P=kernels/programs/decoder_llama3_8b.toml

@@ -8,11 +8,7 @@
 # double reference (its wiring is checked on the cpu by ModelTest; its layer above).
 # Usage (GPU machine): bench/gpu/model_check.sh [build dir]    (results under $OUT)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-model-cache-XXXXXX)}
 LOOP=${LOOP:-1000}
 MODEL_LOOP=${MODEL_LOOP:-200}

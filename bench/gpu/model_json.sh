@@ -7,11 +7,7 @@
 # on the same model between them (bench/gpu/torch_model.py). Parts are skipped once DEADLINE
 # seconds have passed. Usage (GPU machine): bench/gpu/model_json.sh [build dir]  (results under $OUT)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-json-cache}
 DEADLINE=${DEADLINE:-560}
 start=$(date +%s)

@@ -8,12 +8,8 @@
 # KILN_FIRST_CALL=wait by default: each call runs what tuning chose, as the timed runs do.
 # Usage (GPU machine): bench/gpu/model_logits.sh [build dir]   (results under $OUT)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 LOGITS=${LOGITS:-/tmp/kiln-logits}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-json-cache}
 # Every step tuned before its first call returns: the calls run (and check) the tuned choices.
 export KILN_FIRST_CALL=${KILN_FIRST_CALL:-wait}

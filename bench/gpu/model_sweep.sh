@@ -5,11 +5,7 @@
 # the others reuse the cache (the GEMMs' records; attention is tuned a power of two of S).
 # Usage (GPU machine): bench/gpu/model_sweep.sh [build dir]   (SWEEP="128 1024 4096 8192")
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-sweep-cache}
 SWEEP=${SWEEP:-128 1024 4096 8192}
 DEADLINE=${DEADLINE:-560}

@@ -8,13 +8,9 @@
 # Usage (GPU machine): bench/gpu/pdl_check.sh [build dir]   (PARTS=tests,copy,mlp,layer,model;
 # results under $OUT; KILN_CACHE_DIR kept in /tmp/kiln-pdl-cache for a later call)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 PARTS=${PARTS:-tests,copy,mlp,layer}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-pdl-cache}
 mkdir -p "$KILN_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
