@@ -69,6 +69,11 @@ struct CudaTest : ::testing::Test {
     if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine"; \
   } while (0)
 
+// A cuda spec of kernel k in k.cu, one block of 32 threads, with the keys `rest` adds.
+std::string one_block_spec(const std::string& rest) {
+  return "name = \"k\"\nbackend = \"cuda\"\nsource = \"k.cu\"\nentry = \"k\"\ngrid = [\"1\"]\nblock = [\"32\"]\n" + rest;
+}
+
 }  // namespace
 
 // Every config of every built-in cuda kernel (a sample of the search
@@ -198,15 +203,9 @@ args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n"
 // kernel); the same kernel without pdl compiles either way.
 TEST_F(CudaTest, APdlKernelThatNeverWaitsIsRefusedAtCompile) {
   if (nvrtc_missing()) return;
-  const std::string toml = R"(name = "k"
-backend = "cuda"
-source = "k.cu"
-entry = "k"
-grid = ["1"]
-block = ["32"]
-pdl = true
+  const std::string toml = one_block_spec(R"(pdl = true
 args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n", type = "i64" } ]
-)";
+)");
   const std::string waits = "extern \"C\" __global__ void k(float* x, long long n) {\n  kiln_wait_prior();\n  x[0] = n;\n}\n";
   const std::string never = "extern \"C\" __global__ void k(float* x, long long n) {\n  kiln_start_next();\n  x[0] = n;\n}\n";
   Runtime rt(opts);
@@ -231,16 +230,10 @@ args = [ { name = "x", type = "f32*", size = "n", intent = "out" }, { name = "n"
 // and wants 128 bytes each; a kernel that takes them compiles (launching is the GPU's test).
 TEST_F(CudaTest, TensorMapsFollowTheArgumentsAndTheEntryIsCheckedForThem) {
   if (nvrtc_missing()) return;
-  const std::string toml = R"(name = "k"
-backend = "cuda"
-source = "k.cu"
-entry = "k"
-grid = ["1"]
-block = ["32"]
-args = [ { name = "x", type = "bf16*", size = "n * m", intent = "in" }, { name = "n", type = "i64" },
+  const std::string toml = one_block_spec(R"(args = [ { name = "x", type = "bf16*", size = "n * m", intent = "in" }, { name = "n", type = "i64" },
          { name = "m", type = "i64" } ]
 tensor_maps = [ { of = "x", rows = "n", cols = "m", box_rows = "64", box_cols = "64", swizzle = 128 } ]
-)";
+)");
   const char* head = "#include <cuda_bf16.h>\nstruct __align__(64) tmap { unsigned long long v[16]; };\n";
   Runtime rt(opts);
   KernelSpec good = test::spec_in(dir.path() / "a", toml, "k.cu",

@@ -22,6 +22,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// An expression over the program's constants alone, compiled with them folded in:
+// ExprError for any other name.
+CompiledExpr over_constants(const ProgramSpec& p, const Expr& e) {
+  return CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
+    for (const auto& [k, v] : p.constants)
+      if (k == n) return SymbolBinding::constant(v);
+    return std::nullopt;
+  });
+}
+
+// Its value where it names the constants alone and evaluates; else nullopt.
+std::optional<int64_t> constant_value(const ProgramSpec& p, const Expr& e) {
+  try {
+    CompiledExpr c = over_constants(p, e);
+    if (c.is_constant()) return c.constant_value();
+  } catch (const Error&) {  // ExprError too
+  }
+  return std::nullopt;
+}
+
 // Program files are text a person writes: far below this.
 constexpr size_t kMaxProgramBytes = size_t{16} << 20;
 
@@ -173,18 +193,7 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
   // Buffers of which only some rows are written so far, through views whose
   // index is a constant (`h[1]`); a view with another index counts as the whole.
   std::map<std::string, std::set<int64_t>> rows_written;
-  auto constant_row = [&](const Expr& e) -> std::optional<int64_t> {
-    try {
-      CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
-        for (const auto& [cn, v] : p.constants)
-          if (cn == n) return SymbolBinding::constant(v);
-        return std::nullopt;
-      });
-      if (c.is_constant()) return c.constant_value();
-    } catch (const Error&) {
-    }
-    return std::nullopt;
-  };
+  auto constant_row = [&](const Expr& e) { return constant_value(p, e); };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     ProgramStep& st = p.steps[i];
     if (st.kind != ProgramStep::Kind::launch) continue;
@@ -649,12 +658,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
     } else {
       const Expr e = r.expr(*rn, where + ".repeat");
       try {
-        CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
-          for (const auto& [k, v] : p.constants)
-            if (k == n) return SymbolBinding::constant(v);
-          return std::nullopt;
-        });
-        count = c.eval(nullptr);
+        count = over_constants(p, e).eval(nullptr);
       } catch (const ExprError& x) {
         r.error(*rn, fmt::format("{}.repeat: '{}' is a count over the constants ({})", where, e.str(), x.what_only()));
       } catch (const Error& x) {
@@ -771,19 +775,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
   std::set<std::string> have;
   for (const auto& g : p.guards) have.insert(g.str());
   // A guard over the constants alone is decided now: kept out where it holds, refused where it does not.
-  auto constant = [&](const Expr& e) -> std::optional<int64_t> {
-    try {
-      CompiledExpr c = CompiledExpr::compile(e, [&](std::string_view n) -> std::optional<SymbolBinding> {
-        for (const auto& [k, v] : p.constants)
-          if (k == n) return SymbolBinding::constant(v);
-        return std::nullopt;
-      });
-      if (c.is_constant()) return c.constant_value();
-    } catch (const ExprError&) {
-    } catch (const Error&) {
-    }
-    return std::nullopt;
-  };
+  auto constant = [&](const Expr& e) { return constant_value(p, e); };
   auto guard = [&](const std::string& text, const std::string& why) {
     const Expr e = Expr::parse(normal(text));
     if (auto v = constant(e)) {
