@@ -42,17 +42,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double value_at(DType t, const std::byte* p, size_t i) {
-  switch (t) {
-    case DType::f32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case DType::f64: { double v; std::memcpy(&v, p + 8 * i, 8); return v; }
-    case DType::f16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return f16_bits_to_f32(h); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return bf16_bits_to_f32(h); }
-    case DType::i32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case DType::i64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
-  }
-  return 0;
-}
 
 // A few of a filled buffer's values: its first, some at the generator's
 // chunk boundaries, its last.
@@ -61,7 +50,7 @@ nlohmann::json samples(DType t, const std::vector<std::byte>& host) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{1} << 22, (size_t{1} << 22) + 1, size_t{3} << 22, n / 2,
                    n - 1})
-    if (i < n) out.push_back({{"index", i}, {"value", value_at(t, host.data(), i)}});
+    if (i < n) out.push_back({{"index", i}, {"value", element_value(t, host.data(), i)}});
   return out;
 }
 

@@ -53,6 +53,8 @@ uint16_t f32_to_f16_bits(float f);
 float f16_bits_to_f32(uint16_t h);
 uint16_t f32_to_bf16_bits(float f);
 float bf16_bits_to_f32(uint16_t h);
+// Element i of a buffer of dtype t, as a double (integers as int64 first).
+double element_value(DType t, const std::byte* base, size_t i);
 
 // Host memory for every argument of a spec: for the cpu backend's calls,
 // tests and the CLI. Keeps what it needs of the spec by value.

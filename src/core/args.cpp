@@ -176,6 +176,38 @@ float bf16_bits_to_f32(uint16_t h) {
   return f;
 }
 
+double element_value(DType t, const std::byte* base, size_t i) {
+  switch (t) {
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, base + 2 * i, 2);
+      return t == DType::f16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    case DType::i64: {
+      int64_t v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return static_cast<double>(v);
+    }
+  }
+  return 0;
+}
+
 void fill_random(DType t, std::span<std::byte> bytes, uint64_t seed, bool wide) {
   uint64_t s = seed;
   size_t n = bytes.size() / dtype_size(t);

@@ -17,38 +17,6 @@ namespace {
 
 bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
 
-// Element i of a buffer of dtype t, as a double (integers as int64 first).
-double get(DType t, const std::byte* base, size_t i) {
-  switch (t) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return v;
-    }
-    case DType::f16:
-    case DType::bf16: {
-      uint16_t h;
-      std::memcpy(&h, base + 2 * i, 2);
-      return t == DType::f16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
-    }
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return static_cast<double>(v);
-    }
-  }
-  return 0;
-}
 
 int64_t get_int(DType t, const std::byte* base, size_t i) {
   if (t == DType::i32) {
@@ -75,7 +43,7 @@ void convert(DType t, std::byte* base, size_t i, DType from_t, const std::byte* 
     }
     return;
   }
-  const double v = get(from_t, from, j);
+  const double v = element_value(from_t, from, j);
   switch (t) {
     case DType::f32: {
       const float f = static_cast<float>(v);
@@ -315,7 +283,7 @@ class ReferenceRun {
     const int64_t row_elems = dims.empty() ? 1 : product(dims, 1);
     double max_ref = 0;
     for (size_t i = 0; i < n; ++i) {
-      const double r = get(ro.dtype, refh.data(), i);
+      const double r = element_value(ro.dtype, refh.data(), i);
       if (std::isfinite(r)) max_ref = std::max(max_ref, std::abs(r));
     }
     const Tuner::Tolerance tol = Tuner::tolerance(pt.dtype, ts, reduction, max_ref);
@@ -332,7 +300,7 @@ class ReferenceRun {
       const size_t at = sub ? static_cast<size_t>(rows_[static_cast<size_t>(row_of(i))] * row_elems +
                                                   static_cast<int64_t>(i) % row_elems)
                             : i;
-      const double g = get(pt.dtype, got.data(), at), r = get(ro.dtype, refh.data(), i);
+      const double g = element_value(pt.dtype, got.data(), at), r = element_value(ro.dtype, refh.data(), i);
       if (std::isnan(g) && std::isnan(r)) continue;
       if (g == r) continue;  // infinities of one sign agree
       const double err = !std::isfinite(g) || !std::isfinite(r) ? INFINITY : std::abs(g - r);
