@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole model's result check (issue 28): kiln runs kernels/programs/model_llama3_8b.toml
-# (bench/model_logits.cpp) over a prompt of PROMPT (112) tokens, CHUNK (16) more over that
-# cache, then STEPS (16) decode steps, tuned on each shape's first call unless KILN_CACHE_DIR
+# (bench/model_logits.cpp) over a prompt of PROMPT (128) tokens, CHUNK (0: none) more over
+# that cache, then STEPS (16) decode steps, tuned on each shape's first call unless KILN_CACHE_DIR
 # holds the records; bench/gpu/torch_logits.py makes the same weights from the seeds and
 # compares kiln's logits at every call with PyTorch's in float32 (bound 3e-2 a row).
 # PART=kiln or PART=torch runs one side (the logits wait under $LOGITS between the two).
@@ -15,10 +15,10 @@ export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-json-cache}
 export KILN_FIRST_CALL=${KILN_FIRST_CALL:-wait}
 PART=${PART:-kiln,torch}
 if [[ ,$PART, == *,kiln,* ]]; then
-  echo "== kiln: prompt ${PROMPT:-128}, then ${STEPS:-16} decode steps"
+  echo "== kiln: prompt ${PROMPT:-128}, chunk ${CHUNK:-0}, then ${STEPS:-16} decode steps"
   t0=$(date +%s)
   "$B/bench/kiln_bench_model_logits" kernels/programs/model_llama3_8b.toml --out "$LOGITS" \
-    --prompt "${PROMPT:-112}" --chunk "${CHUNK:-16}" --steps "${STEPS:-16}" 2> "$OUTD/model_logits.err"
+    --prompt "${PROMPT:-128}" --chunk "${CHUNK:-0}" --steps "${STEPS:-16}" 2> "$OUTD/model_logits.err"
   rc=$?
   echo "exit code $rc after $(($(date +%s) - t0)) s"
   grep -E "^call|filled|model_logits" "$OUTD/model_logits.err" | head -30
