@@ -17,10 +17,16 @@
 // DIR/meta.json: the calls and what each step ran, every input's dtype, shape,
 // seed, scale or constant, and a few of its values (so that a
 // reimplementation of the generator can check itself before it compares).
+// The inputs are filled where the program runs (on a GPU by a kernel:
+// kiln::InputFiller). With BENCH_EXEC_NS set to the wall clock's nanoseconds
+// when the process was started (`BENCH_EXEC_NS=$(date +%s%N) kiln_bench_...`),
+// it also says how long after that the first call's outputs were ready (the
+// start to the first token, bench/gpu/warm_start.sh).
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kiln/args.hpp"
@@ -43,15 +50,32 @@ namespace fs = std::filesystem;
 namespace {
 
 
-// A few of a filled buffer's values: its first, some at the generator's
-// chunk boundaries, its last.
-nlohmann::json samples(DType t, const std::vector<std::byte>& host) {
-  const size_t n = host.size() / dtype_size(t);
+// A few of a filled buffer's values (`bytes` of the device's memory at `data`): its first,
+// some at the host generator's chunk boundaries and the device fill's block and grid strides,
+// its last.
+nlohmann::json samples(Device& dev, DType t, const void* data, size_t bytes) {
+  const size_t size = dtype_size(t), n = bytes / size;
   nlohmann::json out = nlohmann::json::array();
-  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{1} << 22, (size_t{1} << 22) + 1, size_t{3} << 22, n / 2,
-                   n - 1})
-    if (i < n) out.push_back({{"index", i}, {"value", element_value(t, host.data(), i)}});
+  std::byte v[8];
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{255}, size_t{256}, size_t{1} << 22, (size_t{1} << 22) + 1,
+                   size_t{3} << 22, n / 2, n - 1})
+    if (i < n) {
+      dev.to_host(v, static_cast<const std::byte*>(data) + i * size, size, nullptr);
+      dev.sync(nullptr);
+      out.push_back({{"index", i}, {"value", element_value(t, v, 0)}});
+    }
   return out;
+}
+
+// Seconds since BENCH_EXEC_NS (the wall clock when the process was started), or -1 without it.
+double after_exec() {
+  const char* e = std::getenv("BENCH_EXEC_NS");
+  if (!e) return -1;
+  return (static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count()) -
+          std::strtod(e, nullptr)) /
+         1e9;
 }
 
 int usage(const std::string& why) {
@@ -80,6 +104,7 @@ void write_file(const fs::path& f, const void* data, size_t bytes) {
 }
 
 int run(int argc, char** argv) {
+  std::vector<std::pair<const char*, double>> stages = {{"main", after_exec()}};  // (what was done, s after exec)
   if (argc < 2 || argv[1][0] == '-') return usage("no program given");
   const fs::path program = argv[1];
   fs::path out_dir;
@@ -103,6 +128,7 @@ int run(int argc, char** argv) {
   }
   if (out_dir.empty()) return usage("--out DIR is required");
   ProgramSpec spec = load_program(program);
+  stages.push_back({"program read", after_exec()});
   auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   const bool has_logits = std::any_of(spec.outputs.begin(), spec.outputs.end(),
                                       [](const ProgramTensor& t) { return t.name == "logits"; });
@@ -114,7 +140,9 @@ int run(int argc, char** argv) {
   fs::remove(out_dir / "meta.json");  // a run cut short leaves none to be taken for its results
 
   Runtime rt(Options::from_env());
+  stages.push_back({"runtime", after_exec()});
   Device& dev = rt.device(spec.backend);
+  stages.push_back({"device", after_exec()});
   const int64_t cap = prompt + chunk + steps;
   // Buffers whose size follows T are made for the largest call (the prompt or the chunk).
   std::map<std::string, int64_t> at_prompt{{"T", std::max(prompt, chunk)}, {"CAP", cap}, {"S", 0}};
@@ -123,6 +151,7 @@ int run(int argc, char** argv) {
   std::vector<DeviceBuffer> held;
   held.reserve(spec.inputs.size() + spec.outputs.size());
   std::vector<Tensor> in, outs;
+  InputFiller filler(rt, spec.backend);
   auto t_fill = std::chrono::steady_clock::now();
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const ProgramTensor& t = spec.inputs[i];
@@ -134,10 +163,9 @@ int run(int argc, char** argv) {
     if (t.constant) m["constant"] = *t.constant;
     else m["scale"] = t.scale;
     if (i > 0) {  // x is filled at each call
-      const std::vector<std::byte> host = filled_input(t, bytes, input_seed(seed, i));
-      dev.to_device(held.back().get(), host.data(), bytes, nullptr);
+      filler.fill(t, held.back().get(), bytes, input_seed(seed, i));
       dev.sync(nullptr);
-      m["samples"] = samples(t.dtype, host);
+      m["samples"] = samples(dev, t.dtype, held.back().get(), bytes);
     }
     meta["inputs"].push_back(m);
     in.push_back({held.back().get(), shape});
@@ -148,10 +176,12 @@ int run(int argc, char** argv) {
     outs.push_back({held.back().get(), spec.dims(t, at_prompt)});
     meta["outputs"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}});
   }
-  std::fprintf(stderr, "inputs filled in %.1f s\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count());
+  const double fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
+  std::fprintf(stderr, "inputs filled in %.3f s (%s)\n", fill_s, filler.on_device() ? "on the device" : "on the host");
 
+  stages.push_back({"inputs", after_exec()});
   Program prog(rt, spec);
+  stages.push_back({"program made", after_exec()});
   std::vector<std::pair<int64_t, int64_t>> calls = {{prompt, 0}};  // (T, S)
   if (chunk > 0) calls.push_back({chunk, prompt});
   for (int64_t k = 0; k < steps; ++k) calls.push_back({1, prompt + chunk + k});
@@ -161,8 +191,8 @@ int run(int argc, char** argv) {
     const ProgramTensor& xt = spec.inputs[0];
     in[0].shape = spec.dims(xt, now);
     const uint64_t xseed = input_seed(seed, 0) + (static_cast<uint64_t>(k) << 32);
-    const std::vector<std::byte> x = filled_input(xt, buffer_bytes(xt.dtype, spec.elements(xt, now), "x"), xseed);
-    dev.to_device(in[0].data, x.data(), x.size(), nullptr);
+    const size_t xbytes = buffer_bytes(xt.dtype, spec.elements(xt, now), "x");
+    filler.fill(xt, in[0].data, xbytes, xseed);
     for (size_t o = 0; o < outs.size(); ++o) outs[o].shape = spec.dims(spec.outputs[o], now);
     dev.sync(nullptr);
     const auto t0 = std::chrono::steady_clock::now();
@@ -170,7 +200,7 @@ int run(int argc, char** argv) {
     dev.sync(nullptr);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // The first call of each shape includes its compiles and tunings.
-    nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(xt.dtype, x)}};
+    nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(dev, xt.dtype, in[0].data, xbytes)}};
     for (size_t o = 0; o < outs.size(); ++o) {
       const ProgramTensor& ot = spec.outputs[o];
       std::vector<std::byte> host(buffer_bytes(ot.dtype, spec.elements(ot, now), ot.name));
@@ -182,6 +212,15 @@ int run(int argc, char** argv) {
     }
     call["choices"] = prog.choices(in, outs, {S});  // what each step ran: "kernel: config (source)"
     meta["calls"].push_back(call);
+    if (const double after = after_exec(); k == 0 && after >= 0) {
+      stages.push_back({"first token", after});
+      std::string text;
+      for (const auto& [what, at] : stages) text += fmt::format("{}{} {:.3f}", text.empty() ? "" : ", ", what, at);
+      std::fprintf(stderr, "first token %.3f s after exec (inputs filled in %.3f s, first call %.3f s)\n", after,
+                   fill_s, s);
+      std::fprintf(stderr, "stages, s after exec: %s\n", text.c_str());
+      meta["first_token_after_exec_s"] = after;
+    }
     const bool new_shape = std::none_of(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(k),
                                         [&](const auto& c) { return c.first == T; });
     std::fprintf(stderr, "call %zu: T=%lld S=%lld in %.3f s%s\n", k, static_cast<long long>(T),

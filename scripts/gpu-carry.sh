@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 rm -rf build-gpu-carry
 mkdir -p build-gpu-carry/tests build-gpu-carry/bench
 for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/kiln_bench_first_call \
-    bench/kiln_bench_many_first_calls bench/kiln_bench_model_logits; do
+    bench/kiln_bench_many_first_calls bench/kiln_bench_model_logits bench/kiln_bench_context; do
   if [ -f "build-gpu/$f" ]; then strip -o "build-gpu-carry/$f" "build-gpu/$f"; fi
 done
 # XGBoost for the budgeted search, with what it needs that the GPU machine may lack.

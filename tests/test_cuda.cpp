@@ -18,11 +18,13 @@
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/ext/tuner.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/fill.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
 #include "worker/worker_pool.hpp"
+#include "program/fill_kernel.hpp"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -717,4 +719,42 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
       }
     }
   }
+}
+
+// The kernel that fills inputs in a GPU's memory (kiln run, kiln pack, the
+// model's logits check) compiles for the H100 without a GPU, and on the GPU it
+// makes the host generator's values bit for bit: every dtype, plain, scaled
+// and constant, at sizes on both sides of its block (256) and of its grid
+// stride, with a seed whose counter wraps. (Indices past 2^31 are checked by
+// bench/gpu/model_logits.sh: PyTorch remakes the 16 GB model's samples.)
+TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
+  if (nvrtc_missing()) return;
+  Runtime rt(opts);
+  std::shared_ptr<const Binary> b;
+  ASSERT_NO_THROW(b = rt.compile_pool("cuda").submit(device_fill_request("cuda")).get());
+  EXPECT_GT(b->bytes.size(), 100u);
+  EXPECT_FALSE(b->meta.symbol.empty());
+  NEEDS_GPU();
+  InputFiller filler(rt, "cuda");
+  EXPECT_TRUE(filler.on_device());
+  Device& dev = rt.device("cuda");
+  const int64_t stride = rt.backend("cuda").limits().multiprocessors * 8 * 256;
+  for (DType t : kAllDTypes)
+    for (int mode = 0; mode < 3; ++mode)
+      for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, stride + 3, 3 * stride + 1000}) {
+        ProgramTensor x{"x", t, {}, false, mode == 1 ? 0.02 : 1, mode == 2 ? std::optional<double>(-3.0) : std::nullopt};
+        const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
+        DeviceBuffer buf(dev, bytes);
+        const uint64_t seed = 0xfffffffffffff000ULL + static_cast<uint64_t>(n);  // wraps as it counts
+        filler.fill(x, buf.get(), bytes, seed);
+        std::vector<std::byte> got(bytes);
+        dev.to_host(got.data(), buf.get(), bytes, nullptr);
+        dev.sync(nullptr);
+        const std::vector<std::byte> want = filled_input(x, bytes, seed);
+        size_t first_bad = bytes;
+        for (size_t i = 0; i < bytes && first_bad == bytes; ++i)
+          if (got[i] != want[i]) first_bad = i;
+        EXPECT_EQ(first_bad, bytes) << dtype_name(t) << " mode " << mode << " n " << n << ": element "
+                                    << first_bad / dtype_size(t) << " differs";
+      }
 }

@@ -756,3 +756,22 @@ TEST(Fill, AnInputIsTheDocumentedCounterBasedGeneratorFromItsSeed) {
   fill_input(g, gh, 1);
   for (size_t j = 0; j < 4096; ++j) ASSERT_EQ(reinterpret_cast<const uint16_t*>(gh.data())[j], 0x3f80) << j;
 }
+
+// InputFiller on the cpu backend fills the buffer in place with exactly
+// fill_input's values (kiln run and kiln pack fill through it).
+TEST(Fill, TheFillerOfACpuBackendFillsInPlaceAsTheHostGeneratorDoes) {
+  TempDir dir("kiln-test");
+  Runtime rt(test::options_in(dir.path()));
+  InputFiller filler(rt, "cpu");
+  EXPECT_FALSE(filler.on_device());
+  for (DType t : kAllDTypes) {
+    for (int mode = 0; mode < 3; ++mode) {
+      ProgramTensor x{"x", t, {}, false, mode == 1 ? 0.02 : 1, mode == 2 ? std::optional<double>(-3.0) : std::nullopt};
+      const size_t bytes = 1000 * dtype_size(t);
+      DeviceBuffer buf(rt.device("cpu"), bytes);
+      filler.fill(x, buf.get(), bytes, 99);
+      const std::vector<std::byte> want = filled_input(x, bytes, 99);
+      EXPECT_EQ(std::memcmp(buf.get(), want.data(), bytes), 0) << dtype_name(t) << " mode " << mode;
+    }
+  }
+}

@@ -134,6 +134,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   cache->journal(true);
   Device& dev = be.device();
   Program prog(rt, ps);
+  InputFiller filler(rt, ps.backend);  // on a GPU, a kernel fills its memory
   for (const auto& shape : shapes_) {
     std::vector<DeviceBuffer> held;
     held.reserve(ps.inputs.size() + ps.outputs.size());
@@ -144,10 +145,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
       const int64_t n = ps.elements(t, shape);
       const size_t bytes = buffer_bytes(t.dtype, n, t.name);
       held.emplace_back(dev, bytes ? bytes : 1);
-      if (fill) {
-        const std::vector<std::byte> host = filled_input(t, bytes, seed);
-        dev.to_device(held.back().get(), host.data(), bytes, nullptr);
-      }
+      if (fill) filler.fill(t, held.back().get(), bytes, seed);
       x.data = held.back().get();
       return x;
     };
