@@ -125,12 +125,18 @@ TEST_F(FirstCallTest, CallsGoOnWhileTheShapeTunesAndTheChoiceChangesExactlyOnce)
   EXPECT_NE(last->config.str(), "MODE=2");
   EXPECT_EQ(rt.stats().background_tunings, 1u);
   // The record is there for the next process: its first call takes it.
+  bool noisy = false;  // timed on a busy machine: the next process re-measures it behind its calls
+  if (std::shared_ptr<TuningCache> tc = rt.tuning_cache())
+    if (std::optional<TuningRecord> r = tc->get(make_tuning_key(spec(), rt.backend("cpu"), {{"n", 4096}})))
+      noisy = r->noisy;
   Runtime rt2(opts);
   Kernel k2(rt2, spec());
   c.run(k2);
   EXPECT_EQ(k2.choice(c.params).source, ChoiceSource::cache);
   EXPECT_EQ(k2.choice(c.params).config, last->config);
-  EXPECT_EQ(rt2.tunings_pending(), 0u);
+  if (!noisy) {
+    EXPECT_EQ(rt2.tunings_pending(), 0u) << "a quiet record was tuned again";
+  }
 }
 
 TEST_F(FirstCallTest, WaitTunesBeforeTheFirstCallReturns) {

@@ -460,6 +460,41 @@ TEST_F(TuneTest, AFirstCallAfterTheBackgroundCompileRunsNoCompiler) {
   EXPECT_EQ(rt2.compile_pool("cpu").counters().submitted, 0u);
 }
 
+// Making a handle costs its caller nothing (its compiles are queued on the
+// runtime's thread for work ahead of the calls), and a kernel whose records
+// the tuning cache holds on this device compiles nothing ahead: its first
+// calls are answered by them (a warm process), so compiling the rest of its
+// space would only compete with them.
+TEST_F(TuneTest, AKernelWithRecordsHereCompilesNothingAheadAndOneWithoutCompilesItsSpace) {
+  opts.first_call = FirstCall::wait;
+  KernelSpec s = load_spec(test::kernels() + "/cpu/matmul.toml");
+  std::vector<float> A(32 * 32, 1), B(32 * 32, 1), C(32 * 32);
+  {
+    Runtime rt(opts);
+    Kernel k(rt, s);
+    k(A.data(), B.data(), C.data(), int64_t{32}, int64_t{32}, int64_t{32});  // tuned: a record
+    EXPECT_EQ(C[5], 32.0f);
+  }
+  Runtime rt(opts);
+  Kernel warm(rt, s);
+  KernelSpec other = load_spec(test::kernels() + "/cpu/softmax.toml");
+  Kernel cold(rt, other);  // no record: its space compiled ahead, after `warm`'s job (one queue, in order)
+  const uint64_t want = other.space.size();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (rt.compile_pool("cpu").counters().submitted < want &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(rt.compile_pool("cpu").counters().submitted, want)
+      << "the kernel with records here compiled ahead, or the other did not compile its space";
+  // Its first call takes the record.
+  float *a = A.data(), *b = B.data(), *c = C.data();
+  int64_t m = 32, n = 32, k = 32;
+  void* params[] = {&a, &b, &c, &m, &n, &k};
+  warm.launch(params, nullptr);
+  EXPECT_EQ(warm.choice(params).source, ChoiceSource::cache);
+}
+
 // A kernel that accumulates into its output (split-K style) with the spec's
 // `zero`: kiln zeroes the output before each launch, in a worker too, and
 // the split configs agree with the unsplit one.

@@ -74,6 +74,10 @@ class Runtime {
   // stop (set when the runtime is destroyed: jobs not started are dropped,
   // the running one stops between configs). Thread-safe.
   void run_in_background(std::string what, std::function<void(const std::atomic<bool>& stop)> job);
+  // Work ahead of the calls (a handle's compiles queued as it is made): the
+  // same, on another thread, neither counted as a tuning nor waited for by
+  // wait_tuned(), so that making a handle costs its caller nothing. Thread-safe.
+  void run_ahead(std::string what, std::function<void(const std::atomic<bool>& stop)> job);
   // Waits until every background tuning queued so far has finished (or, with
   // a timeout, until it passes: false then). A program or a test calls this
   // to have the tuned choices in use.
@@ -124,6 +128,9 @@ class Runtime {
   std::atomic<uint64_t> configs_timed_{0};
   struct Background;
   std::unique_ptr<Background> background_;
+  std::unique_ptr<Background> ahead_;
+  void enqueue(std::unique_ptr<Background>& slot, const char* kind, std::string what,
+               std::function<void(const std::atomic<bool>& stop)> job);
 };
 
 }  // namespace kiln

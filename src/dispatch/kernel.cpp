@@ -7,7 +7,9 @@
 #include "dispatch/call_shape.hpp"
 #include "dispatch/first_call.hpp"
 #include "dispatch/shape_memo.hpp"
+#include "kiln/plan.hpp"
 #include "kiln/runtime.hpp"
+#include "kiln/tuning.hpp"
 
 #include <map>
 #include <ostream>
@@ -76,6 +78,25 @@ struct Kernel::Impl {
     for (const auto& c : runnable) background.push_back(pool.submit(make_compile_request(spec, c)));
   }
 
+  // What a handle compiles as it is made, on the runtime's background thread
+  // so that making it costs the caller nothing: its space, unless the tuning
+  // cache holds records of this kernel on this device already (a warm process:
+  // its first calls are answered by them, and compiling the rest would only
+  // compete with them; a shape it lacks is then compiled as its tuning asks).
+  void compile_ahead() {
+    if (!rt.options().compiles_ahead()) return;
+    {
+      std::lock_guard<std::mutex> g(m);
+      if (started) return;
+    }
+    if (std::shared_ptr<TuningCache> cache = rt.tuning_cache())
+      if (!cache->all(plan_base_key(spec, rt.backend(spec.backend))).empty()) {
+        log::debug("kernel '{}': the tuning cache holds its records; nothing compiled ahead", spec.name);
+        return;
+      }
+    start_background(false);
+  }
+
   const Chosen* choice_for(const Config& c, ChoiceSource source) {
     std::lock_guard<std::mutex> g(m);
     for (const auto& x : choices)
@@ -100,7 +121,12 @@ Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
   rt.backend(impl_->spec.backend).check_libraries(impl_->spec);
   impl_->self = impl_;
-  impl_->start_background(false);
+  if (rt.options().compiles_ahead())
+    rt.run_ahead(fmt::format("compiling kernel '{}' ahead", impl_->spec.name),
+                         [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
+                           if (stop) return;
+                           if (std::shared_ptr<Impl> i = w.lock()) i->compile_ahead();
+                         });
 }
 
 Kernel::~Kernel() {

@@ -20,8 +20,11 @@
 
 namespace kiln {
 
-// The background tunings' queue and its thread (started on first use).
+// A queue of background jobs and its thread (started on first use): the
+// tunings', and the work ahead of the calls'.
 struct Runtime::Background {
+  explicit Background(const char* k) : kind(k) {}
+  const char* kind;  // "tuning": for messages
   struct Job {
     std::string what;
     std::function<void(const std::atomic<bool>&)> fn;
@@ -40,7 +43,7 @@ struct Runtime::Background {
       std::lock_guard<std::mutex> g(m);
       stop = true;
       if (!queue.empty())
-        log::info("{} background tuning(s) not started are dropped: the runtime is going away", queue.size());
+        log::info("{} background job(s) ({}) not started are dropped: the runtime is going away", queue.size(), kind);
       queue.clear();
     }
     cv.notify_all();
@@ -64,9 +67,9 @@ struct Runtime::Background {
       try {
         job.fn(stop);
       } catch (const Error& e) {
-        if (e.code() != Errc::cancelled) log::warn("background tuning of {} failed: {}", job.what, e.what());
+        if (e.code() != Errc::cancelled) log::warn("background {} ({}) failed: {}", kind, job.what, e.what());
       } catch (const std::exception& e) {
-        log::warn("background tuning of {} failed: {}", job.what, e.what());
+        log::warn("background {} ({}) failed: {}", kind, job.what, e.what());
       }
       {
         std::lock_guard<std::mutex> g(m);
@@ -104,19 +107,22 @@ Runtime::~Runtime() {
   {
     std::lock_guard<std::mutex> g(m_);
     if (background_) background_->stop_now();
+    if (ahead_) ahead_->stop_now();
     for (auto& [name, st] : backends_)
       if (st->pool) st->pool->abandon();
     if (workers_) workers_->abandon();
   }
   background_.reset();  // then joined: a running tuning uses everything below
+  ahead_.reset();
 }
 
-void Runtime::run_in_background(std::string what, std::function<void(const std::atomic<bool>&)> job) {
+void Runtime::enqueue(std::unique_ptr<Background>& slot, const char* kind, std::string what,
+                      std::function<void(const std::atomic<bool>&)> job) {
   Background* b;
   {
     std::lock_guard<std::mutex> g(m_);
-    if (!background_) background_ = std::make_unique<Background>();
-    b = background_.get();
+    if (!slot) slot = std::make_unique<Background>(kind);
+    b = slot.get();
   }
   {
     std::lock_guard<std::mutex> g(b->m);
@@ -125,6 +131,14 @@ void Runtime::run_in_background(std::string what, std::function<void(const std::
     if (!b->thread.joinable()) b->thread = std::thread([b] { b->loop(); });
   }
   b->cv.notify_all();
+}
+
+void Runtime::run_in_background(std::string what, std::function<void(const std::atomic<bool>&)> job) {
+  enqueue(background_, "tuning", std::move(what), std::move(job));
+}
+
+void Runtime::run_ahead(std::string what, std::function<void(const std::atomic<bool>&)> job) {
+  enqueue(ahead_, "work ahead of the calls", std::move(what), std::move(job));
 }
 
 bool Runtime::wait_tuned(double timeout_s) {
