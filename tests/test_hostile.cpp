@@ -389,3 +389,15 @@ args = ["y", "T + 1000 - 4294967296"]
   EXPECT_EQ(code, 2) << out;
   EXPECT_CONTAINS(out, "out of range for i32");
 }
+
+// A kernel spec given where a program is read (kiln run, kiln emit) is named
+// as a kernel spec, with the commands that take one, not reported as a
+// program with an unknown key.
+TEST_F(HostileTest, AKernelSpecGivenToKilnRunIsNamedAsOne) {
+  auto [code, out] = kiln("run '" + test::kernels() + "/cpu/linear.toml'");
+  EXPECT_NE(code, 0);
+  EXPECT_LT(code, 128) << out;
+  EXPECT_CONTAINS(out, "is a kernel spec");
+  EXPECT_CONTAINS(out, "kiln tune");
+  EXPECT_EQ(out.find("unknown key"), std::string::npos) << out;
+}

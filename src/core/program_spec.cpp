@@ -963,6 +963,12 @@ ProgramSpec parse_program(std::string_view text, const fs::path& path) {
   if (scope.own) t_loaded = &loaded;
   toml::table root = parse_toml_text(text, path);
   Reader r(path);
+  if (const toml::node* kind = root.get("kind"); !kind || !kind->is_string() || kind->as_string()->get() != "program")
+    for (const char* k : {"entry", "source", "members", "variants"})
+      if (root.get(k))
+        r.error(fmt::format("this is a kernel spec ('{}' = ...; no kind = \"program\"), not a program: `kiln tune` "
+                            "tunes a kernel, `kiln compile` compiles it; `kiln run` runs programs (docs/program.md)",
+                            k));
   r.only(root, {"kind", "version", "name", "backend", "constants", "symbols", "scalars", "buckets", "guards", "inputs", "outputs", "buffers",
                 "kernels", "steps", "check", "description"},
          "program");

@@ -15,6 +15,7 @@
 #include "kiln/args.hpp"
 #include "kiln/ext/binary_key.hpp"
 #include "kiln/multi_kernel.hpp"
+#include "kiln/plan.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"
 
@@ -899,15 +900,29 @@ struct MultiKernel::Impl {
 MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
   impl_->self = impl_;
-  if (rt.options().compiles_ahead()) {
-    CompilePool& pool = rt.compile_pool(impl_->spec.backend);
-    const LaunchLimits limits = rt.backend(impl_->spec.backend).limits();
-    for (const auto& v : impl_->spec.variants)
-      for (const auto& st : v.steps)
-        if (st.kernel.space.size() <= 1024)
-          for (const auto& c : st.kernel.space.all())
-            if (statically_pruned(st.kernel, c, limits).empty()) pool.submit(make_compile_request(st.kernel, c));
-  }
+  // Its variants' spaces compiled ahead, as a Kernel's are: queued on the runtime's
+  // thread for work ahead of the calls, and not where its records are here.
+  if (rt.options().compiles_ahead())
+    rt.run_ahead(fmt::format("compiling multi-kernel '{}' ahead", impl_->spec.name),
+                 [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
+                   std::shared_ptr<Impl> m = w.lock();
+                   if (!m || stop) return;
+                   Backend& be = m->rt.backend(m->spec.backend);
+                   if (std::shared_ptr<TuningCache> cache = m->rt.tuning_cache())
+                     if (!cache->all(plan_base_key(m->as_kernel, be)).empty()) {
+                       log::debug("multi-kernel '{}': the tuning cache holds its records; nothing compiled ahead",
+                                  m->spec.name);
+                       return;
+                     }
+                   CompilePool& pool = m->rt.compile_pool(m->spec.backend);
+                   const LaunchLimits limits = be.limits();
+                   for (const auto& v : m->spec.variants)
+                     for (const auto& st : v.steps)
+                       if (st.kernel.space.size() <= 1024)
+                         for (const auto& c : st.kernel.space.all())
+                           if (!stop && statically_pruned(st.kernel, c, limits).empty())
+                             pool.submit(make_compile_request(st.kernel, c));
+                 });
 }
 MultiKernel::~MultiKernel() = default;
 
