@@ -401,3 +401,16 @@ TEST_F(HostileTest, AKernelSpecGivenToKilnRunIsNamedAsOne) {
   EXPECT_CONTAINS(out, "kiln tune");
   EXPECT_EQ(out.find("unknown key"), std::string::npos) << out;
 }
+
+// An integer input's fill whose values its dtype cannot hold (kiln's
+// generator draws -100..100, times the scale) is refused when the program is
+// read, rather than converted differently on the host and on a GPU.
+TEST_F(HostileTest, AnIntegerFillPastItsDtypeIsRefused) {
+  const std::string idx = "[[inputs]]\nname = \"ids\"\ndtype = \"i32\"\nshape = [\"T\"]\nfill = { ";
+  EXPECT_CONTAINS(error_of(rms_program("\"p\"", "", idx + "constant = 3e9 }\n" + kRmsStep)),
+                  "constant 3000000000 makes values past what i32 holds");
+  EXPECT_CONTAINS(error_of(rms_program("\"p\"", "", idx + "scale = 3e7 }\n" + kRmsStep)), "past what i32 holds");
+  // Within range: read (the program is refused later, or not, for what else it says).
+  EXPECT_EQ(error_of(rms_program("\"p\"", "", idx + "scale = 2e7 }\n" + kRmsStep)).find("past what"),
+            std::string::npos);
+}

@@ -531,6 +531,13 @@ std::vector<ProgramTensor> read_tensors(Reader& r, const toml::table& root, cons
       const double d = v.value<double>().value_or(std::nan(""));
       if (!v.is_number() || !std::isfinite(d) || (sc && d <= 0))
         r.error(v, fmt::format("{}.fill: a finite number{}", where, sc ? ", more than 0" : ""));
+      // An integer input's values (-100..100 times the scale, or the constant) must fit its dtype.
+      if (x.dtype == DType::i32 || x.dtype == DType::i64) {
+        const double most = x.dtype == DType::i32 ? 2147483647.0 : 9.2e18;
+        if ((sc ? 100 * d : std::fabs(d)) > most)
+          r.error(v, fmt::format("{}.fill: {} {} makes values past what {} holds", where, sc ? "scale" : "constant", d,
+                                 dtype_name(x.dtype)));
+      }
       if (sc) x.scale = d;
       else x.constant = d;
     }

@@ -62,7 +62,8 @@ struct Kernel::Impl {
   Swaps<Chosen> swaps;  // shapes tuned in the background (KILN_FIRST_CALL=swap); under memo.mutex()
 
   // `asked`: prepare() was called, so compile even with background compiling off.
-  void start_background(bool asked) {
+  // `stop`: set when the runtime goes away (no more is submitted).
+  void start_background(bool asked, const std::atomic<bool>* stop = nullptr) {
     std::lock_guard<std::mutex> g(m);
     if (started || (!asked && !rt.options().compiles_ahead())) return;
     started = true;
@@ -75,7 +76,10 @@ struct Kernel::Impl {
     // A space its tunings will search quickly (Options::quick_above) compiles
     // what each search asks for, not all of it.
     if (!spec.tuning.search_given && runnable.size() > static_cast<size_t>(rt.options().quick_above)) return;
-    for (const auto& c : runnable) background.push_back(pool.submit(make_compile_request(spec, c)));
+    for (const auto& c : runnable) {
+      if (stop && *stop) return;
+      background.push_back(pool.submit(make_compile_request(spec, c)));
+    }
   }
 
   // What a handle compiles as it is made, on the runtime's background thread
@@ -83,7 +87,7 @@ struct Kernel::Impl {
   // cache holds records of this kernel on this device already (a warm process:
   // its first calls are answered by them, and compiling the rest would only
   // compete with them; a shape it lacks is then compiled as its tuning asks).
-  void compile_ahead() {
+  void compile_ahead(const std::atomic<bool>& stop) {
     if (!rt.options().compiles_ahead()) return;
     {
       std::lock_guard<std::mutex> g(m);
@@ -94,7 +98,7 @@ struct Kernel::Impl {
         log::debug("kernel '{}': the tuning cache holds its records; nothing compiled ahead", spec.name);
         return;
       }
-    start_background(false);
+    if (!stop) start_background(false, &stop);
   }
 
   const Chosen* choice_for(const Config& c, ChoiceSource source) {
@@ -125,7 +129,7 @@ Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     rt.run_ahead(fmt::format("compiling kernel '{}' ahead", impl_->spec.name),
                          [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
                            if (stop) return;
-                           if (std::shared_ptr<Impl> i = w.lock()) i->compile_ahead();
+                           if (std::shared_ptr<Impl> i = w.lock()) i->compile_ahead(stop);
                          });
 }
 
@@ -187,6 +191,10 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
   // space compiled: only the chosen config is compiled, ahead of the rest.
   to.cached_only = true;
   TuneOutcome o = m.rt.tune(call, to);
+  // A shape that will be tuned: the space compiled ahead now if the runtime's thread
+  // has not yet (or would not: another shape's record is here), so that a tuning
+  // waits for those compiles, not timing beside them.
+  if (!o.choice && !o.from_cache) m.start_background(false);
   const FirstCall mode = first_call_mode(m.rt);
   // A record that answered without a choice (no config survived, or the
   // reference disagreed with all) is the answer: no safe choice overrides it.

@@ -104,16 +104,21 @@ Runtime::Runtime(Options opts) : opts_(std::move(opts)) {
 // workers killed). So a process ends promptly after its last result, not
 // when the background work it started would have finished.
 Runtime::~Runtime() {
+  // The work ahead first: dropped, and the running job (which may make a compile
+  // pool) joined before the pools are abandoned, so none is made after.
+  {
+    std::lock_guard<std::mutex> g(m_);
+    if (ahead_) ahead_->stop_now();
+  }
+  ahead_.reset();
   {
     std::lock_guard<std::mutex> g(m_);
     if (background_) background_->stop_now();
-    if (ahead_) ahead_->stop_now();
     for (auto& [name, st] : backends_)
       if (st->pool) st->pool->abandon();
     if (workers_) workers_->abandon();
   }
   background_.reset();  // then joined: a running tuning uses everything below
-  ahead_.reset();
 }
 
 void Runtime::enqueue(std::unique_ptr<Background>& slot, const char* kind, std::string what,

@@ -11,6 +11,8 @@
 
 #include "compile/compile_pool.hpp"
 #include "core/format.hpp"
+#include "core/log.hpp"
+#include "kiln/ext/binary_key.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/backend.hpp"
 #include "kiln/runtime.hpp"
@@ -183,9 +185,20 @@ void InputFiller::fill(const ProgramTensor& t, void* dst, size_t bytes, uint64_t
     return;
   }
   if (!kernel_) {
-    std::shared_ptr<const Binary> bin = rt_.compile_pool(backend_).submit(device_fill_request(backend_)).get();
-    kernel_ = rt_.load(*bin);
-    blocks_ = static_cast<int>(std::max<int64_t>(1, rt_.backend(backend_).limits().multiprocessors) * 8);
+    // Urgent: ahead of the compiles a program's handles queued. Where it cannot be
+    // compiled or loaded, the fills are made on the host as before, and that is said once.
+    try {
+      const CompileRequest req = device_fill_request(backend_);
+      std::shared_ptr<const Binary> bin =
+          rt_.compile_pool(backend_).submit(req, make_binary_key(req, rt_.backend(backend_)).hex(), /*urgent=*/true).get();
+      kernel_ = rt_.load(*bin);
+      blocks_ = static_cast<int>(std::max<int64_t>(1, rt_.backend(backend_).limits().multiprocessors) * 8);
+    } catch (const Error& e) {
+      log::warn("inputs are filled on the host and copied: the fill kernel cannot run here ({})", e.what());
+      device_kernel_possible_ = false;
+      fill(t, dst, bytes, seed, wide, stream);
+      return;
+    }
   }
   long long n = static_cast<long long>(bytes / dtype_size(t.dtype));
   if (n == 0) return;
