@@ -24,7 +24,7 @@
 #include "kiln/runtime.hpp"
 #include "util.hpp"
 #include "worker/worker_pool.hpp"
-#include "program/fill_kernel.hpp"
+#include "backends/cuda/fill_kernel.hpp"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -731,7 +731,7 @@ TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
   if (nvrtc_missing()) return;
   Runtime rt(opts);
   std::shared_ptr<const Binary> b;
-  ASSERT_NO_THROW(b = rt.compile_pool("cuda").submit(device_fill_request("cuda")).get());
+  ASSERT_NO_THROW(b = rt.compile_pool("cuda").submit(cuda_fill_request()).get());
   EXPECT_GT(b->bytes.size(), 100u);
   EXPECT_FALSE(b->meta.symbol.empty());
   NEEDS_GPU();
