@@ -176,34 +176,24 @@ float bf16_bits_to_f32(uint16_t h) {
   return f;
 }
 
+namespace {
+// Element i of an array of T at base, read without assuming its alignment.
+template <typename T>
+T load(const std::byte* base, size_t i) {
+  T v;
+  std::memcpy(&v, base + sizeof(T) * i, sizeof(T));
+  return v;
+}
+}  // namespace
+
 double element_value(DType t, const std::byte* base, size_t i) {
   switch (t) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return v;
-    }
-    case DType::f16:
-    case DType::bf16: {
-      uint16_t h;
-      std::memcpy(&h, base + 2 * i, 2);
-      return t == DType::f16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
-    }
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return static_cast<double>(v);
-    }
+    case DType::f32: return load<float>(base, i);
+    case DType::f64: return load<double>(base, i);
+    case DType::f16: return f16_bits_to_f32(load<uint16_t>(base, i));
+    case DType::bf16: return bf16_bits_to_f32(load<uint16_t>(base, i));
+    case DType::i32: return load<int32_t>(base, i);
+    case DType::i64: return static_cast<double>(load<int64_t>(base, i));
   }
   return 0;
 }
