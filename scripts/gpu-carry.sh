@@ -11,8 +11,10 @@ for f in kiln kiln-worker tests/kiln_tests bench/kiln_bench_cuda_dispatch bench/
 done
 # XGBoost for the budgeted search, with what it needs that the GPU machine may lack.
 mkdir -p build-gpu-carry/lib
+# (awk reads the whole list: leaving early would end ldconfig with SIGPIPE, failing under pipefail.)
+known=$(ldconfig -p)
 for l in libxgboost.so.0 libdmlc.so.0 libgomp.so.1; do
-  src=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+  src=$(awk -v l="$l" '$1 == l && !found {print $NF; found = 1}' <<< "$known")
   if [ -n "$src" ]; then cp -L "$src" build-gpu-carry/lib/; fi
 done
 du -sh build-gpu-carry
