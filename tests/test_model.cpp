@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,15 @@ TEST_F(ModelTest, APackedModelRunsWithNothingCompiledOrTimed) {
                fmt::format("run --check --reps 1 --calls 1 {} --set T={} --set S=2 --set CAP=8", model, T));
     EXPECT_NE(out.find("check passed"), std::string::npos) << out;
   }
+  // With KILN_LOG=debug a process's start can be read off its log: each line says when it was
+  // written, and the first call says what each step took and where its choice came from.
+  out = kiln("app_debug", "KILN_ARTIFACT=" + artifact + " KILN_LOG=debug",
+             fmt::format("run --first-only {} --set T=3 --set S=2 --set CAP=8", model));
+  EXPECT_NE(out.find(": 0 compiled, 0 configs timed"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("kiln: debug: \\+[0-9]+\\.[0-9]{4} s: kernel '[a-z_0-9]+' at [^:]*: the "
+                                                "caches looked up in [0-9.]+ ms \\(a record\\)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("program 'model_cpu': [0-9]+ steps launched in [0-9.]+ ms"))) << out;
   // A shape not packed is compiled or tuned as usual: the artifact is not what made the counts zero.
   out = kiln("app5", "KILN_ARTIFACT=" + artifact,
              fmt::format("run --first-only {} --set T=5 --set S=2 --set CAP=8", model));

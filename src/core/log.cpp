@@ -1,6 +1,7 @@
 #include "core/log.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -11,6 +12,9 @@ namespace kiln::log {
 namespace {
 std::atomic<int> g_level{-1};
 std::mutex g_write;
+// When this library was loaded: debug lines say how long after it they were
+// written, so a process's start can be read off its log.
+const std::chrono::steady_clock::time_point g_loaded = std::chrono::steady_clock::now();
 }  // namespace
 
 bool parse_level(std::string_view s, Level& out) {
@@ -38,7 +42,12 @@ void set_level(Level l) { g_level.store(static_cast<int>(l), std::memory_order_r
 
 void write(Level l, std::string_view msg) {
   static const char* names[] = {"error", "warning", "info", "debug"};
-  std::string line = fmt::format("kiln: {}: {}\n", names[static_cast<int>(l)], msg);
+  std::string line;
+  if (l == Level::debug)
+    line = fmt::format("kiln: debug: +{:.4f} s: {}\n",
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - g_loaded).count(), msg);
+  else
+    line = fmt::format("kiln: {}: {}\n", names[static_cast<int>(l)], msg);
   std::lock_guard<std::mutex> g(g_write);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }

@@ -108,8 +108,11 @@ struct Kernel::Impl {
     auto x = std::make_unique<Chosen>();
     x->config = c;
     x->source = source;
+    const auto t0 = std::chrono::steady_clock::now();
     auto bin = rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
+    const double got = log::ms_since(t0);
     x->kernel = rt.load(*bin);
+    log::debug("kernel '{}': config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, c.str(), log::ms_since(t0), got);
     if (c.library.empty()) x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     choices.push_back(std::move(x));
     return choices.back().get();
@@ -190,7 +193,10 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
   // A record (local, artifact, remote) answers with no need of the whole
   // space compiled: only the chosen config is compiled, ahead of the rest.
   to.cached_only = true;
+  const auto t0 = std::chrono::steady_clock::now();
   TuneOutcome o = m.rt.tune(call, to);
+  log::debug("kernel '{}' at {}: the caches looked up in {:.2f} ms ({})", m.spec.name, call.key.values_text(),
+             log::ms_since(t0), o.from_cache ? "a record" : "none");
   // A shape that will be tuned: the space compiled ahead now if the runtime's thread
   // has not yet (or would not: another shape's record is here), so that a tuning
   // waits for those compiles, not timing beside them.

@@ -411,7 +411,14 @@ struct MultiKernel::Impl {
     const KernelSpec& ks = spec.variants[variant].steps[k].kernel;
     Run r;
     r.config = config;
-    r.kernel = rt.load(*rt.compile_pool(spec.backend).submit(ks, config).get());
+    const auto t0 = std::chrono::steady_clock::now();
+    // On the caller's path (a first call waits for it): ahead of compiles queued for later.
+    BinaryFuture bin = rt.compile_pool(spec.backend).submit(ks, config, /*urgent=*/true);
+    bin.wait();
+    const double got = log::ms_since(t0);
+    r.kernel = rt.load(*bin.get());
+    log::debug("multi-kernel '{}': {} config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, ks.name,
+               config.str(), log::ms_since(t0), got);
     if (config.library.empty()) r.plan = LaunchPlan(ks, config, rt.backend(spec.backend).limits());
     return r;
   }
@@ -495,12 +502,15 @@ struct MultiKernel::Impl {
     std::lock_guard<std::mutex> g(memo.mutex());
     const Chosen* found;
     if (memo.find(key, &found)) return found;
+    const auto t0 = std::chrono::steady_clock::now();
     Scratch scratch(*this, params);
     TuningKey tkey = make_tuning_key(as_kernel, rt.backend(spec.backend), params);
 
     size_t variant = 0;
     ChoiceSource source = ChoiceSource::benchmarked;
+    const double keyed_ms = log::ms_since(t0);
     std::optional<TuningRecord> rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey) : std::nullopt;
+    const double looked_ms = log::ms_since(t0);
     const FirstCall mode = first_call_mode(rt);
     if (forced) {
       variant = *forced;
@@ -527,6 +537,7 @@ struct MultiKernel::Impl {
                "without tuning", spec.name, tkey.values_text());
       }
     }
+    const double variant_ms = log::ms_since(t0);
     std::vector<Config> configs;
     if (source == ChoiceSource::benchmarked) {
       TuningRecord fresh = benchmark(tkey, params, scratch, stream, nullptr, &configs);
@@ -550,7 +561,11 @@ struct MultiKernel::Impl {
       }
     }
     const VariantSpec& v = spec.variants[variant];
+    const double configs_ms = log::ms_since(t0);
     const Chosen* c = chosen_for(variant, configs, source);
+    log::debug("multi-kernel '{}' at {}: variant {} ready in {:.2f} ms (keyed at {:.2f}, its record at {:.2f}, the "
+               "variant at {:.2f}, its configs at {:.2f} ms)", spec.name, tkey.values_text(), variant, log::ms_since(t0),
+               keyed_ms, looked_ms, variant_ms, configs_ms);
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant, v.name(),
               c->text, choice_source_name(source));
     memo.insert(key, c);
@@ -910,8 +925,14 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
                    Backend& be = m->rt.backend(m->spec.backend);
                    if (std::shared_ptr<TuningCache> cache = m->rt.tuning_cache())
                      if (!cache->all(plan_base_key(m->as_kernel, be)).empty()) {
-                       log::debug("multi-kernel '{}': the tuning cache holds its records; nothing compiled ahead",
-                                  m->spec.name);
+                       // Its variants' records read now (the cache keeps them parsed): a first call
+                       // answered by them does not parse them on its path.
+                       size_t read = 0;
+                       for (const auto& v : m->spec.variants)
+                         for (const auto& st : v.steps)
+                           if (!stop) read += cache->all(plan_base_key(st.kernel, be)).size();
+                       log::debug("multi-kernel '{}': the tuning cache holds its records; nothing compiled ahead "
+                                  "({} records of its variants read)", m->spec.name, read);
                        return;
                      }
                    CompilePool& pool = m->rt.compile_pool(m->spec.backend);

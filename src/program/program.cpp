@@ -613,6 +613,18 @@ struct Program::Impl {
     }
   }
   void launch_steps(Shape& sh, Stream s) {
+    // A shape's first calls decide its steps' choices: with KILN_LOG=debug, what each step took.
+    if (!sh.settled && log::level() == log::Level::debug) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const auto ti = std::chrono::steady_clock::now();
+        launch_step(sh, i, s);
+        log::debug("program '{}': step {} ({}) launched in {:.2f} ms", spec.name, i + 1, steps[i].kernel,
+                   log::ms_since(ti));
+      }
+      log::debug("program '{}': {} steps launched in {:.2f} ms", spec.name, steps.size(), log::ms_since(t0));
+      return;
+    }
     for (size_t i = 0; i < steps.size(); ++i) launch_step(sh, i, s);
   }
 
