@@ -87,7 +87,8 @@ TEST_F(CliTest, ArgumentsAreCheckedStrictly) {
 TEST_F(CliTest, SettingsAreCheckedStrictly) {
   std::string spec = fill_spec();
   for (const char* bad : {"KILN_COMPILE_TIMEOUT=inf", "KILN_COMPILE_TIMEOUT=1e300", "KILN_BENCH_BUDGET_MS=' 1'",
-                          "KILN_BENCH_BUDGET_MS=0x10", "KILN_BENCH_TIMEOUT=nan", "KILN_LOG=abc"}) {
+                          "KILN_BENCH_BUDGET_MS=0x10", "KILN_BENCH_TIMEOUT=nan", "KILN_LOG=abc",
+                          "KILN_CUDA_WARM_LIBRARIES=maybe"}) {
     Out r = kiln("compile " + spec, bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
     std::string var = std::string(bad).substr(0, std::string(bad).find('='));

@@ -55,6 +55,8 @@ struct Options {
   bool cuda_flush_l2 = true;          // KILN_BENCH_NO_L2_FLUSH=1: time GPU kernels with a warm L2
   bool cuda_pdl = true;               // KILN_PDL=0: no launch overlaps the kernel before it (a spec's pdl
                                       // is not used: docs/program.md)
+  bool cuda_warm_libraries = true;    // KILN_CUDA_WARM_LIBRARIES=0: the GPU libraries (cuBLASLt) are opened and
+                                      // readied on a first call that needs them, not beside the device's making
 
   // Sharing with a fleet (docs/fleet.md).
   std::string remote_cache;           // KILN_REMOTE_CACHE=redis://host:port/db: tuning records shared through Redis

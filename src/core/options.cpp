@@ -111,6 +111,7 @@ Options Options::from_env() {
   o.serving = env_bool("KILN_SERVING");
   if (env("KILN_PROGRAM_GRAPHS")) o.program_graphs = env_bool("KILN_PROGRAM_GRAPHS");
   if (env("KILN_PDL")) o.cuda_pdl = env_bool("KILN_PDL");
+  if (env("KILN_CUDA_WARM_LIBRARIES")) o.cuda_warm_libraries = env_bool("KILN_CUDA_WARM_LIBRARIES");
   if (const char* v = env("KILN_FIRST_CALL")) {
     std::string_view f(v);
     if (f == "wait") o.first_call = FirstCall::wait;

@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -67,6 +68,7 @@ struct Lt {
 
   static const Lt& get() {
     static const Lt lt = [] {
+      const auto t0 = std::chrono::steady_clock::now();
       Lt o{};
       void* h = nullptr;
       std::vector<std::string> tried;
@@ -107,6 +109,7 @@ struct Lt {
       bind(o.algo_get, "cublasLtMatmulAlgoConfigGetAttribute");
       bind(o.version, "cublasLtGetVersion");
       if (!missing.empty()) o.why = "libcublasLt lacks functions kiln calls: " + missing;
+      log::debug("cuBLASLt: library opened in {:.1f} ms", log::ms_since(t0));
       return o;
     }();
     return lt;
@@ -146,6 +149,7 @@ class LtKernel final : public LoadedKernel {
       : LoadedKernel(std::move(key), std::move(meta)), lt_(Lt::get()), dev_(dev), name_(c.name()),
         problem_(c.problem), p_(problem_of(c)) {
     if (!lt_.why.empty()) fail(Errc::launch, "{}: {}", name_, lt_.why);
+    const auto t0 = std::chrono::steady_clock::now();
     dev_.bind();
     if (lt_.create(&h_) != 0) fail(Errc::launch, "{}: cublasLtCreate failed", name_);
     if (lt_.desc_create(&desc_, kCompute32F, kR32F) != 0) fail(Errc::launch, "{}: cublasLtMatmulDescCreate failed", name_);
@@ -165,6 +169,7 @@ class LtKernel final : public LoadedKernel {
     const uint64_t ws = kWorkspaceBytes;
     lt_.pref_set(pref_, kPrefMaxWorkspace, &ws, sizeof ws);
     workspace_ = dev_.alloc(kWorkspaceBytes);
+    log::debug("{}: handle and workspace made in {:.1f} ms", name_, log::ms_since(t0));
   }
   ~LtKernel() override {
     for (auto& [k, s] : shapes_)
@@ -224,6 +229,8 @@ class LtKernel final : public LoadedKernel {
     const LtAlgo* algo =
         !sh.refused && static_cast<int>(sh.algos.size()) > p_.rank ? &sh.algos[p_.rank].algo : nullptr;
     // cuBLASLt's operands: D^T = op(B) A^T in its column-major terms.
+    const bool first = !sh.launched;
+    const auto t0 = std::chrono::steady_clock::now();
     int r = lt_.matmul(h_, desc_, &alpha, B, sh.a, A, sh.b, &beta, cin, sh.d, C, sh.d, algo, workspace_,
                        kWorkspaceBytes, s);
     if (r != 0 && algo) {
@@ -240,6 +247,10 @@ class LtKernel final : public LoadedKernel {
                      kWorkspaceBytes, s);
     }
     if (r != 0) fail(Errc::launch, "{}: cublasLtMatmul({}x{}x{}) failed with status {}", name_, M, N, K, r);
+    if (first) {
+      sh.launched = true;
+      log::debug("{}: the first product of {}x{}x{} launched in {:.2f} ms", name_, M, N, K, log::ms_since(t0));
+    }
   }
 
  private:
@@ -247,6 +258,7 @@ class LtKernel final : public LoadedKernel {
     LtLayout a = nullptr, b = nullptr, d = nullptr;
     std::vector<LtHeuristic> algos;
     bool refused = false;  // the library refused algos[rank] at run time: its own choice runs
+    bool launched = false;  // for the debug line of its first launch
   };
   std::tuple<int64_t, int64_t, int64_t> mnk(void* const* params) const {
     const GemmOperands o = gemm_operands(problem_, params);
@@ -272,9 +284,11 @@ class LtKernel final : public LoadedKernel {
     }
     LtHeuristic res[kAsk] = {};
     int got = 0;
+    const auto t0 = std::chrono::steady_clock::now();
     if (lt_.heuristic(h_, desc_, s.a, s.b, s.d, s.d, pref_, kAsk, res, &got) == 0)
       for (int i = 0; i < got; ++i)
         if (res[i].state == 0) s.algos.push_back(res[i]);
+    log::debug("{}: the heuristic for {}x{}x{} answered in {:.2f} ms", name_, M, N, K, log::ms_since(t0));
     return shapes_.emplace(key, std::move(s)).first->second;
   }
 
@@ -322,6 +336,79 @@ class CublasLt final : public Library {
 };
 
 }  // namespace
+
+bool open_cublaslt() {
+  return Lt::get().why.empty();
+}
+
+// cuBLASLt's one-time work: a handle and the heuristic for one small bf16 problem
+// (128 x 128 x 128), which need no context of kiln's (the library's own runtime
+// starts here, beside the context's making; after it where `device_first`), then
+// that product on this thread's stream once the device is made (its first
+// kernel's loading).
+void ready_cublaslt(const std::function<Device*()>& device_when_made, bool device_first) {
+  const Lt& lt = Lt::get();
+  if (!lt.why.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  Device* first = nullptr;
+  if (device_first) {
+    // The library's runtime takes the current context's device: kiln's, once made.
+    if (!(first = device_when_made())) return;
+    try {
+      first->bind();
+    } catch (const Error&) {
+      return;
+    }
+  }
+  LtHandle h = nullptr;
+  LtDesc desc = nullptr;
+  LtPref pref = nullptr;
+  LtLayout a = nullptr, b = nullptr, d = nullptr;
+  constexpr uint64_t n = 128;
+  constexpr size_t ws_bytes = size_t{4} << 20;
+  LtHeuristic res[1] = {};
+  int got = 0, status = -1;
+  double heuristic_ms = 0;
+  Device* dev = nullptr;
+  void *A = nullptr, *B = nullptr, *D = nullptr, *ws = nullptr;
+  if (lt.create(&h) == 0 && lt.desc_create(&desc, kCompute32F, kR32F) == 0 && lt.pref_create(&pref) == 0) {
+    const int32_t ta = 1;
+    lt.desc_set(desc, kDescTransA, &ta, sizeof ta);
+    const uint64_t wsb = ws_bytes;
+    lt.pref_set(pref, kPrefMaxWorkspace, &wsb, sizeof wsb);
+    lt.layout_create(&a, kR16BF, n, n, n);
+    lt.layout_create(&b, kR16BF, n, n, n);
+    lt.layout_create(&d, kR16BF, n, n, n);
+    if (lt.heuristic(h, desc, a, b, d, d, pref, 1, res, &got) != 0) got = 0;
+    heuristic_ms = log::ms_since(t0);
+    dev = got == 0 ? nullptr : first ? first : device_when_made();
+  }
+  try {
+    if (dev) {
+      dev->bind();
+      A = dev->alloc(n * n * 2);
+      B = dev->alloc(n * n * 2);
+      D = dev->alloc(n * n * 2);
+      ws = dev->alloc(ws_bytes);
+      const float alpha = 1, beta = 0;
+      Stream s = reinterpret_cast<Stream>(per_thread_stream());
+      status = lt.matmul(h, desc, &alpha, A, a, B, b, &beta, D, d, D, d, &res[0].algo, ws, ws_bytes, s);
+      dev->sync(s);
+    }
+  } catch (const Error& e) {
+    log::debug("cuBLASLt: its small product failed ({}); a first call loads its own", e.what());
+  }
+  for (LtLayout l : {a, b, d})
+    if (l) lt.layout_destroy(l);
+  if (dev)
+    for (void* p : {A, B, D, ws})
+      if (p) dev->free(p);
+  if (pref) lt.pref_destroy(pref);
+  if (desc) lt.desc_destroy(desc);
+  if (h) lt.destroy(h);
+  log::debug("cuBLASLt: readied in {:.1f} ms (a handle and the heuristic in {:.1f} ms; a small product: status {})",
+             log::ms_since(t0), heuristic_ms, status);
+}
 
 }  // namespace kiln::cuda
 

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <future>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "backends/cuda/cuda_api.hpp"
 #include "backends/cuda/cuda_libraries.hpp"
@@ -890,6 +892,10 @@ void CudaKernel::failed(CUresult r, const LaunchDims& d) {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const Options& o) : opts_(o) {}
+  ~CudaBackend() override {
+    warm_stop_ = true;
+    if (warm_.joinable()) warm_.join();
+  }
   const char* name() const override { return "cuda"; }
 
   std::string unavailable_reason() override {
@@ -1108,7 +1114,24 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
         fail(Errc::launch, "the cuda backend cannot run here: {}",
              n == 0 ? std::string("no GPU: the CUDA driver found no device")
                     : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs", opts_.cuda_device, n));
-      device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
+      const auto t0 = std::chrono::steady_clock::now();
+      // cuBLASLt opened beside the context's making and readied once it is made, on a
+      // thread of its own: a first call that chooses it finds that done.
+      std::promise<CudaDevice*> made;
+      if (opts_.cuda_warm_libraries && !warm_.joinable())
+        warm_ = std::thread([this, f = made.get_future().share(), first = opts_.cuda_device != 0] {
+          // A backend going away stops it between its parts (a short process does not wait for the product).
+          if (open_cublaslt() && !warm_stop_)
+            ready_cublaslt([&]() -> Device* { return warm_stop_ ? nullptr : f.get(); }, first);
+        });
+      try {
+        device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
+      } catch (...) {
+        made.set_value(nullptr);
+        throw;
+      }
+      made.set_value(device_.get());
+      log::debug("cuda: GPU {}'s context made in {:.1f} ms", opts_.cuda_device, log::ms_since(t0));
     }
     return *device_;
   }
@@ -1140,6 +1163,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     if (bin.meta.target != arch && bin.meta.target != arch + "a")
       fail(Errc::launch, "{}: its binary is for {}, but GPU {} is {}", what, bin.meta.target, dev.ordinal(), arch);
     dev.ensure_current();
+    const auto t0 = std::chrono::steady_clock::now();
     const Driver* d = dev.driver();
     CUlibrary lib = nullptr;
     dev.check(d->cuLibraryLoadData(&lib, bin.bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
@@ -1165,6 +1189,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     }
     KernelMeta meta = bin.meta;
     meta.max_threads = get(FUNC_MAX_THREADS_PER_BLOCK);
+    log::debug("cuda: {} loaded in {:.2f} ms", what, log::ms_since(t0));
     return std::make_shared<CudaKernel>(bin.key, meta, dev, lib, k, what);
   }
 
@@ -1191,6 +1216,8 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
   Options opts_;
   std::mutex m_;
   std::unique_ptr<CudaDevice> device_;
+  std::atomic<bool> warm_stop_{false};
+  std::thread warm_;  // readies cuBLASLt beside the device's making; joined before the device goes
   std::once_flag libraries_once_;
   std::vector<std::unique_ptr<Library>> libraries_;  // before the device goes
 };

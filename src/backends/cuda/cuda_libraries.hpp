@@ -21,6 +21,18 @@ struct CudaLibraryHost {
 // library's launch then declines (the graph cannot be set to it) and runs nothing.
 bool cuda_graph_update_declines(Stream s);
 
+namespace cuda {
+// cuBLASLt opened (dlopen, no device needed): whether it is installed.
+bool open_cublaslt();
+// cuBLASLt's one-time work done now: a handle and its heuristic (no context of
+// kiln's needed: the library's runtime takes GPU 0 then, so `device_first` for
+// another GPU waits for the device and binds its context first), then a small
+// product on the calling thread's stream on the device `device_when_made`
+// returns (it may block until the device is made; nullptr: none). Errors are
+// logged at debug, never thrown.
+void ready_cublaslt(const std::function<Device*()>& device_when_made, bool device_first);
+}  // namespace cuda
+
 std::unique_ptr<Library> make_cublas(const CudaLibraryHost& host);    // cublas.cpp: cublas_sgemm
 std::unique_ptr<Library> make_cublaslt(const CudaLibraryHost& host);  // cublaslt.cpp: bf16 and f16, ranked
 
