@@ -737,6 +737,7 @@ TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
   NEEDS_GPU();
   InputFiller filler(rt, "cuda");
   EXPECT_TRUE(filler.on_device());
+  EXPECT_EQ(filler.binary(), nullptr);  // compiled at the first device fill
   Device& dev = rt.device("cuda");
   const int64_t stride = rt.backend("cuda").limits().multiprocessors * 8 * 256;
   for (DType t : kAllDTypes)
@@ -757,4 +758,7 @@ TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
         EXPECT_EQ(first_bad, bytes) << dtype_name(t) << " mode " << mode << " n " << n << ": element "
                                     << first_bad / dtype_size(t) << " differs";
       }
+  // What kiln pack ships for an application that fills with it: the binary compiled above.
+  ASSERT_NE(filler.binary(), nullptr);
+  EXPECT_EQ(filler.binary()->key, b->key);
 }

@@ -45,6 +45,7 @@ std::vector<std::byte> filled_input(const ProgramTensor& t, size_t bytes, uint64
 
 class Runtime;
 class LoadedKernel;
+struct Binary;
 
 // Fills inputs in a backend's own memory with the same values, bit for bit:
 // on the cpu in place; on the cuda backend by a kernel compiled once (through
@@ -63,6 +64,9 @@ class InputFiller {
             Stream stream = nullptr);
   // Whether fills (but wide ones) run as a kernel on the device (false: on the host).
   bool on_device() const { return device_kernel_possible_; }
+  // The fill kernel's binary once a device fill has run (nullptr before, or on the
+  // host): kiln pack ships it, so that an application filling with it compiles nothing.
+  std::shared_ptr<const Binary> binary() const { return binary_; }
 
  private:
   Runtime& rt_;
@@ -70,6 +74,7 @@ class InputFiller {
   Device& dev_;
   bool device_kernel_possible_ = false;
   std::shared_ptr<LoadedKernel> kernel_;  // compiled at the first device fill
+  std::shared_ptr<const Binary> binary_;
   int blocks_ = 0;
 };
 

@@ -107,6 +107,7 @@ void InputFiller::fill(const ProgramTensor& t, void* dst, size_t bytes, uint64_t
       std::shared_ptr<const Binary> bin =
           rt_.compile_pool(backend_).submit(req, make_binary_key(req, rt_.backend(backend_)).hex(), /*urgent=*/true).get();
       kernel_ = rt_.load(*bin);
+      binary_ = bin;
       blocks_ = static_cast<int>(std::max<int64_t>(1, rt_.backend(backend_).limits().multiprocessors) * 8);
     } catch (const Error& e) {
       log::warn("inputs are filled on the host and copied: the fill kernel cannot run here ({})", e.what());

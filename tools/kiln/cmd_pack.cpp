@@ -160,6 +160,10 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     std::fprintf(stderr, "program %s at %s: every step tuned or answered\n", ps.name.c_str(), text.c_str());
   }
   cache->journal(false);
+  // The kernel that filled the inputs on the device: an application making its inputs
+  // with kiln::InputFiller from this artifact compiles nothing either.
+  if (std::shared_ptr<const Binary> b = filler.binary(); b && binaries.insert(b->key).second)
+    art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
   for (const TuningRecord& r : cache->journaled()) {
     art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
     ++records;
