@@ -518,6 +518,28 @@ struct TuningCache::Dirs {
   bool discard_writes = false;  // open_read_only: nothing is kept locally
   std::map<std::string, TuningRecord> journaled;     // slot -> a record used while journaling
   mutable Stats stats;
+  // Records parsed already, by slot with their text's hash: a text read again (the
+  // same bytes) is not parsed again. A GEMM's record of a few hundred configs takes
+  // about a millisecond to parse, on a first call's path; reading its kernel's
+  // records ahead (a handle's work ahead of the calls) takes that off it.
+  mutable std::mutex parsed_m;
+  mutable std::map<std::string, std::pair<uint64_t, TuningRecord>> parsed;
+  static constexpr size_t kMostParsed = 4096;
+
+  std::optional<TuningRecord> parse(const std::string& slot, std::string_view text, const TuningKey& key) const {
+    const uint64_t h = hash64(text.data(), text.size());
+    {
+      std::lock_guard<std::mutex> g(parsed_m);
+      if (auto it = parsed.find(slot); it != parsed.end() && it->second.first == h) return it->second.second;
+    }
+    std::optional<TuningRecord> r = record_from_text(text, key);
+    if (r) {
+      std::lock_guard<std::mutex> g(parsed_m);
+      if (parsed.size() >= kMostParsed) parsed.clear();
+      parsed[slot] = {h, *r};
+    }
+    return r;
+  }
 };
 
 TuningCache::TuningCache(fs::path root) : dirs_(std::make_unique<Dirs>()) {
@@ -578,7 +600,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     if (SafeDir kd = d.tune.sub(key.base_hex(), false)) {
       std::string name = key.values_hex() + ".rec";
       if (std::optional<std::string> text = kd.read(name, kMaxRecordBytes)) {
-        if (std::optional<TuningRecord> r = record_from_text(*text, key)) {
+        if (std::optional<TuningRecord> r = d.parse(slot, *text, key)) {
           std::lock_guard<std::mutex> g(d.m);
           ++d.stats.local_hits;
           return r;
@@ -593,7 +615,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
   {
     std::lock_guard<std::mutex> g(d.m);
     if (auto it = d.artifact.find(slot); it != d.artifact.end())
-      if (auto r = record_from_text(it->second, key)) {
+      if (auto r = d.parse(slot, it->second, key)) {
         ++d.stats.artifact_hits;
         r->from_artifact = true;
         return r;
@@ -730,7 +752,7 @@ std::vector<TuningRecord> TuningCache::all(const TuningKey& base) const {
     if (!k || k->base_hex() != base.base_hex() || seen.count(k->values_hex())) return;
     TuningKey expect = base;
     expect.values = k->values;
-    if (auto r = record_from_text(text, expect)) {
+    if (auto r = dirs_->parse(slot_of(expect), text, expect)) {
       seen.insert(k->values_hex());
       out.push_back(std::move(*r));
     }
