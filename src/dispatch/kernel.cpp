@@ -87,18 +87,19 @@ struct Kernel::Impl {
   // cache holds records of this kernel on this device already (a warm process:
   // its first calls are answered by them, and compiling the rest would only
   // compete with them; a shape it lacks is then compiled as its tuning asks).
+  // Where the records are here, they are read now (the tuning cache keeps them
+  // parsed, off the first call's path), with an artifact too.
   void compile_ahead(const std::atomic<bool>& stop) {
-    if (!rt.options().compiles_ahead()) return;
     {
       std::lock_guard<std::mutex> g(m);
       if (started) return;
     }
     if (std::shared_ptr<TuningCache> cache = rt.tuning_cache())
-      if (!cache->all(plan_base_key(spec, rt.backend(spec.backend))).empty()) {
-        log::debug("kernel '{}': the tuning cache holds its records; nothing compiled ahead", spec.name);
+      if (size_t n = cache->all(plan_base_key(spec, rt.backend(spec.backend))).size()) {
+        log::debug("kernel '{}': the tuning cache holds {} records of it; nothing compiled ahead", spec.name, n);
         return;
       }
-    if (!stop) start_background(false, &stop);
+    if (!stop && rt.options().compiles_ahead()) start_background(false, &stop);
   }
 
   const Chosen* choice_for(const Config& c, ChoiceSource source) {
@@ -128,7 +129,7 @@ Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
   rt.backend(impl_->spec.backend).check_libraries(impl_->spec);
   impl_->self = impl_;
-  if (rt.options().compiles_ahead())
+  if (rt.options().compiles_ahead() || (rt.options().background_compile && rt.tuning_cache()))
     rt.run_ahead(fmt::format("compiling kernel '{}' ahead", impl_->spec.name),
                          [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
                            if (stop) return;

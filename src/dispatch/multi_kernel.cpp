@@ -917,7 +917,7 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
   impl_->self = impl_;
   // Its variants' spaces compiled ahead, as a Kernel's are: queued on the runtime's
   // thread for work ahead of the calls, and not where its records are here.
-  if (rt.options().compiles_ahead())
+  if (rt.options().compiles_ahead() || (rt.options().background_compile && rt.tuning_cache()))
     rt.run_ahead(fmt::format("compiling multi-kernel '{}' ahead", impl_->spec.name),
                  [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
                    std::shared_ptr<Impl> m = w.lock();
@@ -935,6 +935,7 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
                                   "({} records of its variants read)", m->spec.name, read);
                        return;
                      }
+                   if (!m->rt.options().compiles_ahead()) return;  // serving, or an artifact's: nothing compiled ahead
                    CompilePool& pool = m->rt.compile_pool(m->spec.backend);
                    const LaunchLimits limits = be.limits();
                    for (const auto& v : m->spec.variants)

@@ -294,10 +294,15 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
     return std::nullopt;
   if (warm_answer(*rec))
     if (auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits)) return answered(std::move(*rec), c);
+  // The whole space pruned for this call, to see that the record covers it.
+  const auto t0 = std::chrono::steady_clock::now();
   BinaryKeyer keyer(spec_, *p_.backend);
   Candidates plan = prune(call_, rec, &keyer, *p_.backend);
   automatic_search(plan.runnable.size());
-  if (!complete(plan, *rec, spec_, search_.kind)) return std::nullopt;
+  const bool whole = complete(plan, *rec, spec_, search_.kind);
+  log::debug("kernel '{}' at {}: its record checked against the space pruned for this call ({} configs) in {:.2f} ms",
+             spec_.name, call_.key.values_text(), spec_.space.size(), log::ms_since(t0));
+  if (!whole) return std::nullopt;
   auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits);
   return answered(std::move(*rec), c);
 }
