@@ -32,6 +32,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -40,6 +41,7 @@
 
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/fill.hpp"
 #include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
@@ -127,8 +129,33 @@ int run(int argc, char** argv) {
                    (a == "--seed" ? "" : " to 2^24"));
   }
   if (out_dir.empty()) return usage("--out DIR is required");
-  ProgramSpec spec = load_program(program);
+  // The runtime, and a GPU's context where there is one, made on a thread while the
+  // program is read (an engine starts its device beside reading its model, as here).
+  std::unique_ptr<Runtime> made;
+  std::exception_ptr made_error;
+  std::thread maker([&] {
+    try {
+      made = std::make_unique<Runtime>(Options::from_env());
+    } catch (...) {
+      made_error = std::current_exception();
+      return;
+    }
+    try {
+      if (made->backend("cuda").unavailable_reason().empty()) made->device("cuda");
+    } catch (const Error&) {
+      // Said below, where the program's backend is asked for its device.
+    }
+  });
+  ProgramSpec spec;
+  try {
+    spec = load_program(program);
+  } catch (...) {
+    maker.join();
+    throw;
+  }
   stages.push_back({"program read", after_exec()});
+  maker.join();
+  if (made_error) std::rethrow_exception(made_error);
   auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   const bool has_logits = std::any_of(spec.outputs.begin(), spec.outputs.end(),
                                       [](const ProgramTensor& t) { return t.name == "logits"; });
@@ -139,7 +166,7 @@ int run(int argc, char** argv) {
   fs::create_directories(out_dir);
   fs::remove(out_dir / "meta.json");  // a run cut short leaves none to be taken for its results
 
-  Runtime rt(Options::from_env());
+  Runtime& rt = *made;
   stages.push_back({"runtime", after_exec()});
   Device& dev = rt.device(spec.backend);
   stages.push_back({"device", after_exec()});
@@ -148,6 +175,10 @@ int run(int argc, char** argv) {
   std::map<std::string, int64_t> at_prompt{{"T", std::max(prompt, chunk)}, {"CAP", cap}, {"S", 0}};
   nlohmann::json meta = {{"program", spec.name}, {"file", program.string()}, {"seed", seed},
                          {"prompt", prompt},     {"chunk", chunk},          {"steps", steps}, {"CAP", cap}};
+  // The program is made before its weights (what it reads ahead of its first call,
+  // on the runtime's thread, overlaps their making).
+  Program prog(rt, spec);
+  stages.push_back({"program made", after_exec()});
   std::vector<DeviceBuffer> held;
   held.reserve(spec.inputs.size() + spec.outputs.size());
   std::vector<Tensor> in, outs;
@@ -180,11 +211,10 @@ int run(int argc, char** argv) {
   std::fprintf(stderr, "inputs filled in %.3f s (%s)\n", fill_s, filler.on_device() ? "on the device" : "on the host");
 
   stages.push_back({"inputs", after_exec()});
-  Program prog(rt, spec);
-  stages.push_back({"program made", after_exec()});
   std::vector<std::pair<int64_t, int64_t>> calls = {{prompt, 0}};  // (T, S)
   if (chunk > 0) calls.push_back({chunk, prompt});
   for (int64_t k = 0; k < steps; ++k) calls.push_back({1, prompt + chunk + k});
+  double first_token_at = -1;
   for (size_t k = 0; k < calls.size(); ++k) {
     const auto [T, S] = calls[k];
     const std::map<std::string, int64_t> now{{"T", T}, {"CAP", cap}, {"S", S}};
@@ -199,6 +229,20 @@ int run(int argc, char** argv) {
     prog.run(in, outs, nullptr, {S});
     dev.sync(nullptr);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (k == 0) {
+      // The first token is known once the last row of the logits is on the host (an engine
+      // samples it); the rest of this call's outputs are read back and written after.
+      for (size_t o = 0; o < outs.size(); ++o) {
+        const ProgramTensor& ot = spec.outputs[o];
+        if (ot.name != "logits") continue;
+        const size_t bytes = buffer_bytes(ot.dtype, spec.elements(ot, now), ot.name);
+        const size_t row = outs[o].shape.empty() || outs[o].shape[0] == 0 ? bytes : bytes / outs[o].shape[0];
+        std::vector<std::byte> last(row);
+        dev.to_host(last.data(), static_cast<const std::byte*>(outs[o].data) + (bytes - row), row, nullptr);
+        dev.sync(nullptr);
+      }
+      first_token_at = after_exec();
+    }
     // The first call of each shape includes its compiles and tunings.
     nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(dev, xt.dtype, in[0].data, xbytes)}};
     for (size_t o = 0; o < outs.size(); ++o) {
@@ -212,7 +256,7 @@ int run(int argc, char** argv) {
     }
     call["choices"] = prog.choices(in, outs, {S});  // what each step ran: "kernel: config (source)"
     meta["calls"].push_back(call);
-    if (const double after = after_exec(); k == 0 && after >= 0) {
+    if (const double after = first_token_at; k == 0 && after >= 0) {
       stages.push_back({"first token", after});
       std::string text;
       for (const auto& [what, at] : stages) text += fmt::format("{}{} {:.3f}", text.empty() ? "" : ", ", what, at);

@@ -8,8 +8,11 @@
 #   cold: an empty KILN_CACHE_DIR, KILN_FIRST_CALL=swap (the default): safe choices at once;
 #   pack: `kiln pack` of the prompt's shape (it tunes every step) into $OUT/model_T<P>.kiln,
 #         its cache kept as the warm cache (ARTIFACT=file skips it and uses that artifact);
-#   warm: three rounds of the floor, then kiln from the artifact with an empty cache, and
-#         from the warm cache alone (KILN_BACKGROUND_COMPILE=1, the default, and =0).
+#   warm: three rounds of the floor, then kiln from the artifact with an empty cache, from the
+#         artifact with the cache its runs left (the fill kernel's binary; again with
+#         KILN_CUDA_WARM_LIBRARIES=0: cuBLASLt opened by the first call), and from the warm
+#         cache alone (KILN_BACKGROUND_COMPILE=1, the default, and =0) where it holds records.
+# With KILN_LOG=debug, warm_start.log says what each step's first call took.
 # Every time is from exec (BENCH_EXEC_NS, taken just before it) to the result, synchronised.
 # Usage (GPU machine): bench/gpu/warm_start.sh [build dir]   (results under $OUT)
 set -uo pipefail
@@ -50,12 +53,22 @@ if has pack && [ -z "${ARTIFACT:-}" ]; then
   ls -la "$A" | tee -a "$OUTD/warm_start.txt"
 fi
 if has warm; then
+  # The warm cache holds the model's records where this run packed it (or WARM_CACHE named
+  # one); with a given artifact and no pack, the cache is only what the artifact's runs left.
+  cache_only=0
+  if { has pack && [ -z "${ARTIFACT:-}" ]; } || [ -n "${WARM_CACHE:-}" ]; then cache_only=1; fi
+  rm -rf /tmp/kiln-artifact-cache
   for i in 1 2 3; do
     ctx
     rm -rf /tmp/kiln-empty-cache
     first "kiln warm, artifact, empty cache" KILN_ARTIFACT="$A" KILN_CACHE_DIR=/tmp/kiln-empty-cache
-    for bc in 1 0; do
-      first "kiln warm, cache only, KILN_BACKGROUND_COMPILE=$bc" KILN_CACHE_DIR="$CACHE" KILN_BACKGROUND_COMPILE=$bc
-    done
+    first "kiln warm, artifact and the cache it left" KILN_ARTIFACT="$A" KILN_CACHE_DIR=/tmp/kiln-artifact-cache
+    first "kiln warm, artifact and the cache it left, KILN_CUDA_WARM_LIBRARIES=0" KILN_ARTIFACT="$A" \
+      KILN_CACHE_DIR=/tmp/kiln-artifact-cache KILN_CUDA_WARM_LIBRARIES=0
+    if [ $cache_only = 1 ]; then
+      for bc in 1 0; do
+        first "kiln warm, cache only, KILN_BACKGROUND_COMPILE=$bc" KILN_CACHE_DIR="$CACHE" KILN_BACKGROUND_COMPILE=$bc
+      done
+    fi
   done
 fi
