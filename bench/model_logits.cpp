@@ -142,7 +142,7 @@ int run(int argc, char** argv) {
     }
     try {
       if (made->backend("cuda").unavailable_reason().empty()) made->device("cuda");
-    } catch (const Error&) {
+    } catch (...) {
       // Said below, where the program's backend is asked for its device.
     }
   });
@@ -153,8 +153,9 @@ int run(int argc, char** argv) {
     maker.join();
     throw;
   }
-  stages.push_back({"program read", after_exec()});
+  const double read_at = after_exec();
   maker.join();
+  stages.push_back({"program read", read_at});
   if (made_error) std::rethrow_exception(made_error);
   auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   const bool has_logits = std::any_of(spec.outputs.begin(), spec.outputs.end(),

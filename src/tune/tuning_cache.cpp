@@ -612,16 +612,19 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
   }
   // 2. A packed artifact.
   std::shared_ptr<RemoteCache> remote;
+  std::optional<std::string> packed;
   {
     std::lock_guard<std::mutex> g(d.m);
-    if (auto it = d.artifact.find(slot); it != d.artifact.end())
-      if (auto r = d.parse(slot, it->second, key)) {
-        ++d.stats.artifact_hits;
-        r->from_artifact = true;
-        return r;
-      }
+    if (auto it = d.artifact.find(slot); it != d.artifact.end()) packed = it->second;
     remote = d.remote.remote;
   }
+  if (packed)  // parsed outside the lock
+    if (auto r = d.parse(slot, *packed, key)) {
+      std::lock_guard<std::mutex> g(d.m);
+      ++d.stats.artifact_hits;
+      r->from_artifact = true;
+      return r;
+    }
   // 3. Redis: what this process fetched already, else the kernel's records
   //    (all of them, once per process, in one round trip), else the one key.
   std::optional<std::string> text;
@@ -763,11 +766,17 @@ std::vector<TuningRecord> TuningCache::all(const TuningKey& base) const {
         if (!e.file || e.name.size() < 4 || e.name.substr(e.name.size() - 4) != ".rec") continue;
         if (std::optional<std::string> text = d.read(e.name, kMaxRecordBytes)) take(*text);
       }
-  std::lock_guard<std::mutex> g(dirs_->m);
-  const std::string prefix = base.base_hex() + "/";
-  for (const auto* m : {&dirs_->artifact, &dirs_->fetched})
-    for (auto it = m->lower_bound(prefix); it != m->end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
-      take(it->second);
+  // The texts taken under the lock, parsed after it: a first call's get() does not
+  // wait behind a whole kernel's parsing.
+  std::vector<std::string> texts;
+  {
+    std::lock_guard<std::mutex> g(dirs_->m);
+    const std::string prefix = base.base_hex() + "/";
+    for (const auto* m : {&dirs_->artifact, &dirs_->fetched})
+      for (auto it = m->lower_bound(prefix); it != m->end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+        texts.push_back(it->second);
+  }
+  for (const auto& t : texts) take(t);
   return out;
 }
 

@@ -67,6 +67,9 @@ Options options_from(const json& j) {
   if (j.contains("bench_flush")) o.bench_flush = j["bench_flush"].get<bool>();
   if (j.contains("cuda_flush_l2")) o.cuda_flush_l2 = j["cuda_flush_l2"].get<bool>();
   if (j.contains("cuda_pdl")) o.cuda_pdl = j["cuda_pdl"].get<bool>();
+  // A worker readies no library beside its device: that work would overlap its timings.
+  // It opens cuBLASLt only where it times one of its choices.
+  o.cuda_warm_libraries = false;
   return o;
 }
 

@@ -1118,12 +1118,17 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
       // cuBLASLt opened beside the context's making and readied once it is made, on a
       // thread of its own: a first call that chooses it finds that done.
       std::promise<CudaDevice*> made;
-      if (opts_.cuda_warm_libraries && !warm_.joinable())
-        warm_ = std::thread([this, f = made.get_future().share(), first = opts_.cuda_device != 0] {
-          // A backend going away stops it between its parts (a short process does not wait for the product).
-          if (open_cublaslt() && !warm_stop_)
-            ready_cublaslt([&]() -> Device* { return warm_stop_ ? nullptr : f.get(); }, first);
-        });
+      if (opts_.cuda_warm_libraries && !warm_.joinable()) {
+        try {
+          warm_ = std::thread([this, f = made.get_future().share(), first = opts_.cuda_device != 0] {
+            // A backend going away stops it between its parts (a short process does not wait for the product).
+            if (open_cublaslt() && !warm_stop_)
+              ready_cublaslt([&]() -> Device* { return warm_stop_ ? nullptr : f.get(); }, first);
+          });
+        } catch (const std::exception& e) {
+          log::debug("cuda: cuBLASLt is not readied beside the context (no thread: {})", e.what());
+        }
+      }
       try {
         device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
       } catch (...) {
