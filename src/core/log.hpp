@@ -26,6 +26,7 @@ void at(Level l, fmt::format_string<A...> f, A&&... a) {
 template <class... A> void error(fmt::format_string<A...> f, A&&... a) { at(Level::error, f, std::forward<A>(a)...); }
 template <class... A> void warn(fmt::format_string<A...> f, A&&... a) { at(Level::warn, f, std::forward<A>(a)...); }
 template <class... A> void info(fmt::format_string<A...> f, A&&... a) { at(Level::info, f, std::forward<A>(a)...); }
+inline bool debugging() { return level() == Level::debug; }
 // Milliseconds since t0, for the timings of debug lines.
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -113,7 +113,9 @@ struct Kernel::Impl {
     auto bin = rt.compile_pool(spec.backend).submit(spec, c, /*urgent=*/true).get();
     const double got = log::ms_since(t0);
     x->kernel = rt.load(*bin);
-    log::debug("kernel '{}': config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, c.str(), log::ms_since(t0), got);
+    if (log::debugging())
+      log::debug("kernel '{}': config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, c.str(),
+                 log::ms_since(t0), got);
     if (c.library.empty()) x->plan = LaunchPlan(spec, c, rt.backend(spec.backend).limits());
     choices.push_back(std::move(x));
     return choices.back().get();
@@ -129,7 +131,7 @@ Kernel::Kernel(Runtime& rt, KernelSpec spec, TuneOptions tune)
     : impl_(std::make_shared<Impl>(rt, std::move(spec), tune)) {
   rt.backend(impl_->spec.backend).check_libraries(impl_->spec);
   impl_->self = impl_;
-  if (rt.options().compiles_ahead() || (rt.options().background_compile && rt.tuning_cache()))
+  if (rt.options().background_compile)  // compile_ahead() reads records, or compiles where compiles_ahead()
     rt.run_ahead(fmt::format("compiling kernel '{}' ahead", impl_->spec.name),
                          [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
                            if (stop) return;
@@ -196,8 +198,9 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
   to.cached_only = true;
   const auto t0 = std::chrono::steady_clock::now();
   TuneOutcome o = m.rt.tune(call, to);
-  log::debug("kernel '{}' at {}: the caches looked up in {:.2f} ms ({})", m.spec.name, call.key.values_text(),
-             log::ms_since(t0), o.from_cache ? "a record" : "none");
+  if (log::debugging())  // (a new shape of a decode loop comes here: nothing formatted otherwise)
+    log::debug("kernel '{}' at {}: the caches looked up in {:.2f} ms ({})", m.spec.name, call.key.values_text(),
+               log::ms_since(t0), o.from_cache ? "a record" : "none");
   // A shape that will be tuned: the space compiled ahead now if the runtime's thread
   // has not yet (or would not: another shape's record is here), so that a tuning
   // waits for those compiles, not timing beside them.

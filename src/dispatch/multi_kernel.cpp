@@ -417,8 +417,9 @@ struct MultiKernel::Impl {
     bin.wait();
     const double got = log::ms_since(t0);
     r.kernel = rt.load(*bin.get());
-    log::debug("multi-kernel '{}': {} config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, ks.name,
-               config.str(), log::ms_since(t0), got);
+    if (log::debugging())
+      log::debug("multi-kernel '{}': {} config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, ks.name,
+                 config.str(), log::ms_since(t0), got);
     if (config.library.empty()) r.plan = LaunchPlan(ks, config, rt.backend(spec.backend).limits());
     return r;
   }
@@ -508,9 +509,7 @@ struct MultiKernel::Impl {
 
     size_t variant = 0;
     ChoiceSource source = ChoiceSource::benchmarked;
-    const double keyed_ms = log::ms_since(t0);
     std::optional<TuningRecord> rec = rt.tuning_cache() && !tune.force ? rt.tuning_cache()->get(tkey) : std::nullopt;
-    const double looked_ms = log::ms_since(t0);
     const FirstCall mode = first_call_mode(rt);
     if (forced) {
       variant = *forced;
@@ -537,7 +536,7 @@ struct MultiKernel::Impl {
                "without tuning", spec.name, tkey.values_text());
       }
     }
-    const double variant_ms = log::ms_since(t0);
+    const double variant_ms = log::ms_since(t0);  // its record read and the variant known
     std::vector<Config> configs;
     if (source == ChoiceSource::benchmarked) {
       TuningRecord fresh = benchmark(tkey, params, scratch, stream, nullptr, &configs);
@@ -563,9 +562,9 @@ struct MultiKernel::Impl {
     const VariantSpec& v = spec.variants[variant];
     const double configs_ms = log::ms_since(t0);
     const Chosen* c = chosen_for(variant, configs, source);
-    log::debug("multi-kernel '{}' at {}: variant {} ready in {:.2f} ms (keyed at {:.2f}, its record at {:.2f}, the "
-               "variant at {:.2f}, its configs at {:.2f} ms)", spec.name, tkey.values_text(), variant, log::ms_since(t0),
-               keyed_ms, looked_ms, variant_ms, configs_ms);
+    if (log::debugging())
+      log::debug("multi-kernel '{}' at {}: variant {} ready in {:.2f} ms (the variant at {:.2f}, its configs at "
+                 "{:.2f} ms)", spec.name, tkey.values_text(), variant, log::ms_since(t0), variant_ms, configs_ms);
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}), {}", spec.name, tkey.values_text(), variant, v.name(),
               c->text, choice_source_name(source));
     memo.insert(key, c);
@@ -917,7 +916,7 @@ MultiKernel::MultiKernel(Runtime& rt, MultiKernelSpec spec, TuneOptions tune)
   impl_->self = impl_;
   // Its variants' spaces compiled ahead, as a Kernel's are: queued on the runtime's
   // thread for work ahead of the calls, and not where its records are here.
-  if (rt.options().compiles_ahead() || (rt.options().background_compile && rt.tuning_cache()))
+  if (rt.options().background_compile)  // the job reads records, or compiles where compiles_ahead()
     rt.run_ahead(fmt::format("compiling multi-kernel '{}' ahead", impl_->spec.name),
                  [w = std::weak_ptr<Impl>(impl_)](const std::atomic<bool>& stop) {
                    std::shared_ptr<Impl> m = w.lock();

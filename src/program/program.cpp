@@ -614,7 +614,7 @@ struct Program::Impl {
   }
   void launch_steps(Shape& sh, Stream s) {
     // A shape's first calls decide its steps' choices: with KILN_LOG=debug, what each step took.
-    if (!sh.settled && log::level() == log::Level::debug) {
+    if (!sh.settled && log::debugging()) {
       const auto t0 = std::chrono::steady_clock::now();
       for (size_t i = 0; i < steps.size(); ++i) {
         const auto ti = std::chrono::steady_clock::now();
