@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "kiln/device.hpp"
+#include "kiln/ext/tuner.hpp"
 #include "kiln/spec.hpp"
 #include "util.hpp"
 
@@ -198,4 +200,34 @@ TEST(Spec, NonAsciiStringsSurviveAndPositionsStayTrue) {
 TEST(Spec, InputThatBreaksTheTomlParsersAssumptionsIsAnError) {
   // toml++ 3.3.0 asserts (or, built with NDEBUG under clang, assumes) something "[[[" breaks.
   EXPECT_CONTAINS(error_of("[[["), "k/matmul.toml: not valid TOML");
+}
+
+// Tuner::why_not keeps what it compiled for a config with the spec, never an answer: each
+// call's scalars and each device's limits are checked anew, and a spec's copy or assignment
+// answers by its own expressions.
+TEST(Spec, WhyNotKeepsItsCompiledChecksWithTheSpecAndAnswersEachCall) {
+  KernelSpec s = parse(replace(kGood, "[params]", "constraints = [\"M % BM == 0\"]\n[params]"));
+  const Config c = s.space.at(0);  // BM = 16, BN = 16
+  LaunchLimits l;
+  int64_t fits[6] = {0, 0, 0, 64, 64, 64}, odd[6] = {0, 0, 0, 65, 64, 64};
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(Tuner::why_not(s, c, fits, l), "");
+    EXPECT_CONTAINS(Tuner::why_not(s, c, odd, l), "constraint 'M % BM == 0' is false");
+  }
+  LaunchLimits narrow;
+  narrow.grid[0] = 2;  // cdiv(64, 16) = 4 blocks: past it
+  EXPECT_NE(Tuner::why_not(s, c, fits, narrow), "");
+  EXPECT_EQ(Tuner::why_not(s, c, fits, l), "");
+  // A copy changed after its original was checked answers by its own constraint.
+  KernelSpec t = s;
+  t.constraints = {Expr::parse("BM == 64")};
+  EXPECT_CONTAINS(Tuner::why_not(t, c, fits, l), "constraint 'BM == 64' is false");
+  EXPECT_EQ(Tuner::why_not(s, c, fits, l), "");
+  // And an assignment over a checked spec too.
+  s = t;
+  EXPECT_CONTAINS(Tuner::why_not(s, c, fits, l), "constraint 'BM == 64' is false");
+  // A config that is no point of the space is checked as well.
+  Config outside = c;
+  outside.values[0].second = 48;
+  EXPECT_CONTAINS(Tuner::why_not(s, outside, fits, l), "constraint 'BM == 64' is false");
 }

@@ -68,8 +68,8 @@ class Expr {
   static Expr parse(std::string_view text);
 
   const ExprNode& root() const { return *root_; }
-  // Text that parses back to the same tree, with the fewest parentheses.
-  std::string str() const;
+  // Text that parses back to the same tree, with the fewest parentheses (made once).
+  const std::string& str() const { return *text_; }
   // Distinct symbols, in order of first appearance.
   std::vector<std::string> symbols() const;
   // Throws ExprError naming the first symbol that `known` rejects.
@@ -80,6 +80,8 @@ class Expr {
 
  private:
   std::shared_ptr<const ExprNode> root_;
+  std::shared_ptr<const std::string> text_;  // str(), shared with the CompiledExprs made of it
+  friend class CompiledExpr;
 };
 
 // How a symbol is bound when compiling: a slot of the value array passed to
@@ -107,7 +109,7 @@ class CompiledExpr {
 
   bool is_constant() const { return code_.size() == 1 && code_[0].op == ExprOp::Const; }
   int64_t constant_value() const { return code_[0].arg; }
-  const std::string& text() const { return text_; }
+  const std::string& text() const { return *text_; }
 
  private:
   struct Ins {
@@ -116,7 +118,7 @@ class CompiledExpr {
     int64_t arg;  // constant, or slot index
   };
   std::vector<Ins> code_;
-  std::string text_;
+  std::shared_ptr<const std::string> text_;  // the expression's, shared with it
 };
 
 }  // namespace kiln

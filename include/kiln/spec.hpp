@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +133,31 @@ struct TuningSpec {
   std::vector<std::vector<int64_t>> hint_point_list() const;
 };
 
+// What is derived from a spec and kept with it (Tuner::why_not's compiled checks):
+// made on first use, under its own lock. A copy or an assignment of the spec starts
+// empty, so what is kept always describes the spec that holds it (a spec is not
+// changed in place once it has been used).
+class SpecMemo {
+ public:
+  SpecMemo() = default;
+  SpecMemo(const SpecMemo&) noexcept {}
+  SpecMemo& operator=(const SpecMemo&) noexcept {
+    std::lock_guard<std::mutex> g(m_);
+    p_.reset();
+    return *this;
+  }
+  // The memo's content, made by `make` the first time.
+  std::shared_ptr<void> get(const std::function<std::shared_ptr<void>()>& make) const {
+    std::lock_guard<std::mutex> g(m_);
+    if (!p_) p_ = make();
+    return p_;
+  }
+
+ private:
+  mutable std::mutex m_;
+  mutable std::shared_ptr<void> p_;
+};
+
 struct KernelSpec {
   std::string name;
   std::string backend;  // "cpu" or "cuda"
@@ -173,6 +200,8 @@ struct KernelSpec {
   // shape (grid, block, shared memory and constraints use them), but are not
   // in the tuning key: a call is checked against them (see Kernel).
   std::vector<std::string> unkeyed_launch_scalars() const;
+
+  SpecMemo memo;  // derived checks, kept (see SpecMemo)
 };
 
 // Reads source files named by a spec: the file's contents, or nullopt if it

@@ -459,19 +459,25 @@ ExprError::ExprError(int column, const std::string& what, const std::string& tex
       column_(column),
       what_(what) {}
 
-Expr::Expr() : root_(std::make_shared<const ExprNode>()) {}
-Expr::Expr(ExprNode root) : root_(std::make_shared<const ExprNode>(std::move(root))) {}
+namespace {
+std::shared_ptr<const std::string> text_of(const ExprNode& n) {
+  std::string out;
+  print(n, out);
+  return std::make_shared<const std::string>(std::move(out));
+}
+}  // namespace
+
+Expr::Expr() : root_(std::make_shared<const ExprNode>()) {
+  static const std::shared_ptr<const std::string> zero = text_of(*root_);
+  text_ = zero;
+}
+Expr::Expr(ExprNode root) : root_(std::make_shared<const ExprNode>(std::move(root))), text_(text_of(*root_)) {}
 
 Expr Expr::parse(std::string_view text) {
   Parser p(text);
   return Expr(p.parse_all());
 }
 
-std::string Expr::str() const {
-  std::string out;
-  print(*root_, out);
-  return out;
-}
 
 std::vector<std::string> Expr::symbols() const {
   std::vector<std::string> out;
@@ -490,7 +496,10 @@ bool Expr::operator==(const Expr& o) const { return same(*root_, *o.root_); }
 
 // ---- CompiledExpr ----
 
-CompiledExpr::CompiledExpr() : code_{{ExprOp::Const, 0, 0}}, text_("0") {}
+CompiledExpr::CompiledExpr() : code_{{ExprOp::Const, 0, 0}} {
+  static const auto zero = std::make_shared<const std::string>("0");
+  text_ = zero;
+}
 
 namespace {
 
@@ -547,12 +556,13 @@ struct Emitter {
 
 CompiledExpr CompiledExpr::compile(const Expr& e, const Resolver& resolve) {
   CompiledExpr c;
-  c.text_ = e.str();
+  c.text_ = e.text_;
   c.code_.clear();
-  Emitter em{resolve, c.text_};
+  c.code_.reserve(16);
+  Emitter em{resolve, *c.text_};
   em.emit(e.root(), c.code_);
   if (em.max_depth > kMaxStack)
-    throw ExprError(1, fmt::format("expression needs more than {} stack slots", kMaxStack), c.text_);
+    throw ExprError(1, fmt::format("expression needs more than {} stack slots", kMaxStack), *c.text_);
   bool constant = true;
   for (const auto& ins : c.code_)
     if (ins.op == ExprOp::Var) constant = false;
@@ -586,7 +596,7 @@ int64_t CompiledExpr::eval(const int64_t* slots) const {
       case ExprOp::Const: st[sp++] = ins.arg; break;
       case ExprOp::Var: st[sp++] = slots[ins.arg]; break;
       case ExprOp::Neg:
-        if (st[sp - 1] == std::numeric_limits<int64_t>::min()) eval_error(text_, "overflow");
+        if (st[sp - 1] == std::numeric_limits<int64_t>::min()) eval_error(*text_, "overflow");
         st[sp - 1] = -st[sp - 1];
         break;
       case ExprOp::Min: case ExprOp::Max: {
@@ -603,19 +613,19 @@ int64_t CompiledExpr::eval(const int64_t* slots) const {
         int64_t a = st[sp - 1];
         int64_t r = 0;
         switch (ins.op) {
-          case ExprOp::Add: if (__builtin_add_overflow(a, b, &r)) eval_error(text_, "overflow"); break;
-          case ExprOp::Sub: if (__builtin_sub_overflow(a, b, &r)) eval_error(text_, "overflow"); break;
-          case ExprOp::Mul: if (__builtin_mul_overflow(a, b, &r)) eval_error(text_, "overflow"); break;
+          case ExprOp::Add: if (__builtin_add_overflow(a, b, &r)) eval_error(*text_, "overflow"); break;
+          case ExprOp::Sub: if (__builtin_sub_overflow(a, b, &r)) eval_error(*text_, "overflow"); break;
+          case ExprOp::Mul: if (__builtin_mul_overflow(a, b, &r)) eval_error(*text_, "overflow"); break;
           case ExprOp::FloorDiv: case ExprOp::Mod: case ExprOp::Cdiv:
-            if (b == 0) eval_error(text_, "division by zero");
-            if (b == -1 && a == std::numeric_limits<int64_t>::min()) eval_error(text_, "overflow");
+            if (b == 0) eval_error(*text_, "division by zero");
+            if (b == -1 && a == std::numeric_limits<int64_t>::min()) eval_error(*text_, "overflow");
             if (ins.op == ExprOp::FloorDiv) {
               r = floordiv(a, b);
             } else if (ins.op == ExprOp::Mod) {
               r = pymod(a, b);
             } else {
               // ceil(a / b) = -floor(-a / b); -a overflows only for INT64_MIN.
-              if (a == std::numeric_limits<int64_t>::min()) eval_error(text_, "overflow");
+              if (a == std::numeric_limits<int64_t>::min()) eval_error(*text_, "overflow");
               r = -floordiv(-a, b);
             }
             break;
@@ -625,7 +635,7 @@ int64_t CompiledExpr::eval(const int64_t* slots) const {
           case ExprOp::Ge: r = a >= b; break;
           case ExprOp::Eq: r = a == b; break;
           case ExprOp::Ne: r = a != b; break;
-          default: eval_error(text_, "bad instruction");
+          default: eval_error(*text_, "bad instruction");
         }
         st[sp - 1] = r;
       }

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "core/format.hpp"
 #include "core/log.hpp"
@@ -126,13 +128,66 @@ std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte
   return std::nullopt;
 }
 
+namespace {
+
+// A config's checks compiled for one spec and device: its constraints in order, then its
+// launch plan, or why compiling the next of them failed.
+struct ConfigChecks {
+  std::vector<CompiledExpr> constraints;
+  std::optional<LaunchPlan> plan;
+  std::string error;  // what compiling constraints[constraints.size()] (or the plan) threw
+};
+
+// Per config of a spec's space, its checks for the device limits they were compiled with;
+// kept in the spec's memo, so that a warm path that checks a record's many configs on
+// each new call compiles each config once.
+struct SpecChecks {
+  std::mutex m;
+  LaunchLimits limits;
+  std::unordered_map<size_t, std::shared_ptr<const ConfigChecks>> by_index;
+};
+
+bool same_limits(const LaunchLimits& a, const LaunchLimits& b) {
+  return std::equal(a.grid, a.grid + 3, b.grid) && a.grid_total == b.grid_total &&
+         std::equal(a.block, a.block + 3, b.block) && a.block_threads == b.block_threads && a.shared == b.shared &&
+         a.multiprocessors == b.multiprocessors;
+}
+
+std::shared_ptr<const ConfigChecks> compile_checks(const KernelSpec& spec, const Config& c, const LaunchLimits& limits) {
+  auto k = std::make_shared<ConfigChecks>();
+  try {
+    for (const auto& e : spec.constraints) k->constraints.push_back(compile_expr(spec, e, &c, &limits));
+    k->plan.emplace(spec, c, limits);
+  } catch (const Error& e) {
+    k->error = e.what();
+  }
+  return k;
+}
+
+}  // namespace
+
 std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_t* slots, const LaunchLimits& limits) {
   if (!c.library.empty()) return "";
+  std::shared_ptr<const ConfigChecks> k;
+  if (const auto index = spec.space.index_of(c)) {
+    auto memo = std::static_pointer_cast<SpecChecks>(spec.memo.get([&] {
+      auto s = std::make_shared<SpecChecks>();
+      s->limits = limits;
+      return s;
+    }));
+    std::lock_guard<std::mutex> g(memo->m);
+    if (same_limits(memo->limits, limits)) {
+      auto& slot = memo->by_index[*index];
+      if (!slot) slot = compile_checks(spec, c, limits);
+      k = slot;
+    }
+  }
+  if (!k) k = compile_checks(spec, c, limits);  // not a point of the space, or another device's limits
   try {
-    for (const auto& e : spec.constraints)
-      if (compile_expr(spec, e, &c, &limits).eval(slots) == 0) return fmt::format("constraint '{}' is false", e.str());
-    LaunchPlan plan(spec, c, limits);
-    LaunchDims d = plan.eval(slots);
+    for (size_t i = 0; i < k->constraints.size(); ++i)
+      if (k->constraints[i].eval(slots) == 0) return fmt::format("constraint '{}' is false", spec.constraints[i].str());
+    if (!k->plan) return k->error;
+    LaunchDims d = k->plan->eval(slots);
     if (d.empty()) return fmt::format("empty grid ({}, {}, {})", d.grid.x, d.grid.y, d.grid.z);
   } catch (const Error& e) {
     return e.what();
