@@ -134,6 +134,35 @@ TEST_F(ModelTest, TheModelMatchesItsReferenceAndTheLayerRunLayerByLayer) {
   }
 }
 
+// One program called on two models' tensors in turn, and again on the first's (the
+// same shape and S each time, then S moving within its bucket): each call reads and
+// writes the tensors it is given, as a program made fresh for that call does.
+TEST_F(ModelTest, AProgramCalledOnOtherTensorsReadsAndWritesThose) {
+  Runtime rt(opts);
+  const ProgramSpec spec = load_program(programs() / "model_cpu.toml");
+  Program reused(rt, spec);
+  Model a(12), b(12), a2(12), b2(12);  // a and a2 (b and b2) start the same
+  for (auto* m : {&b, &b2})
+    for (auto& w : m->wlm) w = -w;  // b's logits are not a's
+  std::vector<float> x(static_cast<size_t>(Model::H));
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 5);
+  struct Call {
+    Model* used;
+    Model* fresh;
+    int64_t S;
+  };
+  for (const Call& c : {Call{&a, &a2, 0}, Call{&b, &b2, 0}, Call{&a, &a2, 1}, Call{&a, &a2, 2}, Call{&b, &b2, 3}}) {
+    std::vector<float> got(Model::V, -7), want(Model::V, -9);
+    reused.run(c.used->inputs(x, 1), {{got.data(), {1, Model::V}}}, nullptr, {c.S});
+    Program fresh(rt, spec);
+    fresh.run(c.fresh->inputs(x, 1), {{want.data(), {1, Model::V}}}, nullptr, {c.S});
+    EXPECT_EQ(got, want) << "S=" << c.S << (c.used == &a ? " on a's tensors" : " on b's tensors");
+    EXPECT_EQ(c.used->kc, c.fresh->kc) << "S=" << c.S;
+    EXPECT_EQ(c.used->vc, c.fresh->vc) << "S=" << c.S;
+  }
+  EXPECT_NE(a.kc, b.kc) << "each model's caches took its own calls";
+}
+
 // The whole model packed (kiln pack PROGRAM at two token counts) and loaded by
 // a process with an empty cache: its first call of each packed shape compiles
 // nothing and times nothing, and its result passes the check against the

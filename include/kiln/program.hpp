@@ -113,6 +113,7 @@ class Program {
     uint64_t calls = 0;
     uint64_t graph_captures = 0, graph_replays = 0;
     uint64_t graph_updates = 0;      // graphs set in place to a bucketed scalar's new value (no capture)
+    double graph_update_ns = 0;      // the host time those updates took, in all
     size_t plans = 0;                // shapes planned
     int64_t arena_bytes = 0;         // the arena as allocated (the largest plan's)
   };

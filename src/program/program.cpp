@@ -128,6 +128,7 @@ struct Program::Impl {
     // Per step and argument: a buffer view's byte offset into its buffer and the
     // elements of its row (0, 0 where the argument is no view).
     std::vector<std::vector<std::pair<int64_t, int64_t>>> views;
+    std::vector<void*> patched;  // the inputs' and outputs' addresses `storage` holds (empty: none yet)
     bool settled = false;
     std::list<GraphEntry> graphs;
     uint64_t used = 0;
@@ -136,6 +137,9 @@ struct Program::Impl {
   std::vector<size_t> bucket_slots;  // the slots of the bucketed scalars
   bool io_moves = false;             // an input's or output's shape names a bucketed scalar
   bool has_views = false;            // a step passes a row of a buffer
+  // A view's row or its buffer's rows move within a bucket: views placed again at each call
+  // of another exact value (else only at a shape's first; a model's per-layer views are many).
+  bool views_move = false;
   std::vector<int64_t> call_key;     // reused by every call
   uint64_t clock = 0;
   size_t graph_count = 0;
@@ -265,6 +269,14 @@ struct Program::Impl {
         for (const auto& d : t.shape)
           for (const auto& sym : d.symbols())
             if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) io_moves = true;
+    views_move = io_moves;
+    for (const auto& t : spec.buffers)
+      for (const auto& d : t.shape)
+        for (const auto& sym : d.symbols())
+          if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) views_move = true;
+    for (const auto& st : steps)
+      for (const auto& a : st.args)
+        if (a.row && a.moves) views_move = true;
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
@@ -371,7 +383,7 @@ struct Program::Impl {
         sh.elements[0][i] = elements_of(sh.in_dims[i], spec.inputs[i], slots);
       for (size_t i = 0; i < spec.outputs.size(); ++i)
         sh.elements[1][i] = elements_of(sh.out_dims[i], spec.outputs[i], slots);
-      if (has_views) {
+      if (has_views && views_move) {
         place_views(sh);
         rebase(sh);
       }
@@ -551,6 +563,7 @@ struct Program::Impl {
   // elements it holds; an index outside the buffer's rows is refused.
   void place_views(Shape& sh) {
     if (!has_views) return;
+    sh.patched.clear();  // the views of inputs and outputs are set again by the next patch_io
     sh.views.resize(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) {
       sh.views[i].assign(steps[i].args.size(), {0, 0});
@@ -596,10 +609,14 @@ struct Program::Impl {
   }
 
   void patch_io(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    if (same_io(sh.patched, in, out)) return;  // a loop's calls on the same tensors: set already
+    sh.patched.clear();
     for (const auto& [i, j, group, index] : sh.io) {
       void* p = static_cast<std::byte*>(group == 0 ? in[index].data : out[index].data) + view_offset(sh, i, j);
       std::memcpy(&sh.storage[i][j], &p, sizeof p);
     }
+    for (const auto& t : in) sh.patched.push_back(t.data);
+    for (const auto& t : out) sh.patched.push_back(t.data);
   }
 
   void launch_step(Shape& sh, size_t i, Stream s) {
@@ -670,6 +687,7 @@ struct Program::Impl {
           }
           it->slots.clear();  // half set until the update returns true
           bool updated = false;
+          const auto u0 = std::chrono::steady_clock::now();
           try {
             updated = it->graph->update([&](Stream cs) {
               for (size_t i = 0; i < steps.size(); ++i) {
@@ -689,6 +707,7 @@ struct Program::Impl {
           }
           it->slots = call_slots;
           ++st.graph_updates;
+          st.graph_update_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - u0).count();
         }
         it->used = ++clock;
         it->graph->launch(s);

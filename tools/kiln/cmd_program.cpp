@@ -132,6 +132,7 @@ void run_program(const RunArgs& a, Globals& g) {
       d.graph_captures = x.graph_captures - y.graph_captures;
       d.graph_replays = x.graph_replays - y.graph_replays;
       d.graph_updates = x.graph_updates - y.graph_updates;
+      d.graph_update_ns = x.graph_update_ns - y.graph_update_ns;
       return d;
     };
     for (int pass = 0; pass < 2; ++pass) {
@@ -181,6 +182,7 @@ void run_program(const RunArgs& a, Globals& g) {
       j["loop"] = {{"scalar", loop->name}, {"from", loop->from}, {"calls", loop->n}, {"host_ns_per_call", loop->host_ns},
                    {"call_ns", loop->call_ns}, {"graph_captures", loop->second.graph_captures},
                    {"graph_updates", loop->second.graph_updates}, {"graph_replays", loop->second.graph_replays},
+                   {"graph_update_ns_per_call", loop->second.graph_update_ns / static_cast<double>(loop->n)},
                    {"first_pass_graph_captures", loop->first.graph_captures}};
     if (checked) {
       nlohmann::json outs_j = nlohmann::json::array();
@@ -214,10 +216,12 @@ void run_program(const RunArgs& a, Globals& g) {
                static_cast<unsigned long long>(st.graph_replays));
   if (loop)
     std::fprintf(out(),
-                 "decode loop: %lld calls, %s = %lld .. %lld: %s of host time a call, %s a call on the device; "
+                 "decode loop: %lld calls, %s = %lld .. %lld: %s of host time a call (%s of it setting graphs in "
+                 "place), %s a call on the device; "
                  "graphs captured %llu, updated in place %llu, replayed %llu (the first pass captured %llu)\n",
                  static_cast<long long>(loop->n), loop->name.c_str(), static_cast<long long>(loop->from),
                  static_cast<long long>(loop->from + loop->n - 1), seconds_text(loop->host_ns * 1e-9).c_str(),
+                 seconds_text(loop->second.graph_update_ns / static_cast<double>(loop->n) * 1e-9).c_str(),
                  seconds_text(loop->call_ns * 1e-9).c_str(), static_cast<unsigned long long>(loop->second.graph_captures),
                  static_cast<unsigned long long>(loop->second.graph_updates),
                  static_cast<unsigned long long>(loop->second.graph_replays),
