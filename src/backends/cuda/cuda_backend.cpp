@@ -24,14 +24,6 @@ using namespace cuda;
 
 namespace {
 
-// Whether the GPU driver's library can be opened here (it is then kept open, as the
-// driver is once started): where it cannot, nothing is readied beside a device that
-// cannot be made.
-bool driver_library_here() {
-  static const bool here = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != nullptr;
-  return here;
-}
-
 // Bump when the generated source around a kernel changes: old binaries no longer fit.
 constexpr int kCudaAbiVersion = 3;
 
@@ -1113,20 +1105,20 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
   CudaDevice& cuda_device() {
     std::lock_guard<std::mutex> g(m_);
     if (!device_) {
+      std::string why;
+      const Driver* d = Driver::get(&why);
+      if (!d) fail(Errc::launch, "the cuda backend cannot run here: {}", why);
+      int n = 0;
+      d->cuDeviceGetCount(&n);
+      if (opts_.cuda_device >= n)
+        fail(Errc::launch, "the cuda backend cannot run here: {}",
+             n == 0 ? std::string("no GPU: the CUDA driver found no device")
+                    : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs", opts_.cuda_device, n));
       const auto t0 = std::chrono::steady_clock::now();
-      // cuBLASLt opened beside the driver's start and the context's making, and readied once
-      // the context is made, on a thread of its own: a first call that chooses it finds that
-      // done. Only where the driver's library is here (a machine without a GPU's driver
-      // opens nothing).
+      // cuBLASLt opened beside the context's making and readied once it is made, on a
+      // thread of its own: a first call that chooses it finds that done.
       std::promise<CudaDevice*> made;
-      struct Made {  // the thread learns of the device however this ends
-        std::promise<CudaDevice*>& p;
-        bool set = false;
-        ~Made() {
-          if (!set) p.set_value(nullptr);
-        }
-      } tell{made};
-      if (opts_.cuda_warm_libraries && !warm_.joinable() && driver_library_here()) {
+      if (opts_.cuda_warm_libraries && !warm_.joinable()) {
         try {
           warm_ = std::thread([this, f = made.get_future().share(), first = opts_.cuda_device != 0] {
             // A backend going away stops it between its parts (a short process does not wait for the product).
@@ -1137,19 +1129,14 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
           log::debug("cuda: cuBLASLt is not readied beside the context (no thread: {})", e.what());
         }
       }
-      std::string why;
-      const Driver* d = Driver::get(&why);
-      if (!d) fail(Errc::launch, "the cuda backend cannot run here: {}", why);
-      int n = 0;
-      d->cuDeviceGetCount(&n);
-      if (opts_.cuda_device >= n)
-        fail(Errc::launch, "the cuda backend cannot run here: {}",
-             n == 0 ? std::string("no GPU: the CUDA driver found no device")
-                    : fmt::format("KILN_CUDA_DEVICE={} but there are {} GPUs", opts_.cuda_device, n));
-      device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
+      try {
+        device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
+      } catch (...) {
+        made.set_value(nullptr);
+        throw;
+      }
       made.set_value(device_.get());
-      tell.set = true;
-      log::debug("cuda: GPU {}'s driver started and context made in {:.1f} ms", opts_.cuda_device, log::ms_since(t0));
+      log::debug("cuda: GPU {}'s context made in {:.1f} ms", opts_.cuda_device, log::ms_since(t0));
     }
     return *device_;
   }
