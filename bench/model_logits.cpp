@@ -18,10 +18,7 @@
 // seed, scale or constant, and a few of its values (so that a
 // reimplementation of the generator can check itself before it compares).
 // The inputs are filled where the program runs (on a GPU by a kernel:
-// kiln::InputFiller): the state inputs (the caches) first, their samples read
-// at once; the weights' fills are queued on the stream the first call runs on,
-// without waiting, as an engine's weight uploads are (the first call's host
-// work overlaps them; their samples are read after the first token). With BENCH_EXEC_NS set to the wall clock's nanoseconds
+// kiln::InputFiller). With BENCH_EXEC_NS set to the wall clock's nanoseconds
 // when the process was started (`BENCH_EXEC_NS=$(date +%s%N) kiln_bench_...`),
 // it also says how long after that the first call's outputs were ready (the
 // start to the first token, bench/gpu/warm_start.sh).
@@ -188,43 +185,22 @@ int run(int argc, char** argv) {
   std::vector<Tensor> in, outs;
   InputFiller filler(rt, spec.backend);
   auto t_fill = std::chrono::steady_clock::now();
-  // Where the inputs' time goes: allocating, filling the state inputs and reading their
-  // samples (synchronised), queueing the weights' fills (not waited for here).
-  double alloc_s = 0, state_s = 0, queue_s = 0;
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  std::vector<size_t> weights;  // inputs filled without waiting: their samples read after the first token
-  std::vector<size_t> input_bytes;
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const ProgramTensor& t = spec.inputs[i];
     const std::vector<int64_t> shape = spec.dims(t, at_prompt);
     const size_t bytes = buffer_bytes(t.dtype, spec.elements(t, at_prompt), t.name);
-    auto ta = std::chrono::steady_clock::now();
     held.emplace_back(dev, bytes ? bytes : 1);
-    alloc_s += since(ta);
-    input_bytes.push_back(bytes);
     nlohmann::json m = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape},
                         {"seed", input_seed(seed, i)}, {"state", t.state}};
     if (t.constant) m["constant"] = *t.constant;
     else m["scale"] = t.scale;
-    // The program updates its state inputs in place: their samples are read before any call.
-    if (i > 0 && t.state) {  // (x is filled at each call)
-      auto tf = std::chrono::steady_clock::now();
+    if (i > 0) {  // x is filled at each call
       filler.fill(t, held.back().get(), bytes, input_seed(seed, i));
       dev.sync(nullptr);
       m["samples"] = samples(dev, t.dtype, held.back().get(), bytes);
-      state_s += since(tf);
     }
     meta["inputs"].push_back(m);
     in.push_back({held.back().get(), shape});
-  }
-  for (size_t i = 1; i < spec.inputs.size(); ++i) {
-    if (spec.inputs[i].state) continue;
-    auto tq = std::chrono::steady_clock::now();
-    filler.fill(spec.inputs[i], in[i].data, input_bytes[i], input_seed(seed, i));
-    queue_s += since(tq);
-    weights.push_back(i);
   }
   for (const auto& t : spec.outputs) {
     const size_t bytes = buffer_bytes(t.dtype, spec.elements(t, at_prompt), t.name);
@@ -233,10 +209,7 @@ int run(int argc, char** argv) {
     meta["outputs"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}});
   }
   const double fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fill).count();
-  std::fprintf(stderr,
-               "inputs made in %.3f s (%s: allocating %.3f s, the state inputs filled and sampled %.3f s, "
-               "the weights' fills queued %.3f s)\n",
-               fill_s, filler.on_device() ? "filled on the device" : "filled on the host", alloc_s, state_s, queue_s);
+  std::fprintf(stderr, "inputs filled in %.3f s (%s)\n", fill_s, filler.on_device() ? "on the device" : "on the host");
 
   stages.push_back({"inputs", after_exec()});
   std::vector<std::pair<int64_t, int64_t>> calls = {{prompt, 0}};  // (T, S)
@@ -252,7 +225,7 @@ int run(int argc, char** argv) {
     const size_t xbytes = buffer_bytes(xt.dtype, spec.elements(xt, now), "x");
     filler.fill(xt, in[0].data, xbytes, xseed);
     for (size_t o = 0; o < outs.size(); ++o) outs[o].shape = spec.dims(spec.outputs[o], now);
-    if (k > 0) dev.sync(nullptr);  // (the first call overlaps the weights' fills queued before it)
+    dev.sync(nullptr);
     const auto t0 = std::chrono::steady_clock::now();
     prog.run(in, outs, nullptr, {S});
     dev.sync(nullptr);
@@ -270,8 +243,6 @@ int run(int argc, char** argv) {
         dev.sync(nullptr);
       }
       first_token_at = after_exec();
-      for (size_t i : weights)  // the weights as the fills left them (no call writes them)
-        meta["inputs"][i]["samples"] = samples(dev, spec.inputs[i].dtype, in[i].data, input_bytes[i]);
     }
     // The first call of each shape includes its compiles and tunings.
     nlohmann::json call = {{"T", T}, {"S", S}, {"x_seed", xseed}, {"seconds", s}, {"x_samples", samples(dev, xt.dtype, in[0].data, xbytes)}};
@@ -290,10 +261,8 @@ int run(int argc, char** argv) {
       stages.push_back({"first token", after});
       std::string text;
       for (const auto& [what, at] : stages) text += fmt::format("{}{} {:.3f}", text.empty() ? "" : ", ", what, at);
-      std::fprintf(stderr,
-                   "first token %.3f s after exec (inputs made in %.3f s, first call %.3f s with the weights' "
-                   "fills it waited for)\n",
-                   after, fill_s, s);
+      std::fprintf(stderr, "first token %.3f s after exec (inputs filled in %.3f s, first call %.3f s)\n", after,
+                   fill_s, s);
       std::fprintf(stderr, "stages, s after exec: %s\n", text.c_str());
       meta["first_token_after_exec_s"] = after;
     }
