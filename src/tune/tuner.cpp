@@ -130,21 +130,20 @@ std::optional<std::string> Tuner::compare(DType dtype, std::span<const std::byte
 
 namespace {
 
-// A config's checks compiled for one spec and device: its constraints in order, then its
-// launch plan, or why compiling the next of them failed.
+// A config's checks for one spec and device, compiled as they are first needed (a config
+// pruned by its first constraint never has the rest, nor its launch plan, compiled).
 struct ConfigChecks {
-  std::vector<CompiledExpr> constraints;
+  std::vector<std::optional<CompiledExpr>> constraints;
   std::optional<LaunchPlan> plan;
-  std::string error;  // what compiling constraints[constraints.size()] (or the plan) threw
 };
 
 // Per config of a spec's space, its checks for the device limits they were compiled with;
 // kept in the spec's memo, so that a warm path that checks a record's many configs on
-// each new call compiles each config once.
+// each new call compiles each of them once.
 struct SpecChecks {
   std::mutex m;
   LaunchLimits limits;
-  std::unordered_map<size_t, std::shared_ptr<const ConfigChecks>> by_index;
+  std::unordered_map<size_t, ConfigChecks> by_index;
 };
 
 bool same_limits(const LaunchLimits& a, const LaunchLimits& b) {
@@ -153,22 +152,28 @@ bool same_limits(const LaunchLimits& a, const LaunchLimits& b) {
          a.multiprocessors == b.multiprocessors;
 }
 
-std::shared_ptr<const ConfigChecks> compile_checks(const KernelSpec& spec, const Config& c, const LaunchLimits& limits) {
-  auto k = std::make_shared<ConfigChecks>();
+// Why_not over checks compiled into `k` as needed (k: kept, or this call's own).
+std::string check(const KernelSpec& spec, const Config& c, const int64_t* slots, const LaunchLimits& limits,
+                  ConfigChecks& k) {
   try {
-    for (const auto& e : spec.constraints) k->constraints.push_back(compile_expr(spec, e, &c, &limits));
-    k->plan.emplace(spec, c, limits);
+    k.constraints.resize(spec.constraints.size());
+    for (size_t i = 0; i < spec.constraints.size(); ++i) {
+      if (!k.constraints[i]) k.constraints[i] = compile_expr(spec, spec.constraints[i], &c, &limits);
+      if (k.constraints[i]->eval(slots) == 0) return fmt::format("constraint '{}' is false", spec.constraints[i].str());
+    }
+    if (!k.plan) k.plan.emplace(spec, c, limits);
+    LaunchDims d = k.plan->eval(slots);
+    if (d.empty()) return fmt::format("empty grid ({}, {}, {})", d.grid.x, d.grid.y, d.grid.z);
   } catch (const Error& e) {
-    k->error = e.what();
+    return e.what();
   }
-  return k;
+  return "";
 }
 
 }  // namespace
 
 std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_t* slots, const LaunchLimits& limits) {
   if (!c.library.empty()) return "";
-  std::shared_ptr<const ConfigChecks> k;
   if (const auto index = spec.space.index_of(c)) {
     auto memo = std::static_pointer_cast<SpecChecks>(spec.memo.get([&] {
       auto s = std::make_shared<SpecChecks>();
@@ -176,23 +181,10 @@ std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_
       return s;
     }));
     std::lock_guard<std::mutex> g(memo->m);
-    if (same_limits(memo->limits, limits)) {
-      auto& slot = memo->by_index[*index];
-      if (!slot) slot = compile_checks(spec, c, limits);
-      k = slot;
-    }
+    if (same_limits(memo->limits, limits)) return check(spec, c, slots, limits, memo->by_index[*index]);
   }
-  if (!k) k = compile_checks(spec, c, limits);  // not a point of the space, or another device's limits
-  try {
-    for (size_t i = 0; i < k->constraints.size(); ++i)
-      if (k->constraints[i].eval(slots) == 0) return fmt::format("constraint '{}' is false", spec.constraints[i].str());
-    if (!k->plan) return k->error;
-    LaunchDims d = k->plan->eval(slots);
-    if (d.empty()) return fmt::format("empty grid ({}, {}, {})", d.grid.x, d.grid.y, d.grid.z);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  ConfigChecks own;  // not a point of the space, or another device's limits
+  return check(spec, c, slots, limits, own);
 }
 
 std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
