@@ -218,6 +218,20 @@ TEST(Spec, WhyNotKeepsItsCompiledChecksWithTheSpecAndAnswersEachCall) {
   narrow.grid[0] = 2;  // cdiv(64, 16) = 4 blocks: past it
   EXPECT_NE(Tuner::why_not(s, c, fits, narrow), "");
   EXPECT_EQ(Tuner::why_not(s, c, fits, l), "");
+  // A spec changed in place after it was checked answers by what it says now.
+  {
+    KernelSpec u = s;
+    int64_t m80[6] = {0, 0, 0, 80, 64, 64};
+    EXPECT_EQ(Tuner::why_not(u, c, m80, l), "");  // 80 % 16 == 0
+    u.space.params[0].values = {32, 64, 16};      // index 0 is BM = 32 now
+    EXPECT_CONTAINS(Tuner::why_not(u, u.space.at(0), m80, l), "constraint 'M % BM == 0' is false");
+    u.constraints[0] = Expr::parse("BN == 32");
+    EXPECT_CONTAINS(Tuner::why_not(u, u.space.at(0), fits, l), "constraint 'BN == 32' is false");
+    u.constraints.clear();
+    EXPECT_EQ(Tuner::why_not(u, u.space.at(0), odd, l), "") << "no constraint is left";
+    u.grid[0] = Expr::parse("cdiv(M, BM) * 0");
+    EXPECT_CONTAINS(Tuner::why_not(u, u.space.at(0), fits, l), "empty grid");
+  }
   // A copy changed after its original was checked answers by its own constraint.
   KernelSpec t = s;
   t.constraints = {Expr::parse("BM == 64")};

@@ -135,8 +135,8 @@ struct TuningSpec {
 
 // What is derived from a spec and kept with it (Tuner::why_not's compiled checks):
 // made on first use, under its own lock. A copy or an assignment of the spec starts
-// empty, so what is kept always describes the spec that holds it (a spec is not
-// changed in place once it has been used).
+// empty; what is kept notes what it was derived from, and a spec changed in place
+// since has it derived afresh.
 class SpecMemo {
  public:
   SpecMemo() = default;

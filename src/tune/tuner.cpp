@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/format.hpp"
@@ -137,13 +138,71 @@ struct ConfigChecks {
   std::optional<LaunchPlan> plan;
 };
 
+// Calls f on each expression a config's checks are compiled from, in a fixed order.
+template <class F>
+void each_check_expr(const KernelSpec& s, F&& f) {
+  for (const auto& a : s.args) f(a.size);
+  for (const auto& e : s.constraints) f(e);
+  for (const auto& e : s.grid) f(e);
+  for (const auto& e : s.block) f(e);
+  if (s.shared) f(*s.shared);
+  if (s.zero_when) f(*s.zero_when);
+  for (const auto& m : s.tensor_maps)
+    for (const Expr* e : {&m.rows, &m.cols, &m.pitch, &m.box_rows, &m.box_cols}) f(*e);
+}
+
 // Per config of a spec's space, its checks for the device limits they were compiled with;
 // kept in the spec's memo, so that a warm path that checks a record's many configs on
-// each new call compiles each of them once.
+// each new call compiles each of them once. What they were compiled from is kept beside
+// them (the expressions held, so that their trees' addresses name them): a spec changed in
+// place since has them compiled afresh.
 struct SpecChecks {
   std::mutex m;
   LaunchLimits limits;
   std::unordered_map<size_t, ConfigChecks> by_index;
+  std::string name;
+  std::vector<std::tuple<std::string, DType, bool>> args;
+  std::vector<std::pair<std::string, int64_t>> constants;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params;
+  std::vector<std::string> zero, tensor_maps;
+  std::vector<int> swizzles;
+  std::vector<Expr> exprs;
+
+  bool from(const KernelSpec& s) const {
+    if (s.name != name || s.constants != constants || s.zero != zero || s.args.size() != args.size() ||
+        s.space.params.size() != params.size() || s.tensor_maps.size() != tensor_maps.size())
+      return false;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (s.args[i].name != std::get<0>(args[i]) || s.args[i].dtype != std::get<1>(args[i]) ||
+          s.args[i].pointer != std::get<2>(args[i]))
+        return false;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (s.space.params[i].name != params[i].first || s.space.params[i].values != params[i].second) return false;
+    for (size_t i = 0; i < tensor_maps.size(); ++i)
+      if (s.tensor_maps[i].of != tensor_maps[i] || s.tensor_maps[i].swizzle != swizzles[i]) return false;
+    size_t k = 0;
+    bool same = true;
+    each_check_expr(s, [&](const Expr& e) {
+      same = same && k < exprs.size() && &e.root() == &exprs[k].root();
+      ++k;
+    });
+    return same && k == exprs.size();
+  }
+  void take(const KernelSpec& s) {
+    by_index.clear();
+    name = s.name;
+    constants = s.constants;
+    zero = s.zero;
+    args.clear();
+    for (const auto& a : s.args) args.emplace_back(a.name, a.dtype, a.pointer);
+    params.clear();
+    for (const auto& p : s.space.params) params.emplace_back(p.name, p.values);
+    tensor_maps.clear();
+    swizzles.clear();
+    for (const auto& m : s.tensor_maps) tensor_maps.push_back(m.of), swizzles.push_back(m.swizzle);
+    exprs.clear();
+    each_check_expr(s, [&](const Expr& e) { exprs.push_back(e); });
+  }
 };
 
 bool same_limits(const LaunchLimits& a, const LaunchLimits& b) {
@@ -178,9 +237,11 @@ std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_
     auto memo = std::static_pointer_cast<SpecChecks>(spec.memo.get([&] {
       auto s = std::make_shared<SpecChecks>();
       s->limits = limits;
+      s->take(spec);
       return s;
     }));
     std::lock_guard<std::mutex> g(memo->m);
+    if (!memo->from(spec)) memo->take(spec);  // the spec was changed in place since
     if (same_limits(memo->limits, limits)) return check(spec, c, slots, limits, memo->by_index[*index]);
   }
   ConfigChecks own;  // not a point of the space, or another device's limits
