@@ -558,7 +558,6 @@ CompiledExpr CompiledExpr::compile(const Expr& e, const Resolver& resolve) {
   CompiledExpr c;
   c.text_ = e.text_;
   c.code_.clear();
-  c.code_.reserve(16);
   Emitter em{resolve, *c.text_};
   em.emit(e.root(), c.code_);
   if (em.max_depth > kMaxStack)
