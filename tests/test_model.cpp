@@ -151,7 +151,8 @@ TEST_F(ModelTest, AProgramCalledOnOtherTensorsReadsAndWritesThose) {
     Model* fresh;
     int64_t S;
   };
-  for (const Call& c : {Call{&a, &a2, 0}, Call{&b, &b2, 0}, Call{&a, &a2, 1}, Call{&a, &a2, 2}, Call{&b, &b2, 3}}) {
+  // S = 5 .. 8: one bucket (one plan, set again for each S).
+  for (const Call& c : {Call{&a, &a2, 5}, Call{&b, &b2, 5}, Call{&a, &a2, 6}, Call{&a, &a2, 7}, Call{&b, &b2, 8}}) {
     std::vector<float> got(Model::V, -7), want(Model::V, -9);
     reused.run(c.used->inputs(x, 1), {{got.data(), {1, Model::V}}}, nullptr, {c.S});
     Program fresh(rt, spec);
@@ -161,6 +162,7 @@ TEST_F(ModelTest, AProgramCalledOnOtherTensorsReadsAndWritesThose) {
     EXPECT_EQ(c.used->vc, c.fresh->vc) << "S=" << c.S;
   }
   EXPECT_NE(a.kc, b.kc) << "each model's caches took its own calls";
+  EXPECT_EQ(reused.stats().plans, 1u);
 }
 
 // The whole model packed (kiln pack PROGRAM at two token counts) and loaded by

@@ -134,6 +134,65 @@ TEST_F(ProgramTest, TheCpuMlpBlockMatchesItsPlainComputation) {
   }
 }
 
+// Views that move within a bucket of S: a row of an input chosen by S and a row of an
+// intermediate whose rows are S. Calls of one bucket (S = 5, 6, 7, 8) on the same tensors,
+// then on other tensors, then on the first again: each result is a fresh program's.
+TEST_F(ProgramTest, ViewsThatMoveWithinABucketFollowEachCall) {
+  const std::string text = R"(kind = "program"
+version = 1
+name = "moving_views"
+backend = "cpu"
+symbols = ["N"]
+scalars = ["S"]
+buckets = { S = "pow2" }
+guards = ["S >= 1"]
+[[inputs]]
+name = "x"
+dtype = "f64"
+shape = ["3", "N"]
+[[inputs]]
+name = "w"
+dtype = "f64"
+shape = ["N"]
+[[outputs]]
+name = "y"
+dtype = "f64"
+shape = ["N"]
+[[buffers]]
+name = "t"
+dtype = "f64"
+shape = ["S", "N"]
+[kernels]
+add = ")" + test::kernels() + R"(/cpu/ref_add_f64.toml"
+[[steps]]
+launch = "add"
+args = ["x[S % 3]", "w", "t[S - 1]", "N"]
+[[steps]]
+launch = "add"
+args = ["t[S - 1]", "w", "y", "N"]
+)";
+  Runtime rt(opts);
+  const ProgramSpec spec = parse_program(text, dir.path() / "p.toml");
+  Program reused(rt, spec);
+  constexpr int64_t N = 6;
+  std::vector<double> xa(3 * N), xb(3 * N), w(N);
+  for (int64_t i = 0; i < 3 * N; ++i) xa[i] = static_cast<double>(i), xb[i] = 100.0 + static_cast<double>(i);
+  for (int64_t i = 0; i < N; ++i) w[i] = 0.5 * static_cast<double>(i + 1);
+  struct Call {
+    std::vector<double>* x;
+    int64_t S;
+  };
+  for (const Call& c : {Call{&xa, 5}, Call{&xa, 6}, Call{&xa, 7}, Call{&xb, 8}, Call{&xa, 8}, Call{&xa, 6}}) {
+    std::vector<double> got(N, -1), want(N, -2);
+    reused.run({{c.x->data(), {3, N}}, {w.data(), {N}}}, {{got.data(), {N}}}, nullptr, {c.S});
+    Program fresh(rt, spec);
+    fresh.run({{c.x->data(), {3, N}}, {w.data(), {N}}}, {{want.data(), {N}}}, nullptr, {c.S});
+    for (int64_t i = 0; i < N; ++i) EXPECT_EQ(want[i], (*c.x)[(c.S % 3) * N + i] + 2 * w[i]) << "S=" << c.S;
+    EXPECT_EQ(got, want) << "S=" << c.S << (c.x == &xa ? " on xa" : " on xb");
+  }
+  EXPECT_EQ(reused.stats().plans, 1u) << "S = 5 .. 8: one bucket, one plan";
+}
+
 TEST_F(ProgramTest, BadProgramsAreRefusedWithTheReason) {
   struct Case {
     std::string text, expect;
