@@ -166,6 +166,12 @@ struct Program::Impl {
     scope.name = spec.name;
     auto slot_of = [&](const std::string& n) { return static_cast<size_t>(scope.arg_index(n)); };
     auto compile = [&](const Expr& e) { return compile_expr(scope, e, nullptr); };
+    // Whether an expression names a bucketed scalar (its value moves within a bucket).
+    auto moves = [&](const Expr& e) {
+      for (const auto& sym : e.symbols())
+        if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) return true;
+      return false;
+    };
     std::vector<bool> is_bound(spec.symbols.size(), false);
     for (size_t i = 0; i < spec.inputs.size(); ++i)
       for (size_t d = 0; d < spec.inputs[i].shape.size(); ++d) {
@@ -247,14 +253,12 @@ struct Program::Impl {
           if (pa.index) {
             a.row = compile(*pa.index);
             has_views = true;
-            for (const auto& sym : pa.index->symbols())
-              if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) a.moves = st.moves = true;
+            if (moves(*pa.index)) a.moves = st.moves = views_move = true;
           }
         } else {
           if (pa.kind == ProgramArg::Kind::integer) {
             a.value = compile(pa.value);
-            for (const auto& sym : pa.value.symbols())
-              if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) a.moves = st.moves = true;
+            if (moves(pa.value)) a.moves = st.moves = true;
           }
           a.real = pa.real;
           st.ksizes.emplace_back();
@@ -265,18 +269,9 @@ struct Program::Impl {
     }
     for (const auto& n : spec.pow2) bucket_slots.push_back(slot_of(n));
     for (auto* group : {&spec.inputs, &spec.outputs})
-      for (const auto& t : *group)
-        for (const auto& d : t.shape)
-          for (const auto& sym : d.symbols())
-            if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) io_moves = true;
-    views_move = io_moves;
-    for (const auto& t : spec.buffers)
-      for (const auto& d : t.shape)
-        for (const auto& sym : d.symbols())
-          if (std::find(spec.pow2.begin(), spec.pow2.end(), sym) != spec.pow2.end()) views_move = true;
-    for (const auto& st : steps)
-      for (const auto& a : st.args)
-        if (a.row && a.moves) views_move = true;
+      for (const auto& t : *group) io_moves = io_moves || std::any_of(t.shape.begin(), t.shape.end(), moves);
+    views_move = views_move || io_moves;
+    for (const auto& t : spec.buffers) views_move = views_move || std::any_of(t.shape.begin(), t.shape.end(), moves);
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
