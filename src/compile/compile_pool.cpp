@@ -163,6 +163,28 @@ BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config, b
   return p.get_future().share();
 }
 
+bool CompilePool::at_hand(const KernelSpec& spec, const Config& config) {
+  if (!config.library.empty()) return true;
+  const std::string key = make_binary_key(make_compile_request(spec, config), *backend_).hex();
+  {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = futures_.find(key);
+    if (it != futures_.end()) {
+      if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+      try {
+        return it->second.get() != nullptr;
+      } catch (...) {
+        return false;  // it failed to compile
+      }
+    }
+  }
+  try {
+    return compiler_->cached(key).has_value();
+  } catch (const Error&) {
+    return false;  // the cache's trouble: not at hand
+  }
+}
+
 BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key, bool urgent) {
   std::optional<Binary> hit;
   if (urgent) {

@@ -115,6 +115,10 @@ class CompilePool {
   // One config of a spec: a template config is compiled as above; a library
   // choice gets its stand-in binary at once (or its reason for being unavailable).
   BinaryFuture submit(const KernelSpec& spec, const Config& config, bool urgent = false);
+  // Whether submitting `config` would compile nothing: its binary was made in
+  // this pool, or a cache its compiler reads holds it (the code cache, an
+  // artifact's binaries). A library choice always is.
+  bool at_hand(const KernelSpec& spec, const Config& config);
 
   struct Counters {
     size_t submitted = 0, deduped = 0, cache_hits = 0, compiled = 0, failed = 0;

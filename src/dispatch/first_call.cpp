@@ -10,6 +10,7 @@
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "kiln/args.hpp"
+#include "kiln/ext/library.hpp"
 #include "tune/benchmarker.hpp"
 
 namespace kiln {
@@ -193,6 +194,30 @@ std::optional<SafeChoice> first_safe_choice(Runtime& rt, const CallView& call, S
       if (e.code() != Errc::compile && e.code() != Errc::launch) throw;
       *failures += fmt::format("\n  {}: {}", s.config.str(), e.what());
     }
+  }
+  return std::nullopt;
+}
+
+Library* readying_library(Runtime& rt, const std::string& backend, const Config& choice) {
+  if (choice.library.empty()) return nullptr;
+  std::optional<LibraryChoice> c = parse_library_choice(choice.library);
+  if (!c) return nullptr;
+  Library* l = rt.backend(backend).library(c->library);
+  return l && l->readying() ? l : nullptr;
+}
+
+std::optional<std::pair<Config, double>> own_choice_at_hand(Runtime& rt, const CallView& call,
+                                                            const TuningRecord& record) {
+  // Binaries looked for: a record whose own configs' binaries are not kept
+  // (a pack without them) is not read through from end to end on a first call.
+  constexpr int kProbes = 8;
+  int probes = 0;
+  CompilePool& pool = rt.compile_pool(call.spec.backend);
+  for (const ConfigResult* r : record.ranked()) {
+    if (!r->config.library.empty() || !Tuner::why_not(call.spec, r->config, call.slot_data(), call.limits).empty())
+      continue;
+    if (pool.at_hand(call.spec, r->config)) return std::make_pair(r->config, *r->ns);
+    if (++probes == kProbes) break;
   }
   return std::nullopt;
 }

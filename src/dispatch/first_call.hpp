@@ -54,6 +54,18 @@ std::optional<SafeChoice> first_safe_choice(Runtime& rt, const CallView& call, S
                                             const std::function<const LoadedKernel&(const Config&)>& load,
                                             std::string* failures);
 
+// A record's choice that calls a library being readied in the background
+// (Library::readying: a call of it now would wait for that): the library;
+// null for any other choice.
+Library* readying_library(Runtime& rt, const std::string& backend, const Config& choice);
+
+// What a first call runs instead of a readying library's choice: the fastest
+// config of `record` (the call's own record) that names no library, can run
+// the call (Tuner::why_not) and needs no compile (CompilePool::at_hand),
+// with its median time; nullopt when none is.
+std::optional<std::pair<Config, double>> own_choice_at_hand(Runtime& rt, const CallView& call,
+                                                            const TuningRecord& record);
+
 // The shapes of a handle that are tuned in the background, with the safe
 // choice their calls run meanwhile. Every member is called holding the
 // memo's mutex, except from the background job itself.

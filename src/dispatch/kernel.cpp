@@ -7,6 +7,7 @@
 #include "dispatch/call_shape.hpp"
 #include "dispatch/first_call.hpp"
 #include "dispatch/shape_memo.hpp"
+#include "kiln/ext/library.hpp"
 #include "kiln/plan.hpp"
 #include "kiln/runtime.hpp"
 #include "kiln/tuning.hpp"
@@ -122,6 +123,8 @@ struct Kernel::Impl {
   }
 
   const Chosen* first_call(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, FirstCall mode);
+  const Chosen* while_library_readies(const CallView& call, const std::vector<int64_t>& shape_key, const Config& choice,
+                                      const TuningRecord& record);
   void tune_behind(const CallView& call, const std::vector<int64_t>& shape_key, Stream stream, const Chosen* running,
                    const std::string& why);
   std::weak_ptr<Impl> self;  // what a background tuning keeps alive
@@ -234,6 +237,11 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
     o = m.rt.tune(call, to);
   }
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
+  if (o.from_cache)
+    if (const Chosen* now = m.while_library_readies(call, shape_key, *o.choice, o.record)) {
+      m.memo.insert(key, now);
+      return now;
+    }
   const Chosen* c = m.choice_for(*o.choice, o.from_cache ? ChoiceSource::cache : ChoiceSource::tuned);
   log::info("kernel '{}' at {}: {} ({})", m.spec.name, call.key.values_text(), c->config.str(), choice_source_name(c->source));
   m.memo.insert(key, c);
@@ -266,6 +274,30 @@ const Kernel::Chosen* Kernel::Impl::first_call(const CallView& call, const std::
   if (mode == FirstCall::serve) rt.note_miss(spec, call.key, c->config.str(), safe->how);
   else tune_behind(call, shape_key, stream, c, safe->how);
   return c;
+}
+
+// A record's choice that calls a library still being readied in the background
+// (a warm process's first calls, begun beside the device's making): the record's
+// fastest own config with its binary at hand runs meanwhile, as a safe choice,
+// and the record's choice replaces it once the library is ready (Swaps). Null
+// where the choice is no such library's, or no own config is at hand (the call
+// then waits for the library). Holds memo.mutex().
+const Kernel::Chosen* Kernel::Impl::while_library_readies(const CallView& call, const std::vector<int64_t>& shape_key,
+                                                          const Config& choice, const TuningRecord& record) {
+  Library* lib = readying_library(rt, spec.backend, choice);
+  if (!lib) return nullptr;
+  std::optional<std::pair<Config, double>> own = own_choice_at_hand(rt, call, record);
+  if (!own) return nullptr;
+  const Chosen* now = choice_for(own->first, ChoiceSource::safe);
+  const std::string at = call.key.values_text();
+  log::info("kernel '{}' at {}: {} runs while {} is readied; then its record's {}", spec.name, at, now->config.str(),
+            lib->name(), choice.str());
+  swaps.start(rt, memo, self.lock(), shape_key, now, fmt::format("kernel '{}' at {}", spec.name, at),
+              [this, lib, choice](const std::atomic<bool>& stop) -> const Chosen* {
+                lib->wait_readied();
+                return stop ? nullptr : choice_for(choice, ChoiceSource::cache);
+              });
+  return now;
 }
 
 // Tunes the call's shape on the runtime's background thread, on a copy of

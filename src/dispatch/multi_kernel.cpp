@@ -14,6 +14,7 @@
 #include "dispatch/shape_memo.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/binary_key.hpp"
+#include "kiln/ext/library.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/plan.hpp"
 #include "kiln/runtime.hpp"
@@ -559,6 +560,11 @@ struct MultiKernel::Impl {
         variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
       }
     }
+    if (source == ChoiceSource::cache && !several(variant))
+      if (const Chosen* now = while_library_readies(params, key, tkey, variant, configs, scratch)) {
+        memo.insert(key, now);
+        return now;
+      }
     const VariantSpec& v = spec.variants[variant];
     const double configs_ms = log::ms_since(t0);
     const Chosen* c = chosen_for(variant, configs, source);
@@ -569,6 +575,45 @@ struct MultiKernel::Impl {
               c->text, choice_source_name(source));
     memo.insert(key, c);
     return c;
+  }
+
+  // The records' choice (variant `variant`, `configs`) calls a library still
+  // being readied in the background (a warm process's first calls): the fastest
+  // own config of any one-launch variant's record, with its binary at hand,
+  // runs meanwhile as a safe choice, and the records' choice replaces it once
+  // the library is ready (Swaps). Null where the choice is no such library's,
+  // or no own config is at hand (the call then waits for the library). Holds
+  // memo.mutex().
+  const Chosen* while_library_readies(void* const* params, const int64_t* key, const TuningKey& tkey, size_t variant,
+                                      const std::vector<Config>& configs, Scratch& scratch) {
+    Library* lib = readying_library(rt, spec.backend, configs[0]);
+    if (!lib || !rt.tuning_cache()) return nullptr;
+    std::optional<std::pair<Config, double>> best;
+    size_t best_vi = 0;
+    for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
+      if (several(vi)) continue;
+      StepParams vp;
+      step_params(vi, 0, params, scratch, vp);
+      const CallView call(spec.variants[vi].steps[0].kernel, rt.backend(spec.backend), vp.data());
+      std::optional<TuningRecord> rec = rt.tuning_cache()->get(call.key);
+      if (!rec) continue;
+      if (auto own = own_choice_at_hand(rt, call, *rec); own && (!best || own->second < best->second)) {
+        best = std::move(own);
+        best_vi = vi;
+      }
+    }
+    if (!best) return nullptr;
+    const Chosen* now = chosen_for(best_vi, {best->first}, ChoiceSource::safe);
+    log::info("multi-kernel '{}' at {}: variant {} ('{}', {}) runs while {} is readied; then its records' variant {} "
+              "({})", spec.name, tkey.values_text(), best_vi, spec.variants[best_vi].name(), now->text, lib->name(),
+              variant, configs[0].str());
+    std::vector<int64_t> shape_key(key, key + shape.key_size());
+    swaps.start(rt, memo, self.lock(), shape_key, now, fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
+                [this, lib, variant, configs](const std::atomic<bool>& stop) -> const Chosen* {
+                  lib->wait_readied();
+                  return stop ? nullptr : chosen_for(variant, configs, ChoiceSource::cache);
+                });
+    return now;
   }
 
   // The first variant with a choice that can run the call now: its record's,

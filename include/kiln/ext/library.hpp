@@ -29,6 +29,13 @@ class Library {
   // launches: a choice is timed as a whole). Throws Error(Errc::launch)
   // when the library cannot be used.
   virtual std::shared_ptr<LoadedKernel> load(std::string key, KernelMeta meta, const LibraryChoice& choice) = 0;
+  // Whether it is being readied in the background (a large library's one-time
+  // start, begun beside the device's making): a call of it now would wait for
+  // that. A first call whose record chose it then runs the record's fastest
+  // choice of kiln's own, and the library's once it is ready (docs/dispatch.md).
+  virtual bool readying() const { return false; }
+  // Returns once it is no longer readying() (at once where it never was).
+  virtual void wait_readied() const {}
 };
 
 }  // namespace kiln

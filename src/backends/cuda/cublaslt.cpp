@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -22,6 +23,9 @@
 namespace kiln::cuda {
 
 namespace {
+
+// Threads readying cuBLASLt in the background now (cublaslt_readying).
+std::atomic<int> g_readying{0};
 
 // The few cuBLASLt types and constants kiln uses (cublasLt.h, CUDA 12 and 13).
 using LtHandle = void*;
@@ -330,12 +334,25 @@ class CublasLt final : public Library {
   std::shared_ptr<LoadedKernel> load(std::string key, KernelMeta meta, const LibraryChoice& c) override {
     return std::make_shared<LtKernel>(std::move(key), std::move(meta), c, host_.device());
   }
+  bool readying() const override { return g_readying.load() > 0; }
+  void wait_readied() const override {
+    for (int n = g_readying.load(); n > 0; n = g_readying.load()) g_readying.wait(n);
+  }
 
  private:
   CudaLibraryHost host_;
 };
 
 }  // namespace
+
+void cublaslt_readying(bool begun) {
+  if (begun) {
+    ++g_readying;
+  } else {
+    --g_readying;
+    g_readying.notify_all();
+  }
+}
 
 bool open_cublaslt() {
   return Lt::get().why.empty();

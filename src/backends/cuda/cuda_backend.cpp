@@ -1119,13 +1119,18 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
       // thread of its own: a first call that chooses it finds that done.
       std::promise<CudaDevice*> made;
       if (opts_.cuda_warm_libraries && !warm_.joinable()) {
+        cublaslt_readying(true);  // a first call that chose it runs kiln's own choice meanwhile
         try {
           warm_ = std::thread([this, f = made.get_future().share(), first = opts_.cuda_device != 0] {
+            struct Done {
+              ~Done() { cublaslt_readying(false); }
+            } done;
             // A backend going away stops it between its parts (a short process does not wait for the product).
             if (open_cublaslt() && !warm_stop_)
               ready_cublaslt([&]() -> Device* { return warm_stop_ ? nullptr : f.get(); }, first);
           });
         } catch (const std::exception& e) {
+          cublaslt_readying(false);
           log::debug("cuda: cuBLASLt is not readied beside the context (no thread: {})", e.what());
         }
       }

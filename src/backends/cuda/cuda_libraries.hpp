@@ -31,6 +31,10 @@ bool open_cublaslt();
 // returns (it may block until the device is made; nullptr: none). Errors are
 // logged at debug, never thrown.
 void ready_cublaslt(const std::function<Device*()>& device_when_made, bool device_first);
+// Marks cuBLASLt as being readied in the background (`begun`: before the thread
+// that opens and readies it starts) and no longer (when that thread is done,
+// or could not start). Its Library::readying() is true in between.
+void cublaslt_readying(bool begun);
 }  // namespace cuda
 
 std::unique_ptr<Library> make_cublas(const CudaLibraryHost& host);    // cublas.cpp: cublas_sgemm
