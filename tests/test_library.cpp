@@ -6,6 +6,9 @@
 #include <fstream>
 
 #include "core/fsutil.hpp"
+#include "compile/compile_pool.hpp"
+#include "dispatch/first_call.hpp"
+#include "kiln/artifact.hpp"
 #include "kiln/args.hpp"
 #include "kiln/ext/library.hpp"
 #include "kiln/kernel.hpp"
@@ -172,4 +175,66 @@ TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernel
   EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_bf16_nt").find("OpenBLAS has no bf16_nt"),
             std::string::npos);
   EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_sgemm#2").find("does not rank"), std::string::npos);
+}
+
+// A warm process's first call whose record chose a library still being
+// readied in the background runs the record's fastest config of kiln's own
+// whose binary is at hand (compiled, or kept by the code cache or an
+// artifact), never one it would have to compile; kiln pack ships that config
+// wherever a library is among what it ships. (OpenBLAS is never readied in
+// the background: the swap itself runs with cuBLASLt on a GPU, see
+// bench/gpu/warm_start.sh.)
+TEST_F(LibraryTest, WhileALibraryIsReadiedAFirstCallRunsTheFastestOwnConfigAtHandAndPacksShipIt) {
+  Options mine = opts;
+  Runtime rt(mine);
+  if (!rt.backend("cpu").library_unavailable("openblas_f64_nn").empty())
+    GTEST_SKIP() << "OpenBLAS is not installed here: " << rt.backend("cpu").library_unavailable("openblas_f64_nn");
+  std::string text = gemm_spec("openblas_f64_nn", 0);
+  text.replace(text.find("V = [1]"), 7, "V = [1, 2, 3]");
+  KernelSpec s = test::spec_in(dir.path() / "spec", text, "gemm.cpp", kGemmSource);
+  HostArgs args(s, parse_scalars(s, {{"M", "33"}, {"N", "47"}, {"K", "65"}}));
+  args.fill_random(3);
+  TuningRecord rec = rt.tune(s, args.params()).record;
+  std::vector<const ConfigResult*> own;
+  const ConfigResult* lib = nullptr;
+  for (const ConfigResult* c : rec.ranked()) (c->config.library.empty() ? own.push_back(c) : void(lib = c));
+  ASSERT_EQ(own.size(), 3u);
+  ASSERT_NE(lib, nullptr);
+  EXPECT_EQ(readying_library(rt, "cpu", lib->config), nullptr);  // OpenBLAS starts with its first call
+  EXPECT_EQ(readying_library(rt, "cpu", own[0]->config), nullptr);
+  const CallView call(s, rt.backend("cpu"), args.params());
+  // Every config was compiled by the tuning: the fastest of kiln's own.
+  auto got = own_choice_at_hand(rt, call, rec);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->first, own[0]->config);
+  EXPECT_EQ(got->second, *own[0]->ns);
+  // Another process with an empty cache has none at hand, until one is compiled:
+  // then that one, though it is the slowest.
+  TempDir other{"kiln-test"};
+  Runtime rt2(test::options_in(other.path()));
+  const CallView call2(s, rt2.backend("cpu"), args.params());
+  EXPECT_FALSE(rt2.compile_pool("cpu").at_hand(s, own[2]->config));
+  EXPECT_TRUE(rt2.compile_pool("cpu").at_hand(s, lib->config));  // a library choice has no binary
+  EXPECT_FALSE(own_choice_at_hand(rt2, call2, rec));
+  rt2.compile_pool("cpu").submit(s, own[2]->config).get();
+  EXPECT_TRUE(rt2.compile_pool("cpu").at_hand(s, own[2]->config));
+  got = own_choice_at_hand(rt2, call2, rec);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->first, own[2]->config);
+  // What kiln pack ships for the record, the library made the fastest: with no
+  // runners-up, the choice is the library (no binary) and the fastest own config
+  // is added; with the choice one of kiln's own, nothing more.
+  for (ConfigResult& c : rec.configs)
+    if (!c.config.library.empty()) c.ns = *own[0]->ns / 2;
+  std::vector<Config> ship = artifact_configs(rec, lib->config, 0);
+  ASSERT_EQ(ship.size(), 1u);
+  EXPECT_EQ(ship[0], own[0]->config);
+  ship = artifact_configs(rec, own[1]->config, 0);
+  ASSERT_EQ(ship.size(), 1u);
+  EXPECT_EQ(ship[0], own[1]->config);
+  ship = artifact_configs(rec, own[1]->config, 1);  // its runner-up is the library: the fastest own beside it
+  ASSERT_EQ(ship.size(), 2u);
+  EXPECT_EQ(ship[0], own[1]->config);
+  EXPECT_EQ(ship[1], own[0]->config);
+  EXPECT_EQ(artifact_configs(rec, lib->config, 3).size(), 3u);  // the three own configs, the library left out
 }

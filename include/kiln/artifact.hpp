@@ -93,4 +93,13 @@ class Artifact {
 // (Error(Errc::artifact), saying what differs). Returns a summary line.
 std::string load_artifact(Runtime& rt, const std::filesystem::path& path, bool sources_only);
 
+struct TuningRecord;
+// The configs of a record whose binaries an artifact ships (kiln pack): the
+// choice, `runners_up` next ranked configs (a call the choice cannot run, such
+// as a misaligned pointer, goes to the next that can), and, where one of these
+// calls a library, the fastest config of kiln's own: a warm process's first
+// call runs it while the library is readied (docs/dispatch.md). Library
+// choices have no binary and are left out.
+std::vector<Config> artifact_configs(const TuningRecord& record, const Config& choice, int runners_up);
+
 }  // namespace kiln

@@ -172,11 +172,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
                    r.kernel.c_str(), r.key.values_text().c_str());
     auto it = specs.find(r.kernel);
     if (it == specs.end() || !r.best) continue;  // a multi-kernel's own record: it names variants, not binaries
-    std::vector<Config> want{*r.best};
-    for (const ConfigResult* c : r.ranked())
-      if (static_cast<int>(want.size()) <= a.runners_up && !(c->config == *r.best)) want.push_back(c->config);
-    for (const Config& c : want) {
-      if (!c.library.empty()) continue;
+    for (const Config& c : artifact_configs(r, *r.best, a.runners_up)) {
       std::shared_ptr<const Binary> b = rt.compile_pool(ps.backend).submit(it->second, c).get();
       if (binaries.insert(b->key).second) art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
     }
@@ -254,11 +250,7 @@ void run_pack(Globals& g, const PackArgs& a) {
       entry.choices.push_back(o.choice->str());
       // The choice and the runners-up (a call the choice cannot run, such as
       // a misaligned pointer, goes to the next that can).
-      std::vector<Config> want{*o.choice};
-      for (const ConfigResult* c : r.ranked())
-        if (static_cast<int>(want.size()) <= a.runners_up && !(c->config == *o.choice)) want.push_back(c->config);
-      for (const Config& c : want) {
-        if (!c.library.empty()) continue;
+      for (const Config& c : artifact_configs(r, *o.choice, a.runners_up)) {
         std::shared_ptr<const Binary> b = rt.compile_pool(spec.backend).submit(spec, c).get();
         if (binaries.insert(b->key).second) art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
       }
