@@ -724,8 +724,10 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
 // The kernel that fills inputs in a GPU's memory (kiln run, kiln pack, the
 // model's logits check) compiles for the H100 without a GPU, and on the GPU it
 // makes the host generator's values bit for bit: every dtype, plain, scaled
-// and constant, at sizes on both sides of its block (256) and of its grid
-// stride, with a seed whose counter wraps. (Indices past 2^31 are checked by
+// (by three scales) and constant, at sizes on both sides of its block (256),
+// of a thread's run of elements (16 bytes) and of its grid stride, into a
+// buffer aligned to 16 bytes and one that is not (a fill from its second
+// element), with a seed whose counter wraps. (Indices past 2^31 are checked by
 // bench/gpu/model_logits.sh: PyTorch remakes the 16 GB model's samples.)
 TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
   if (nvrtc_missing()) return;
@@ -741,23 +743,29 @@ TEST_F(CudaTest, TheDeviceFillKernelCompilesAndMakesTheHostGeneratorsValues) {
   Device& dev = rt.device("cuda");
   const int64_t stride = rt.backend("cuda").limits().multiprocessors * 8 * 256;
   for (DType t : kAllDTypes)
-    for (int mode = 0; mode < 3; ++mode)
-      for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, stride + 3, 3 * stride + 1000}) {
-        ProgramTensor x{"x", t, {}, false, mode == 1 ? 0.02 : 1, mode == 2 ? std::optional<double>(-3.0) : std::nullopt};
-        const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
-        DeviceBuffer buf(dev, bytes);
-        const uint64_t seed = 0xfffffffffffff000ULL + static_cast<uint64_t>(n);  // wraps as it counts
-        filler.fill(x, buf.get(), bytes, seed);
-        std::vector<std::byte> got(bytes);
-        dev.to_host(got.data(), buf.get(), bytes, nullptr);
-        dev.sync(nullptr);
-        const std::vector<std::byte> want = filled_input(x, bytes, seed);
-        size_t first_bad = bytes;
-        for (size_t i = 0; i < bytes && first_bad == bytes; ++i)
-          if (got[i] != want[i]) first_bad = i;
-        EXPECT_EQ(first_bad, bytes) << dtype_name(t) << " mode " << mode << " n " << n << ": element "
-                                    << first_bad / dtype_size(t) << " differs";
-      }
+    for (int mode = 0; mode < 5; ++mode) {  // 1, 3, 4: scaled by 0.02, 0.3, 1e-3
+      const double scale = mode == 1 ? 0.02 : mode == 3 ? 0.3 : mode == 4 ? 1e-3 : 1;
+      const int64_t run = 16 / static_cast<int64_t>(dtype_size(t));  // a thread's elements at a time
+      for (int64_t n : {int64_t{1}, run - 1, run + 1, int64_t{255}, int64_t{257}, stride + 3, run * stride + 5,
+                        3 * stride + 1000})
+        for (size_t skip : {size_t{0}, size_t{1}}) {  // from the buffer's start (aligned), or its second element
+          if (n < 1) continue;
+          ProgramTensor x{"x", t, {}, false, scale, mode == 2 ? std::optional<double>(-3.0) : std::nullopt};
+          const size_t bytes = static_cast<size_t>(n) * dtype_size(t), off = skip * dtype_size(t);
+          DeviceBuffer buf(dev, bytes + off);
+          const uint64_t seed = 0xfffffffffffff000ULL + static_cast<uint64_t>(n);  // wraps as it counts
+          filler.fill(x, static_cast<std::byte*>(buf.get()) + off, bytes, seed);
+          std::vector<std::byte> got(bytes);
+          dev.to_host(got.data(), static_cast<std::byte*>(buf.get()) + off, bytes, nullptr);
+          dev.sync(nullptr);
+          const std::vector<std::byte> want = filled_input(x, bytes, seed);
+          size_t first_bad = bytes;
+          for (size_t i = 0; i < bytes && first_bad == bytes; ++i)
+            if (got[i] != want[i]) first_bad = i;
+          EXPECT_EQ(first_bad, bytes) << dtype_name(t) << " mode " << mode << " n " << n << " from element " << skip
+                                      << ": element " << first_bad / dtype_size(t) << " differs";
+        }
+    }
   // What kiln pack ships for an application that fills with it: the binary compiled above.
   ASSERT_NE(filler.binary(), nullptr);
   EXPECT_EQ(filler.binary()->key, b->key);
