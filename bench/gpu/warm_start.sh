@@ -8,11 +8,12 @@
 #   cold: an empty KILN_CACHE_DIR, KILN_FIRST_CALL=swap (the default): safe choices at once;
 #   pack: `kiln pack` of the prompt's shape (it tunes every step) into $OUT/model_T<P>.kiln,
 #         its cache kept as the warm cache (ARTIFACT=file skips it and uses that artifact);
-#   warm: three rounds of the floor, then kiln from the artifact with an empty cache, from the
+#   warm: ROUNDS (3) rounds of the floor, then kiln from the artifact with an empty cache, from the
 #         artifact with the cache its runs left (the fill kernel's binary; again with
 #         KILN_CUDA_WARM_LIBRARIES=0: cuBLASLt opened by the first call), and from the warm
 #         cache alone (KILN_BACKGROUND_COMPILE=1, the default, and =0) where it holds records.
-# With KILN_LOG=debug, warm_start.log says what each step's first call took.
+# With KILN_LOG=debug, warm_start.log says what each step's first call took; DEBUG=1 adds one
+# run from the artifact and its cache with KILN_LOG=debug, into first_call_debug.txt.
 # Every time is from exec (BENCH_EXEC_NS, taken just before it) to the result, synchronised.
 # Usage (GPU machine): bench/gpu/warm_start.sh [build dir]   (results under $OUT)
 set -uo pipefail
@@ -58,7 +59,7 @@ if has warm; then
   cache_only=0
   if { has pack && [ -z "${ARTIFACT:-}" ]; } || [ -n "${WARM_CACHE:-}" ]; then cache_only=1; fi
   rm -rf /tmp/kiln-artifact-cache
-  for i in 1 2 3; do
+  for i in $(seq "${ROUNDS:-3}"); do
     ctx
     rm -rf /tmp/kiln-empty-cache
     first "kiln warm, artifact, empty cache" KILN_ARTIFACT="$A" KILN_CACHE_DIR=/tmp/kiln-empty-cache
@@ -71,4 +72,10 @@ if has warm; then
       done
     fi
   done
+  if [ "${DEBUG:-0}" = 1 ]; then
+    # One more, from the artifact and its cache, with kiln's debug lines: what each step's first call took.
+    env KILN_ARTIFACT="$A" KILN_CACHE_DIR=/tmp/kiln-artifact-cache KILN_LOG=debug BENCH_EXEC_NS=$(date +%s%N) \
+      timeout "${FIRST_TIMEOUT:-120}" "$B/bench/kiln_bench_model_logits" "$M" --out "$W" --prompt "$P" --steps 0 \
+      > "$OUTD/first_call_debug.txt" 2>&1
+  fi
 fi
