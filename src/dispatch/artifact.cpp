@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -324,23 +325,30 @@ std::string load_artifact(Runtime& rt, const fs::path& path, bool sources_only) 
   std::vector<Binary> bins;
   std::string bad_binary;
   double decode_ms = 0;
+  std::exception_ptr failed;
   auto beside = [&] {
-    const auto t1 = std::chrono::steady_clock::now();
-    for (const auto& t : a.manifest().targets) try {
-        rt.backend(t.backend).toolchain_identity();
-      } catch (const std::exception&) {
-        // said by the check, which asks again
+    try {
+      const auto t1 = std::chrono::steady_clock::now();
+      for (const auto& [n, d] : a.entries()) {
+        if (n.compare(0, 9, "binaries/") != 0) continue;
+        std::optional<Binary> b = CodeCache::decode(d, fs::path(n).stem().string());
+        if (!b) {
+          bad_binary = n;
+          break;
+        }
+        bins.push_back(std::move(*b));
       }
-    for (const auto& [n, d] : a.entries()) {
-      if (n.compare(0, 9, "binaries/") != 0) continue;
-      std::optional<Binary> b = CodeCache::decode(d, fs::path(n).stem().string());
-      if (!b) {
-        bad_binary = n;
-        break;
-      }
-      bins.push_back(std::move(*b));
+      decode_ms = log::ms_since(t1);
+      // Then the toolchain (on the cuda backend NVRTC is opened, then the device's
+      // architecture waited for): the check finds it named.
+      for (const auto& t : a.manifest().targets) try {
+          rt.backend(t.backend).toolchain_identity();
+        } catch (const Error&) {
+          // said by the check, which asks again
+        }
+    } catch (...) {
+      failed = std::current_exception();
     }
-    decode_ms = log::ms_since(t1);
   };
   std::thread side;
   try {
@@ -357,8 +365,9 @@ std::string load_artifact(Runtime& rt, const fs::path& path, bool sources_only) 
   }
   const double check_ms = log::ms_since(t0) - read_ms;
   if (side.joinable()) side.join();
+  if (failed) std::rethrow_exception(failed);
   if (log::debugging())
-    log::debug("artifact {}: read in {:.1f} ms; checked against this machine in {:.1f} ms, its binaries decoded "
+    log::debug("artifact {}: read in {:.1f} ms; checked against this machine in {:.1f} ms; its binaries decoded "
                "beside in {:.1f} ms", path.string(), read_ms, check_ms, decode_ms);
   if (!why.empty()) {
     if (!sources_only)

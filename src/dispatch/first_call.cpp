@@ -4,7 +4,9 @@
 
 #include "compile/compile_pool.hpp"
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <set>
 
 #include "core/format.hpp"
@@ -204,6 +206,10 @@ Library* readying_library(Runtime& rt, const std::string& backend, const Config&
   if (!c) return nullptr;
   Library* l = rt.backend(backend).library(c->library);
   return l && l->readying() ? l : nullptr;
+}
+
+void wait_readied(const Library& lib, const std::atomic<bool>& stop) {
+  while (lib.readying() && !stop) std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 
 std::optional<std::pair<Config, double>> own_choice_at_hand(Runtime& rt, const CallView& call,

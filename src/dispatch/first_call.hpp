@@ -58,6 +58,8 @@ std::optional<SafeChoice> first_safe_choice(Runtime& rt, const CallView& call, S
 // (Library::readying: a call of it now would wait for that): the library;
 // null for any other choice.
 Library* readying_library(Runtime& rt, const std::string& backend, const Config& choice);
+// Returns once `lib` is no longer readying, or `stop` is set (a runtime going away).
+void wait_readied(const Library& lib, const std::atomic<bool>& stop);
 
 // What a first call runs instead of a readying library's choice: the fastest
 // config of `record` (the call's own record) that names no library, can run

@@ -237,7 +237,7 @@ const Kernel::Chosen* Kernel::decide(void* const* params, const int64_t* key, St
     o = m.rt.tune(call, to);
   }
   if (!o.choice) throw Error(Errc::tune, o.record.all_failed_message());
-  if (o.from_cache)
+  if (o.from_cache && mode == FirstCall::swap)
     if (const Chosen* now = m.while_library_readies(call, shape_key, *o.choice, o.record)) {
       m.memo.insert(key, now);
       return now;
@@ -294,7 +294,7 @@ const Kernel::Chosen* Kernel::Impl::while_library_readies(const CallView& call, 
             lib->name(), choice.str());
   swaps.start(rt, memo, self.lock(), shape_key, now, fmt::format("kernel '{}' at {}", spec.name, at),
               [this, lib, choice](const std::atomic<bool>& stop) -> const Chosen* {
-                lib->wait_readied();
+                wait_readied(*lib, stop);
                 return stop ? nullptr : choice_for(choice, ChoiceSource::cache);
               });
   return now;

@@ -560,7 +560,7 @@ struct MultiKernel::Impl {
         variant = static_cast<size_t>(*fresh.best->get("VARIANT"));
       }
     }
-    if (source == ChoiceSource::cache && !several(variant))
+    if (source == ChoiceSource::cache && !several(variant) && mode == FirstCall::swap)
       if (const Chosen* now = while_library_readies(params, key, tkey, variant, configs, scratch)) {
         memo.insert(key, now);
         return now;
@@ -588,6 +588,8 @@ struct MultiKernel::Impl {
                                       const std::vector<Config>& configs, Scratch& scratch) {
     Library* lib = readying_library(rt, spec.backend, configs[0]);
     if (!lib || !rt.tuning_cache()) return nullptr;
+    std::vector<int64_t> shape_key(key, key + shape.key_size());
+    if (const Chosen* running = swaps.running(shape_key)) return running;  // evicted while it waits
     std::optional<std::pair<Config, double>> best;
     size_t best_vi = 0;
     for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
@@ -607,10 +609,9 @@ struct MultiKernel::Impl {
     log::info("multi-kernel '{}' at {}: variant {} ('{}', {}) runs while {} is readied; then its records' variant {} "
               "({})", spec.name, tkey.values_text(), best_vi, spec.variants[best_vi].name(), now->text, lib->name(),
               variant, configs[0].str());
-    std::vector<int64_t> shape_key(key, key + shape.key_size());
     swaps.start(rt, memo, self.lock(), shape_key, now, fmt::format("multi-kernel '{}' at {}", spec.name, tkey.values_text()),
                 [this, lib, variant, configs](const std::atomic<bool>& stop) -> const Chosen* {
-                  lib->wait_readied();
+                  wait_readied(*lib, stop);
                   return stop ? nullptr : chosen_for(variant, configs, ChoiceSource::cache);
                 });
     return now;

@@ -34,8 +34,6 @@ class Library {
   // that. A first call whose record chose it then runs the record's fastest
   // choice of kiln's own, and the library's once it is ready (docs/dispatch.md).
   virtual bool readying() const { return false; }
-  // Returns once it is no longer readying() (at once where it never was).
-  virtual void wait_readied() const {}
 };
 
 }  // namespace kiln

@@ -335,9 +335,6 @@ class CublasLt final : public Library {
     return std::make_shared<LtKernel>(std::move(key), std::move(meta), c, host_.device());
   }
   bool readying() const override { return g_readying.load() > 0; }
-  void wait_readied() const override {
-    for (int n = g_readying.load(); n > 0; n = g_readying.load()) g_readying.wait(n);
-  }
 
  private:
   CudaLibraryHost host_;
@@ -346,12 +343,8 @@ class CublasLt final : public Library {
 }  // namespace
 
 void cublaslt_readying(bool begun) {
-  if (begun) {
-    ++g_readying;
-  } else {
-    --g_readying;
-    g_readying.notify_all();
-  }
+  if (begun) ++g_readying;
+  else --g_readying;
 }
 
 bool open_cublaslt() {
