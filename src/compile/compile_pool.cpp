@@ -165,7 +165,8 @@ BinaryFuture CompilePool::submit(const KernelSpec& spec, const Config& config, b
 
 bool CompilePool::at_hand(const KernelSpec& spec, const Config& config) {
   if (!config.library.empty()) return true;
-  const std::string key = make_binary_key(make_compile_request(spec, config), *backend_).hex();
+  const CompileRequest req = make_compile_request(spec, config);
+  const std::string key = make_binary_key(req, *backend_).hex();
   {
     std::lock_guard<std::mutex> g(m_);
     auto it = futures_.find(key);
@@ -178,11 +179,18 @@ bool CompilePool::at_hand(const KernelSpec& spec, const Config& config) {
       }
     }
   }
+  std::optional<Binary> hit;
   try {
-    return compiler_->cached(key).has_value();
+    hit = compiler_->cached(key);
   } catch (const Error&) {
     return false;  // the cache's trouble: not at hand
   }
+  if (!hit) return false;
+  // Kept as this pool's finished compile: the submit that follows shares it,
+  // and the cache is not read twice.
+  std::lock_guard<std::mutex> g(m_);
+  if (!futures_.count(key)) answer_cached(req, key, std::move(*hit));
+  return true;
 }
 
 BinaryFuture CompilePool::submit(const CompileRequest& req, const std::string& key, bool urgent) {

@@ -397,13 +397,14 @@ std::string load_artifact(Runtime& rt, const fs::path& path, bool sources_only) 
 std::vector<Config> artifact_configs(const TuningRecord& record, const Config& choice, int runners_up) {
   std::vector<Config> want{choice};
   bool library = !choice.library.empty();
-  for (const ConfigResult* c : record.ranked())
+  const std::vector<const ConfigResult*> ranked = record.ranked();
+  for (const ConfigResult* c : ranked)
     if (static_cast<int>(want.size()) <= runners_up && !(c->config == choice)) {
       want.push_back(c->config);
       library = library || !c->config.library.empty();
     }
   if (library)
-    for (const ConfigResult* c : record.ranked())
+    for (const ConfigResult* c : ranked)
       if (c->config.library.empty()) {
         if (std::find(want.begin(), want.end(), c->config) == want.end()) want.push_back(c->config);
         break;
