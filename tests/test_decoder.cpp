@@ -5,6 +5,9 @@
 // decode loop, a wrongly wired layer caught, bad calls refused with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -103,6 +106,68 @@ TEST_F(DecoderTest, TheCheckCatchesALayerWritingTheCacheAtTheWrongPosition) {
   EXPECT_GT(c.outputs[1].bad, 0u) << c.str();  // k_cache
   EXPECT_EQ(c.outputs[1].worst.rfind("k_cache[", 0), 0u) << c.outputs[1].worst;
   EXPECT_GT(c.outputs[2].bad, 0u) << c.str();  // v_cache: the values one row late
+}
+
+// Cells (docs/program.md, "Cells"): a decode loop whose calls run sized for their bucket of
+// S (KILN_PROGRAM_CELLS=always: also without graphs, as on the cpu), the exact S in a word the
+// kernels read, gives the exact launches' outputs and caches to the bit, call by call, over
+// three buckets (the last one's bound cut by the guard S + T <= CAP); a kernel that read the
+// bound instead would write the cache at the wrong row. Its check against the reference passes.
+TEST_F(DecoderTest, ADecodeLoopWithCellsMatchesExactLaunchesToTheBit) {
+  Runtime rt(opts);
+  const ProgramSpec spec = load_program(layer_file());
+  ProgramOptions cells, exact;
+  cells.cells = ProgramCells::always;
+  exact.cells = ProgramCells::off;
+  Program a(rt, spec, cells), b(rt, spec, exact);
+  Layer La(24), Lb(24);
+  for (int64_t S = 5; S <= 20; ++S) {
+    std::vector<float> x(static_cast<size_t>(Layer::H)), ya(x.size(), -7), yb(x.size(), -9);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 200 + static_cast<uint64_t>(S));
+    a.run(La.inputs(x, 1), {{ya.data(), {1, Layer::H}}}, nullptr, {S});
+    b.run(Lb.inputs(x, 1), {{yb.data(), {1, Layer::H}}}, nullptr, {S});
+    ASSERT_EQ(ya, yb) << "S=" << S;
+  }
+  EXPECT_EQ(La.kc, Lb.kc);
+  EXPECT_EQ(La.vc, Lb.vc);
+  EXPECT_EQ(a.stats().cell_calls, 16u) << "every call at its bucket's bound: 8, 16, then 23 (CAP - T)";
+  EXPECT_EQ(a.stats().plans, 3u);
+  EXPECT_EQ(b.stats().cell_calls, 0u);
+  const int64_t S = 21;
+  std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
+  fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 7);
+  ProgramCheck c = a.check(La.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {S});
+  EXPECT_TRUE(c.ok()) << c.str();
+  EXPECT_EQ(a.stats().cell_calls, 17u);
+}
+
+// A kernel that takes the bucketed scalar but reads no cell (its spec's S without
+// `cell = true`) keeps the program's launches exact: no call runs sized for its bucket,
+// and the results are right.
+TEST_F(DecoderTest, AKernelThatReadsNoCellKeepsTheLaunchesExact) {
+  const fs::path cpu = fs::path(test::kernels()) / "cpu";
+  std::string rope = read_file(cpu / "rope_cache_f32.toml").value();
+  const std::string cell = R"({ name = "S", type = "i64", cell = true })";
+  ASSERT_NE(rope.find(cell), std::string::npos);
+  rope.replace(rope.find(cell), cell.size(), R"({ name = "S", type = "i64" })");
+  fs::copy_file(cpu / "rope.cpp", dir.path() / "rope.cpp");
+  write_file_atomic(dir.path() / "rope_cache_f32.toml", rope);
+  std::string text = read_file(layer_file()).value();
+  const std::string line = R"(rope      = "../cpu/rope_cache_f32.toml")";
+  ASSERT_NE(text.find(line), std::string::npos);
+  text.replace(text.find(line), line.size(), "rope = \"" + (dir.path() / "rope_cache_f32.toml").string() + "\"");
+  Runtime rt(opts);
+  ProgramOptions cells;
+  cells.cells = ProgramCells::always;
+  Program prog(rt, parse_program(text, layer_file()), cells);
+  Layer L(16);
+  for (int64_t S : {5, 6}) {
+    std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
+    fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 300 + static_cast<uint64_t>(S));
+    ProgramCheck c = prog.check(L.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {S});
+    EXPECT_TRUE(c.ok()) << "S=" << S << "\n" << c.str();
+  }
+  EXPECT_EQ(prog.stats().cell_calls, 0u);
 }
 
 // A call without its scalar, a cache too short for S + T, and a program whose
@@ -204,24 +269,32 @@ args = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
 }  // namespace
 
 // A decode loop (T = 1, S from 5 to 70) with graphs, beside the same program without
-// them, on the same inputs: within a bucket of S the graph is set to each call's S in
-// place (no capture: one a bucket at most, five buckets), and every step's output and
-// the caches it leaves are the plain launches' to the bit.
+// them, on the same inputs. With cells off, within a bucket of S the graph is set to each
+// call's S in place (no capture: one a bucket at most, five buckets), and every step's
+// output and the caches it leaves are the plain launches' to the bit. With cells (the
+// default), the graph is sized for the bucket and a call sets one word: the caches are the
+// plain launches' to the bit, the output within bf16's rounding (a split of the cache made
+// for the bucket's largest S may sum in another order).
 TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
   if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
     GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
   Runtime rt(opts);
   Device& dev = rt.backend("cuda").device();
   const ProgramSpec spec = parse_program(attention_program(), dir.path() / "p.toml");
-  ProgramOptions plain;
+  ProgramOptions plain, updated, celled;
   plain.graphs = false;
-  Program with(rt, spec), without(rt, spec, plain);
+  updated.cells = ProgramCells::off;
+  celled.cells = ProgramCells::graphs;
+  Program cells(rt, spec, celled), with(rt, spec, updated), without(rt, spec, plain);
   const int64_t CAP = 80, W = (8 + 2 * 2) * 128, CB = CAP * 2 * 128 * 2, OB = 8 * 128 * 2;
   std::vector<std::byte> cache(static_cast<size_t>(CB));
   fill_random(DType::bf16, cache, 1);
   DeviceBuffer qkv(dev, W * 2), k1(dev, CB), v1(dev, CB), k2(dev, CB), v2(dev, CB), o1(dev, OB), o2(dev, OB);
-  for (void* p : {k1.get(), v1.get(), k2.get(), v2.get()}) dev.to_device(p, cache.data(), cache.size(), nullptr);
-  std::vector<std::byte> x(static_cast<size_t>(W * 2)), r1(OB), r2(OB);
+  DeviceBuffer k3(dev, CB), v3(dev, CB), o3(dev, OB);
+  for (void* p : {k1.get(), v1.get(), k2.get(), v2.get(), k3.get(), v3.get()})
+    dev.to_device(p, cache.data(), cache.size(), nullptr);
+  std::vector<std::byte> x(static_cast<size_t>(W * 2)), r1(OB), r2(OB), r3(OB);
+  double worst = 0;
   for (int64_t S = 5; S <= 70; ++S) {
     fill_random(DType::bf16, x, static_cast<uint64_t>(S));
     dev.to_device(qkv.get(), x.data(), x.size(), nullptr);
@@ -229,19 +302,42 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
              nullptr, {S});
     without.run({{qkv.get(), {1, W}}, {k2.get(), {CAP, 2, 128}}, {v2.get(), {CAP, 2, 128}}},
                 {{o2.get(), {1, 8 * 128}}}, nullptr, {S});
+    cells.run({{qkv.get(), {1, W}}, {k3.get(), {CAP, 2, 128}}, {v3.get(), {CAP, 2, 128}}},
+              {{o3.get(), {1, 8 * 128}}}, nullptr, {S});
     dev.to_host(r1.data(), o1.get(), r1.size(), nullptr);
     dev.to_host(r2.data(), o2.get(), r2.size(), nullptr);
+    dev.to_host(r3.data(), o3.get(), r3.size(), nullptr);
     ASSERT_EQ(r1, r2) << "S=" << S;
+    for (size_t i = 0; i < r2.size(); i += 2) {
+      uint16_t a = 0, b = 0;
+      std::memcpy(&a, &r2[i], 2);
+      std::memcpy(&b, &r3[i], 2);
+      const double d = std::abs(static_cast<double>(bf16_bits_to_f32(a)) - bf16_bits_to_f32(b));
+      worst = std::max(worst, d);
+      ASSERT_LE(d, 2e-2) << "S=" << S << ", element " << i / 2;
+    }
   }
-  std::vector<std::byte> c1(cache.size()), c2(cache.size());
+  std::vector<std::byte> c1(cache.size()), c2(cache.size()), c3(cache.size());
+  for (auto [a, b] : {std::pair{k1.get(), k3.get()}, std::pair{v1.get(), v3.get()}}) {
+    dev.to_host(c1.data(), a, c1.size(), nullptr);
+    dev.to_host(c3.data(), b, c3.size(), nullptr);
+    EXPECT_EQ(c1, c3);
+  }
   dev.to_host(c1.data(), k1.get(), c1.size(), nullptr);
   dev.to_host(c2.data(), k2.get(), c2.size(), nullptr);
   EXPECT_EQ(c1, c2);
-  const Program::Stats st = with.stats();
+  const Program::Stats st = with.stats(), sc = cells.stats();
   EXPECT_LE(st.graph_captures, 5u) << "buckets 8, 16, 32, 64 and 128 of S: one capture each at most";
   EXPECT_GE(st.graph_updates, 40u);
   EXPECT_GE(st.graph_replays, st.graph_updates);
+  EXPECT_EQ(st.cell_calls, 0u);
   EXPECT_EQ(without.stats().graph_replays, 0u);
+  EXPECT_LE(sc.graph_captures, 5u);
+  EXPECT_GE(sc.cell_calls, 55u) << "the first call of each bucket decides; the rest run sized for it";
+  EXPECT_GE(sc.graph_updates, 40u) << "a word set for each new S";
+  EXPECT_GE(sc.graph_replays, sc.cell_calls);
   std::cout << "[  NOTE    ] 66 calls: " << st.graph_captures << " graphs captured, " << st.graph_updates
-            << " updated in place, " << st.graph_replays << " replayed\n";
+            << " updated in place, " << st.graph_replays << " replayed; with cells " << sc.graph_captures
+            << " captured, " << sc.cell_calls << " calls sized for their bucket, " << sc.graph_updates
+            << " words set; the largest difference from plain launches " << worst << "\n";
 }

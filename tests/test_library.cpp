@@ -160,6 +160,23 @@ TEST_F(LibraryTest, OpenBlasRunsEveryEpilogueUnfusedAndAgreesWithTheFusedTemplat
   EXPECT_EQ(checked, 14u);
 }
 
+// A library call cannot read a cell (a word on the device holding a scalar, docs/program.md):
+// a spec with library choices and a cell argument is refused, naming both.
+TEST_F(LibraryTest, ASpecWithALibraryChoiceHasNoCellArgument) {
+  std::string text = gemm_spec("openblas_f64_nt", 1);
+  const std::string k = "{ name = \"K\", type = \"i64\" }";
+  ASSERT_NE(text.find(k), std::string::npos);
+  text.replace(text.find(k), k.size(), "{ name = \"K\", type = \"i64\", cell = true }");
+  try {
+    test::spec_in(dir.path() / "cell", text, "gemm.cpp", kGemmSource);
+    ADD_FAILURE() << "a library choice beside a cell argument was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::spec);
+    EXPECT_NE(std::string(e.what()).find("library: 'openblas_f64_nt' cannot read args[5] 'K' from a cell"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernelIsMade) {
   Runtime rt(opts);
   KernelSpec s = test::spec_in(dir.path(), gemm_spec("openblass_f64_nn", 0), "gemm.cpp", kGemmSource);

@@ -124,6 +124,20 @@ TEST(Spec, ErrorsNameFileLineColumnAndKey) {
   EXPECT_CONTAINS(error_of(replace(kGood, "name    = \"matmul\"", "name    = \"mat mul\"")), "is not an identifier");
 }
 
+// cell (an i64 scalar the kernel may read from a word on the device, docs/program.md) is a
+// boolean of i64 scalars, never of a pointer, a float or a spec with library choices.
+TEST(Spec, ACellIsABooleanOfAnI64Scalar) {
+  const std::string m = "{ name = \"M\", type = \"i64\" }";
+  EXPECT_TRUE(parse(replace(kGood, m, "{ name = \"M\", type = \"i64\", cell = true }")).args[3].cell);
+  EXPECT_FALSE(parse(replace(kGood, m, "{ name = \"M\", type = \"i64\", cell = false }")).args[3].cell);
+  EXPECT_FALSE(parse(kGood).args[3].cell);
+  EXPECT_CONTAINS(error_of(replace(kGood, m, "{ name = \"M\", type = \"i64\", cell = 1 }")), "'cell' is true or false");
+  EXPECT_CONTAINS(error_of(replace(kGood, m, "{ name = \"M\", type = \"i32\", cell = true }")),
+                  "args[3] 'M': a cell is an i64 scalar");
+  EXPECT_CONTAINS(error_of(replace(kGood, "intent = \"out\"", "intent = \"out\", cell = true")),
+                  "args[2] 'C': a cell is an i64 scalar");
+}
+
 // pdl (a launch that may overlap the kernel before it) is a boolean of cuda kernels.
 TEST(Spec, PdlIsABooleanOfCudaKernels) {
   EXPECT_CONTAINS(error_of(replace(kGood, "entry   =", "pdl = true\nentry   =")),

@@ -68,6 +68,13 @@ class Graph {
     (void)work;
     return false;
   }
+  // Sets the value the k-th Device::write_word of the captured work writes, in
+  // place; false where the graph cannot (it is then as it was).
+  virtual bool set_word(size_t k, int32_t value) {
+    (void)k;
+    (void)value;
+    return false;
+  }
 };
 
 // What touches a device's memory and time. Buffers are device addresses
@@ -87,6 +94,10 @@ class Device {
   // Writes `count` copies of a 1-, 2- or 4-byte `pattern`.
   virtual void fill(void* dst, uint32_t pattern, int pattern_bytes, size_t count, Stream s) = 0;
   virtual void sync(Stream s) = 0;
+  // Writes a 32-bit word at `dst` (4-byte aligned) in the stream's order: a cell a
+  // program's kernels read (docs/program.md, "Cells"). Captured into a graph, it is
+  // a node of its own whose value Graph::set_word changes.
+  virtual void write_word(void* dst, int32_t value, Stream s) { fill(dst, static_cast<uint32_t>(value), 4, 1, s); }
   virtual std::unique_ptr<Timer> timer() = 0;
   // Evicts caches between timed runs (writes a buffer larger than the last
   // level); returns the bytes it holds for that.

@@ -18,6 +18,8 @@ enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3 };
 // choice at once and tunes behind it on copies of the call's inputs, then
 // swaps the winner in for later calls; `serve` launches the safe choice and
 // never tunes (as serving mode does for that handle's misses).
+enum class ProgramCells : uint8_t { graphs, always, off };
+
 enum class FirstCall : uint8_t { wait, swap, serve };
 
 struct Options {
@@ -69,6 +71,10 @@ struct Options {
   bool serving = false;               // KILN_SERVING=1: cached choices only, never benchmark on the call path
   FirstCall first_call = FirstCall::swap;  // KILN_FIRST_CALL=wait|swap|serve (docs/dispatch.md)
   bool program_graphs = true;         // KILN_PROGRAM_GRAPHS=0: programs launch step by step, never as graphs
+  // KILN_PROGRAM_CELLS=graphs|always|off: where a program keeps a bucketed scalar's exact value
+  // in a cell and sizes its launches for the bucket (docs/program.md, "Cells"): in its graphs (so a
+  // new value sets one word, not the launches), at every call (graphs or not), or nowhere.
+  ProgramCells program_cells = ProgramCells::graphs;
   std::filesystem::path artifact;     // KILN_ARTIFACT: a packed artifact (kiln pack) loaded at start
   bool artifact_sources_only = false; // KILN_ARTIFACT_MISMATCH=sources: an artifact for another device or
                                       // toolchain gives its sources only (then tuned here), not refused

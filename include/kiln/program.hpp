@@ -12,7 +12,9 @@
 // launches are captured into a graph and replayed for later calls with the
 // same buffers (KILN_PROGRAM_GRAPHS=0 turns that off). A scalar the spec buckets
 // ([buckets] S = "pow2") shares a shape, its plan and its graphs across its bucket:
-// a call with another value sets the graph's launches to it in place.
+// where every kernel that takes it reads it from a cell (a word on the device), the
+// launches are sized for the bucket's largest value and a call with another value
+// sets that one word; else a call sets the graph's launches to it in place.
 //
 // Thread-safety: a Program may be called from one thread at a time (it
 // reuses one arena and its argument arrays); make one per thread.
@@ -21,11 +23,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/device.hpp"
 #include "kiln/memory_plan.hpp"
+#include "kiln/options.hpp"
 #include "kiln/program_spec.hpp"
 
 namespace kiln {
@@ -46,6 +50,9 @@ struct ProgramOptions {
   // default where it can run the call, else the first config that can. How
   // a reference program runs (its kernels must be kernel specs).
   bool plain = false;
+  // Where a bucketed scalar's exact value is kept in a cell and the launches are
+  // sized for its bucket (docs/program.md, "Cells"); unset: Options::program_cells.
+  std::optional<ProgramCells> cells;
 };
 
 // What Program::check found: each output the reference computes, compared
@@ -114,6 +121,7 @@ class Program {
     uint64_t graph_captures = 0, graph_replays = 0;
     uint64_t graph_updates = 0;      // graphs set in place to a bucketed scalar's new value (no capture)
     double graph_update_ns = 0;      // the host time those updates took, in all
+    uint64_t cell_calls = 0;         // calls launched sized for their buckets, the exact values in cells
     size_t plans = 0;                // shapes planned
     int64_t arena_bytes = 0;         // the arena as allocated (the largest plan's)
   };

@@ -41,6 +41,11 @@ struct ArgSpec {
   bool pointer = false;
   Intent intent = Intent::in;  // pointers only
   Expr size;                   // element count; pointers only
+  // An i64 scalar the kernel reads through kiln_cell(): a program may then pass
+  // it as a cell, the address of a 32-bit word on the device that holds the
+  // exact value, and size the launch for a larger value of its bucket
+  // (docs/program.md, "Cells"). Its values are never negative.
+  bool cell = false;
   std::string type_text() const;  // "f32*" or "i64"
 };
 

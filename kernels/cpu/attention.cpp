@@ -18,9 +18,11 @@ constexpr int64_t kD = 128;
 }
 
 void attn_part(kiln::program_id pid, const float* q, const float* kc, const float* vc, float* part, int64_t T,
-               int64_t S, int64_t CAP, int64_t HQ, int64_t HKV, int64_t CHUNK) {
+               int64_t S_arg, int64_t CAP, int64_t HQ, int64_t HKV, int64_t CHUNK) {
   (void)CAP;
+  const int64_t S = kiln_cell(S_arg);  // a program's cell holds it where the grid is sized for its bucket
   const int64_t h = pid.x, c = pid.y, G = HQ / HKV;
+  if (c * CHUNK >= S + T) return;  // a split past the keys (a grid sized for more)
   const int64_t j0 = c * CHUNK, j1 = std::min(j0 + CHUNK, S + T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
   for (int64_t i = 0; i < T; ++i)
@@ -46,8 +48,9 @@ void attn_part(kiln::program_id pid, const float* q, const float* kc, const floa
     }
 }
 
-void attn_combine(kiln::program_id pid, const float* part, float* o, int64_t T, int64_t S, int64_t HQ,
+void attn_combine(kiln::program_id pid, const float* part, float* o, int64_t T, int64_t S_arg, int64_t HQ,
                   int64_t CHUNK) {
+  const int64_t S = kiln_cell(S_arg);  // the splits the keys make, where the part's grid was sized for more
   const int64_t r = pid.x, splits = (S + T + CHUNK - 1) / CHUNK, rows = T * HQ;
   float M = -std::numeric_limits<float>::infinity();
   for (int64_t c = 0; c < splits; ++c) M = std::max(M, part[(c * rows + r) * (kD + 2) + kD]);

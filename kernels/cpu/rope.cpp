@@ -8,9 +8,10 @@
 // the values.
 #include <cmath>
 
-void rope_cache(kiln::program_id pid, const float* qkv, float* q, float* kc, float* vc, int64_t T, int64_t S,
+void rope_cache(kiln::program_id pid, const float* qkv, float* q, float* kc, float* vc, int64_t T, int64_t S_arg,
                 int64_t CAP, int64_t HQ, int64_t HKV, float theta) {
   (void)CAP;
+  const int64_t S = kiln_cell(S_arg);  // a program's cell holds it where the launch is sized for its bucket
   const int64_t t = pid.x;
   if (t >= T) return;
   const int64_t W = (HQ + 2 * HKV) * 128;

@@ -41,11 +41,13 @@ __device__ __forceinline__ void ad_load8(const __nv_bfloat16* p, float (&f)[8]) 
 // must not see (past the chunk, or causal) only adds nothing.
 extern "C" __global__ void __launch_bounds__(NW * 32)
     attn_part(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
-              const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S, long long CAP,
+              const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S_arg, long long CAP,
               long long HQ, long long HKV, long long CHUNK) {
   (void)CAP;
+  const long long S = kiln_cell(S_arg);  // a program's cell holds it where the grid is sized for its bucket
   kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
   kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
+  if (static_cast<long long>(blockIdx.y) * CHUNK >= S + T) return;  // a split past the keys (a grid sized for more)
   constexpr int NU = 2 * NW, KPW = 2 * UNROLL;  // units a block, keys a warp an iteration
   __shared__ float sm[NU][RB][AD_D + 2];
   const int h = blockIdx.x, w = threadIdx.x >> 5, half = (threadIdx.x >> 4) & 1, li = threadIdx.x & 15;
@@ -152,8 +154,9 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
 #endif
 
 extern "C" __global__ void __launch_bounds__(AD_D)
-    attn_combine(const float* __restrict__ part, __nv_bfloat16* __restrict__ o, long long T, long long S, long long HQ,
+    attn_combine(const float* __restrict__ part, __nv_bfloat16* __restrict__ o, long long T, long long S_arg, long long HQ,
                  long long CHUNK) {
+  const long long S = kiln_cell(S_arg);  // the splits the keys make, where the part's grid was sized for more
   kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
   kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long r = blockIdx.x, splits = (S + T + CHUNK - 1) / CHUNK, rows = T * HQ;

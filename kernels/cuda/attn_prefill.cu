@@ -47,9 +47,10 @@ __device__ __forceinline__ void ap_load_tile(unsigned tile, const __nv_bfloat16*
 
 extern "C" __global__ void __launch_bounds__(kNW * 32)
     attn_prefill(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
-                 const __nv_bfloat16* __restrict__ vc, __nv_bfloat16* __restrict__ o, long long T, long long S,
+                 const __nv_bfloat16* __restrict__ vc, __nv_bfloat16* __restrict__ o, long long T, long long S_arg,
                  long long CAP, long long HQ, long long HKV) {
   (void)CAP;
+  const long long S = kiln_cell(S_arg);  // a program's cell holds it where the launch is sized for its bucket
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // Blocks start x fastest: every head's last query tile (the most keys) first.

@@ -24,13 +24,15 @@
 
 extern "C" __global__ void __launch_bounds__(NW * 32)
     attn_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
-               const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S,
+               const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S_arg,
                long long CAP, long long HQ, long long HKV, long long CHUNK) {
   (void)CAP;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long h = blockIdx.x, c = blockIdx.y, G = HQ / HKV, R = T * G;
+  const long long S = kiln_cell(S_arg);  // a program's cell holds it where the grid is sized for its bucket
   const long long n_keys = S + T;
+  if (c * CHUNK >= n_keys) return;  // a split past the keys (a grid sized for more)
   const long long j_end = min((c + 1) * CHUNK, n_keys);
   // The warp's slice: KW keys, a whole number of tiles.
   const long long KW = (CHUNK + NW * BN - 1) / (NW * BN) * BN;

@@ -12,9 +12,10 @@
 
 extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16* __restrict__ qkv,
                                                            __nv_bfloat16* __restrict__ q, __nv_bfloat16* kc,
-                                                           __nv_bfloat16* vc, long long T, long long S, long long CAP,
+                                                           __nv_bfloat16* vc, long long T, long long S_arg, long long CAP,
                                                            long long HQ, long long HKV, float theta) {
   (void)CAP;
+  const long long S = kiln_cell(S_arg);  // a program's cell holds it where the launch is sized for its bucket
   kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
   kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long t = blockIdx.x, j = blockIdx.y;

@@ -1,4 +1,6 @@
 #include "kiln/ext/backend.hpp"
+
+#include <cstring>
 #include "kiln/ext/library.hpp"
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -28,6 +30,40 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
   return r;
 }
 
+namespace {
+thread_local const CellBinding* t_cells = nullptr;
+thread_local int t_ncell = 0;
+}  // namespace
+
+CellScope::CellScope(const CellBinding* bindings, int n) : prev_(t_cells), prev_n_(t_ncell) {
+  t_cells = bindings;
+  t_ncell = n;
+}
+CellScope::~CellScope() {
+  t_cells = prev_;
+  t_ncell = prev_n_;
+}
+
+void* const* with_cells(void* const* params, const LaunchDims& d, CellParams& room) {
+  if (d.ncell == 0 || t_ncell == 0) return params;
+  bool any = false;
+  for (int c = 0; c < d.ncell; ++c) {
+    int64_t v = 0;
+    std::memcpy(&v, params[d.cell_arg[c]], sizeof v);
+    for (int b = 0; b < t_ncell; ++b)
+      if (t_cells[b].value == v) {
+        if (!any) {
+          for (int i = 0; i < d.nargs; ++i) room.ptrs[i] = params[i];
+          any = true;
+        }
+        room.values[c] = -static_cast<int64_t>(reinterpret_cast<uintptr_t>(t_cells[b].word));
+        room.ptrs[d.cell_arg[c]] = &room.values[c];
+        break;
+      }
+  }
+  return any ? room.ptrs : params;
+}
+
 LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits)
     : limits_(limits), kernel_(spec.name), config_(config.str()) {
   for (const auto& e : spec.grid) grid_.push_back(compile_expr(spec, e, &config, &limits));
@@ -48,6 +84,11 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
   }
   nargs_ = static_cast<int>(spec.args.size());
   pdl_ = spec.pdl;
+  for (size_t i = 0; i < spec.args.size(); ++i)
+    if (spec.args[i].cell) cells_.push_back(static_cast<int>(i));
+  if (cells_.size() > 4 || (!cells_.empty() && spec.args.size() > static_cast<size_t>(CellParams::kMaxArgs)))
+    fail(Errc::spec, "kernel '{}': {} cell arguments among {} (at most 4 among {})", spec.name, cells_.size(),
+           spec.args.size(), CellParams::kMaxArgs);
   for (const auto& m : spec.tensor_maps) {
     const int i = spec.arg_index(m.of);
     auto c = [&](const Expr& e) { return compile_expr(spec, e, &config, &limits); };
@@ -65,6 +106,11 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   if (has_shared_) d.shared = shared_.eval(slots);
   d.pdl = pdl_;
   if (d.empty()) return d;
+  if (!cells_.empty()) {
+    d.nargs = nargs_;
+    d.ncell = static_cast<int>(cells_.size());
+    for (size_t i = 0; i < cells_.size(); ++i) d.cell_arg[i] = cells_[i];
+  }
   if (!zero_.empty() && (!has_zero_when_ || zero_when_.eval(slots) != 0)) {
     d.nzero = static_cast<int>(zero_.size());
     for (size_t i = 0; i < zero_.size(); ++i) {

@@ -4,6 +4,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <thread>
 
 #include "core/format.hpp"
@@ -53,18 +57,30 @@ bool env_bool(const char* name) {
 
 }  // namespace
 
+namespace {
+// A variable that names one of `choices`: its value, `fallback` when unset, an error listing them else.
+template <class E>
+E env_choice(const char* name, E fallback, std::initializer_list<std::pair<std::string_view, E>> choices) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  std::string known;
+  for (const auto& [text, value] : choices) {
+    if (text == v) return value;
+    known += (known.empty() ? "" : ", ") + std::string(text);
+  }
+  fail(Errc::usage, "{}='{}' is not one of {}", name, v, known);
+}
+}  // namespace
+
 Options Options::from_env() {
   Options o;
   if (const char* v = env("KILN_CACHE_DIR")) o.cache_dir = v;
   o.no_cache = env_bool("KILN_NO_CACHE");
   o.compile_threads = env_int("KILN_COMPILE_THREADS", 0, 1, 1024);
-  if (const char* v = env("KILN_COMPILE_MODE")) {
-    std::string_view s(v);
-    if (s == "threads") o.compile_mode = CompileMode::threads;
-    else if (s == "subprocess") o.compile_mode = CompileMode::subprocess;
-    else if (s == "auto") o.compile_mode = CompileMode::automatic;
-    else fail(Errc::usage, "KILN_COMPILE_MODE='{}' is not one of threads, subprocess, auto", v);
-  }
+  o.compile_mode = env_choice("KILN_COMPILE_MODE", o.compile_mode,
+                              {{"threads", CompileMode::threads},
+                               {"subprocess", CompileMode::subprocess},
+                               {"auto", CompileMode::automatic}});
   if (const char* v = env("KILN_CXX")) o.cxx = v;
   o.compile_timeout_s = env_double("KILN_COMPILE_TIMEOUT", o.compile_timeout_s, 0.1, kMaxTimeoutSeconds);
   o.launch_threads = env_int("KILN_NUM_THREADS", 0, 1, 1024);
@@ -110,22 +126,17 @@ Options Options::from_env() {
   }
   o.serving = env_bool("KILN_SERVING");
   if (env("KILN_PROGRAM_GRAPHS")) o.program_graphs = env_bool("KILN_PROGRAM_GRAPHS");
+  o.program_cells = env_choice("KILN_PROGRAM_CELLS", o.program_cells,
+                               {{"graphs", ProgramCells::graphs},
+                                {"always", ProgramCells::always},
+                                {"off", ProgramCells::off}});
   if (env("KILN_PDL")) o.cuda_pdl = env_bool("KILN_PDL");
   if (env("KILN_CUDA_WARM_LIBRARIES")) o.cuda_warm_libraries = env_bool("KILN_CUDA_WARM_LIBRARIES");
-  if (const char* v = env("KILN_FIRST_CALL")) {
-    std::string_view f(v);
-    if (f == "wait") o.first_call = FirstCall::wait;
-    else if (f == "swap") o.first_call = FirstCall::swap;
-    else if (f == "serve") o.first_call = FirstCall::serve;
-    else fail(Errc::usage, "KILN_FIRST_CALL='{}' is not one of wait, swap, serve", v);
-  }
+  o.first_call = env_choice("KILN_FIRST_CALL", o.first_call,
+                            {{"wait", FirstCall::wait}, {"swap", FirstCall::swap}, {"serve", FirstCall::serve}});
   if (const char* v = env("KILN_ARTIFACT")) o.artifact = v;
-  if (const char* v = env("KILN_ARTIFACT_MISMATCH")) {
-    std::string_view m(v);
-    if (m == "refuse") o.artifact_sources_only = false;
-    else if (m == "sources") o.artifact_sources_only = true;
-    else fail(Errc::usage, "KILN_ARTIFACT_MISMATCH='{}' is not one of refuse, sources", v);
-  }
+  o.artifact_sources_only =
+      env_choice("KILN_ARTIFACT_MISMATCH", o.artifact_sources_only, {{"refuse", false}, {"sources", true}});
   return o;
 }
 

@@ -804,6 +804,9 @@ class SpecReader {
       for (size_t i = 0; i < s.args.size(); ++i) {
         const ArgSpec& a = s.args[i];
         const auto& [type, intent] = want[i];
+        if (a.cell)
+          error(el, fmt::format("library: '{}' cannot read args[{}] '{}' from a cell; a spec with library choices "
+                                "has no cell arguments", name, i, a.name));
         if (a.type_text() != type || (a.pointer && a.intent != intent))
           error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
                                 a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),
@@ -1123,7 +1126,7 @@ class SpecReader {
       std::string where = fmt::format("args[{}]", i);
       const toml::table& t = table(arr[i], where);
       arg_tables_.push_back(&t);
-      only_keys(t, {"name", "type", "size", "intent"}, " in " + where);
+      only_keys(t, {"name", "type", "size", "intent", "cell"}, " in " + where);
       ArgSpec a;
       const toml::node* name = t.get("name");
       if (!name) error(arr[i], fmt::format("{}: missing 'name'", where));
@@ -1155,6 +1158,14 @@ class SpecReader {
       } else {
         if (size) error(*size, fmt::format("{} '{}': a size expression on a scalar", where, a.name));
         if (intent) error(*intent, fmt::format("{} '{}': an intent on a scalar (scalars are always in)", where, a.name));
+      }
+      if (const toml::node* cell = t.get("cell")) {
+        const auto b = cell->value<bool>();
+        if (!cell->is_boolean() || !b) error(*cell, fmt::format("{} '{}': 'cell' is true or false", where, a.name));
+        if (*b && (a.pointer || a.dtype != DType::i64))
+          error(*cell, fmt::format("{} '{}': a cell is an i64 scalar (the kernel reads it with kiln_cell)", where,
+                                   a.name));
+        a.cell = *b;
       }
       s.args.push_back(std::move(a));
     }

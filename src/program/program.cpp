@@ -112,6 +112,8 @@ struct Program::Impl {
     std::vector<int64_t> slots;  // the symbols its launches were captured (or last updated) with
     std::vector<size_t> step_nodes;  // per step, the nodes it added to the graph
     bool counted = false;            // the device counted them (some step added one)
+    bool cells = false;              // captured at the bucket's bound, its first nodes writing the words
+    std::vector<int32_t> words;      // cells: the values its word nodes write
   };
   // One shape: its symbols, memory plan, and each step's argument values
   // (params point into `storage`).
@@ -132,6 +134,10 @@ struct Program::Impl {
     bool settled = false;
     std::list<GraphEntry> graphs;
     uint64_t used = 0;
+    // Cells: the arguments are set for `slots` = the bucket's bound (the largest values
+    // the guards allow), the call's exact values go to the words (else `slots` are exact).
+    bool at_bound = false;
+    bool cells_refused = false;  // the steps could not run so for this shape: never tried again
   };
   std::vector<std::unique_ptr<Shape>> shapes;
   std::vector<size_t> bucket_slots;  // the slots of the bucketed scalars
@@ -146,6 +152,14 @@ struct Program::Impl {
   void* arena = nullptr;
   int64_t arena_bytes = 0;
   Stats st;
+
+  // Cells (docs/program.md, "Cells"): the bucketed scalars' exact values in words on
+  // the device, the launches sized for the largest value of each one's bucket.
+  ProgramCells cells_mode = ProgramCells::off;
+  std::string cells_why;                   // why the steps cannot run so ("" when they can)
+  void* words = nullptr;                   // a 32-bit word per bucketed scalar (spec.pow2's order)
+  std::vector<CellBinding> bindings_;      // the bound values and their words, for a CellScope
+  std::vector<int32_t> word_values_;       // run's scratch: this call's exact values
 
   Impl(Runtime& r, ProgramSpec s, ProgramOptions o) : rt(r), spec(std::move(s)), opts(o) {
     for (const auto& [n, v] : spec.constants) {
@@ -275,14 +289,280 @@ struct Program::Impl {
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
+    cells_mode = opts.cells ? *opts.cells : rt.options().program_cells;
+    if (cells_mode == ProgramCells::graphs && !graphs) cells_mode = ProgramCells::off;
+    if (cells_mode != ProgramCells::off) {
+      cells_why = cells_refusal();
+      if (!cells_why.empty()) {
+        log::debug("program '{}': no cells ({})", spec.name, cells_why);
+        cells_mode = ProgramCells::off;
+      }
+    }
+  }
+
+  // ---- Cells ----
+
+  // The bucketed scalars an expression names (bits in spec.pow2's order), and the one it is, or -1.
+  uint64_t bucket_bits(const Expr& e) const {
+    uint64_t b = 0;
+    for (const auto& sym : e.symbols())
+      for (size_t k = 0; k < spec.pow2.size(); ++k)
+        if (spec.pow2[k] == sym) b |= uint64_t{1} << k;
+    return b;
+  }
+  int bucket_itself(const Expr& e) const {
+    if (e.root().op != ExprOp::Var) return -1;
+    for (size_t k = 0; k < spec.pow2.size(); ++k)
+      if (spec.pow2[k] == e.root().name) return static_cast<int>(k);
+    return -1;
+  }
+  // "" when kernel `k`, given arguments that name bucketed scalars (`dep`) or are one
+  // itself (`itself`, else -1), is right sized for the buckets: each of its cell
+  // arguments is given a bucketed scalar itself (no other value may look like one),
+  // and every bucketed scalar its arguments name reaches it through a cell.
+  static std::string leaf_refusal(const KernelSpec& k, const std::vector<uint64_t>& dep, const std::vector<int>& itself) {
+    uint64_t need = 0, have = 0;
+    for (size_t i = 0; i < k.args.size(); ++i) {
+      need |= dep[i];
+      if (!k.args[i].cell) continue;
+      if (itself[i] < 0)
+        return fmt::format("kernel '{}': its cell argument '{}' is not given a bucketed scalar itself", k.name,
+                           k.args[i].name);
+      have |= uint64_t{1} << itself[i];
+    }
+    if (need & ~have) return fmt::format("kernel '{}' takes a bucketed scalar that it reads from no cell", k.name);
+    return "";
+  }
+  std::string cells_refusal() const {
+    if (spec.pow2.empty()) return "no bucketed scalar";
+    if (spec.pow2.size() > 32) return "more than 32 bucketed scalars";
+    if (io_moves) return "an input's or output's shape names a bucketed scalar";
+    if (views_move) return "a buffer's rows or a view's row name a bucketed scalar";
+    size_t i = 0;
+    for (const auto& s : spec.steps) {
+      if (s.kind != ProgramStep::Kind::launch) continue;
+      const ProgramKernel& pk = spec.kernels[steps[i++].handle];
+      std::vector<uint64_t> dep;
+      std::vector<int> itself;
+      for (const auto& a : s.args) {
+        const bool integer = a.kind == ProgramArg::Kind::integer;
+        dep.push_back(integer ? bucket_bits(a.value) : 0);
+        itself.push_back(integer ? bucket_itself(a.value) : -1);
+      }
+      if (pk.kind != ProgramKernel::Kind::multi) {
+        std::string why = leaf_refusal(pk.kernel, dep, itself);
+        if (!why.empty()) return why;
+        continue;
+      }
+      // A multi-kernel's variants: each step's arguments are ours, scratch, or expressions over ours.
+      const MultiKernelSpec& m = pk.multi;
+      for (const auto& v : m.variants)
+        for (const auto& vs : v.steps) {
+          std::vector<uint64_t> vdep;
+          std::vector<int> vitself;
+          for (const auto& text : vs.args) {
+            int ours = -1;
+            for (size_t j = 0; j < m.args.size(); ++j)
+              if (m.args[j].name == text) ours = static_cast<int>(j);
+            bool scratch = false;
+            for (const auto& sc : m.scratch) scratch = scratch || sc.name == text;
+            if (ours >= 0) {
+              vdep.push_back(dep[static_cast<size_t>(ours)]);
+              vitself.push_back(itself[static_cast<size_t>(ours)]);
+            } else if (scratch) {
+              vdep.push_back(0);
+              vitself.push_back(-1);
+            } else {
+              uint64_t b = 0;
+              for (const auto& sym : Expr::parse(text).symbols())
+                for (size_t j = 0; j < m.args.size(); ++j)
+                  if (m.args[j].name == sym) b |= dep[j];
+              vdep.push_back(b);
+              vitself.push_back(-1);
+            }
+          }
+          std::string why = leaf_refusal(vs.kernel, vdep, vitself);
+          if (!why.empty()) return fmt::format("multi-kernel '{}', variant {}: {}", m.name, v.name(), why);
+        }
+    }
+    return "";
+  }
+  bool guards_hold(const std::vector<int64_t>& slots) const {
+    for (const auto& g : guards)
+      if (g.eval(slots.data()) == 0) return false;
+    return true;
+  }
+  // Whether a call's exact values are within the shape's bound (its other symbols are the shape's).
+  bool within_bound(const Shape& sh, const std::vector<int64_t>& slots) const {
+    for (size_t i : bucket_slots)
+      if (slots[i] > sh.slots[i] || slots[i] < 0) return false;
+    return true;
+  }
+  // Sets the shape's arguments for its bucket's bound, where every step can then
+  // run (its choice settled there); false (the arguments left exact) where not.
+  bool enter_bound(Shape& sh, const std::vector<int64_t>& exact) {
+    std::vector<int64_t> b = exact;
+    for (size_t i : bucket_slots) {
+      // The largest value of the bucket for which the guards hold (they hold at the call's).
+      int64_t lo = b[i], hi = std::min<int64_t>(pow2_bucket(b[i]), INT32_MAX);
+      if (lo < 0 || lo > hi) {
+        sh.cells_refused = true;
+        return false;
+      }
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        b[i] = mid;
+        if (guards_hold(b)) lo = mid;
+        else hi = mid - 1;
+      }
+      b[i] = lo;
+    }
+    bindings_.clear();
+    for (size_t k = 0; k < bucket_slots.size(); ++k) {
+      for (const auto& c : bindings_)
+        if (c.value == b[bucket_slots[k]]) {  // two bounds alike: a cell argument could not say whose it is
+          sh.cells_refused = true;
+          return false;
+        }
+      bindings_.push_back({b[bucket_slots[k]], nullptr});
+    }
+    if (!guards_hold(b)) {
+      sh.cells_refused = true;
+      return false;
+    }
+    auto back_to_exact = [&] {
+      sh.slots = exact;
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].moves) set_integers(sh, i, /*moving_only=*/true);
+    };
+    bool all = true;
+    try {
+      sh.slots = b;
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].moves) set_integers(sh, i, /*moving_only=*/true);
+      for (size_t i = 0; i < steps.size() && all; ++i) {
+        const Launchable::Running r = handles[steps[i].handle]->running(sh.params[i].data());
+        all = r.settled();
+        if (!all && log::debugging())
+          log::debug("program '{}': step {} ({}) at {} runs {}, a choice its tuning may replace", spec.name, i + 1,
+                     steps[i].kernel, sym_text(b), r.what);
+      }
+    } catch (const Error& e) {
+      log::debug("program '{}': no cells for {}: {}", spec.name, sym_text(b), e.what());
+      sh.cells_refused = true;
+      back_to_exact();
+      return false;
+    }
+    if (!all) {  // a step decides at the bound first: tried again on a later call
+      back_to_exact();
+      return false;
+    }
+    if (!words) words = dev->alloc(4 * bucket_slots.size());
+    for (size_t k = 0; k < bindings_.size(); ++k) bindings_[k].word = static_cast<int32_t*>(words) + k;
+    sh.at_bound = true;
+    log::debug("program '{}': launches sized for {}, the exact values in cells", spec.name, sym_text(b));
+    return true;
+  }
+  // Back to exact arguments (a call past the bound, or cells that failed): the shape's cell graphs go.
+  void leave_bound(Shape& sh) {
+    sh.at_bound = false;
+    for (auto it = sh.graphs.begin(); it != sh.graphs.end();)
+      if (it->cells) {
+        it = sh.graphs.erase(it);
+        --graph_count;
+      } else {
+        ++it;
+      }
+  }
+  // A graph's replay, and an update of it that took from u0 until now, counted.
+  void replay(GraphEntry& g, Stream s) {
+    g.used = ++clock;
+    g.graph->launch(s);
+    ++st.graph_replays;
+  }
+  void count_update(std::chrono::steady_clock::time_point u0) {
+    ++st.graph_updates;
+    st.graph_update_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - u0).count();
+  }
+  void write_words(Stream s) {
+    for (size_t k = 0; k < word_values_.size(); ++k) dev->write_word(static_cast<int32_t*>(words) + k, word_values_[k], s);
+  }
+  void launch_with_cells(Shape& sh, Stream s) {
+    write_words(s);
+    CellScope scope(bindings_.data(), static_cast<int>(bindings_.size()));
+    launch_steps(sh, s);
+  }
+  // A call of a shape at its bound: its graph (the words set to the call's values), else
+  // the words written and the steps launched. False where the cells failed (the shape is then
+  // back to exact arguments, to be run as such).
+  bool run_cells(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s) {
+    word_values_.resize(bucket_slots.size());
+    for (size_t k = 0; k < bucket_slots.size(); ++k) word_values_[k] = static_cast<int32_t>(call_slots[bucket_slots[k]]);
+    ++st.cell_calls;
+    if (graphs) {
+      for (auto it = sh.graphs.begin(); it != sh.graphs.end(); ++it) {
+        if (!it->cells || !same_io(it->io, in, out)) continue;
+        if (it->words != word_values_) {
+          const auto u0 = std::chrono::steady_clock::now();
+          for (size_t k = 0; k < word_values_.size(); ++k)
+            if (it->words[k] != word_values_[k] && !it->graph->set_word(k, word_values_[k])) {
+              log::debug("program '{}': a graph's cell could not be set in place; no cells for this shape", spec.name);
+              --st.cell_calls;
+              sh.cells_refused = true;
+              leave_bound(sh);
+              reslot(sh, in, out, call_slots);
+              return false;
+            }
+          it->words = word_values_;
+          count_update(u0);
+        }
+        replay(*it, s);
+        return true;
+      }
+      // Captured once every step is settled at the bound with its scratch in place (a
+      // multi-kernel's for the bound is made by a launch outside a capture first).
+      bool all = true;
+      for (size_t i = 0; i < steps.size() && all; ++i) all = handles[steps[i].handle]->settled(sh.params[i].data());
+      if (!all) {
+        launch_with_cells(sh, s);
+        return true;
+      }
+      std::vector<void*> io;
+      for (const auto& t : in) io.push_back(t.data);
+      for (const auto& t : out) io.push_back(t.data);
+      std::unique_ptr<Graph> g;
+      try {
+        g = dev->capture([&](Stream cs) { launch_with_cells(sh, cs); });
+      } catch (const WorkerError&) {
+        throw;
+      } catch (const Error& e) {
+        // Run as exact launches instead, where an error of their own shows again.
+        log::debug("program '{}': capturing with cells: {}; no cells for this shape", spec.name, e.what());
+        --st.cell_calls;
+        sh.cells_refused = true;
+        leave_bound(sh);
+        reslot(sh, in, out, call_slots);
+        return false;
+      }
+      if (g) {
+        if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
+        GraphEntry e{io, std::move(g), ++clock, call_slots, {}, false, true, word_values_};
+        sh.graphs.push_back(std::move(e));
+        ++graph_count;
+        ++st.graph_captures;
+        replay(sh.graphs.back(), s);
+        return true;
+      }
+    }
+    launch_with_cells(sh, s);
+    return true;
   }
 
   ~Impl() {
     shapes.clear();
-    if (arena) {
-      dev->sync(nullptr);
-      dev->free(arena);
-    }
+    if (arena || words) dev->sync(nullptr);
+    if (arena) dev->free(arena);
+    if (words) dev->free(words);
   }
 
   // The symbols of a call (constants, symbols, then scalars), from its
@@ -406,8 +686,15 @@ struct Program::Impl {
     for (auto& s : shapes)
       if (s->key == call_key) {
         s->used = ++clock;
-        if (s->slots != slots) reslot(*s, in, out, slots);
-        else check_io(*s, in, out);  // every call, not only a shape's first
+        if (s->slots == slots) {
+          check_io(*s, in, out);  // every call, not only a shape's first
+        } else if (s->at_bound && within_bound(*s, slots)) {
+          check_io(*s, in, out);  // the tensors' shapes do not name the bucketed scalars
+          check_guards(slots);
+        } else {
+          if (s->at_bound) leave_bound(*s);
+          reslot(*s, in, out, slots);
+        }
         return *s;
       }
     auto sh = std::make_unique<Shape>();
@@ -665,9 +952,13 @@ struct Program::Impl {
     Shape& sh = shape_for(in, out, call_slots, s);
     patch_io(sh, in, out);
     ++st.calls;
+    if (cells_mode != ProgramCells::off && !sh.at_bound && !sh.cells_refused &&
+        (cells_mode == ProgramCells::always || sh.settled))
+      enter_bound(sh, call_slots);
+    if (sh.at_bound && run_cells(sh, in, out, s)) return;
     if (graphs && sh.settled) {
       for (auto it = sh.graphs.begin(); it != sh.graphs.end(); ++it) {
-        if (!same_io(it->io, in, out)) continue;
+        if (it->cells || !same_io(it->io, in, out)) continue;
         if (it->slots != call_slots) {
           // Another exact value of a bucketed scalar: the graph's launches set to
           // this call's in place, where every step's choice for it is settled.
@@ -701,12 +992,9 @@ struct Program::Impl {
             break;
           }
           it->slots = call_slots;
-          ++st.graph_updates;
-          st.graph_update_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - u0).count();
+          count_update(u0);
         }
-        it->used = ++clock;
-        it->graph->launch(s);
-        ++st.graph_replays;
+        replay(*it, s);
         return;
       }
       // Captured only where every step's choice for this call is settled (a bucket's
@@ -733,11 +1021,10 @@ struct Program::Impl {
       if (g) {
         if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
         const bool counted = std::any_of(counts.begin(), counts.end(), [](size_t n) { return n > 0; });
-        sh.graphs.push_back({io, std::move(g), ++clock, call_slots, std::move(counts), counted});
+        sh.graphs.push_back({io, std::move(g), ++clock, call_slots, std::move(counts), counted, false, {}});
         ++graph_count;
         ++st.graph_captures;
-        sh.graphs.back().graph->launch(s);
-        ++st.graph_replays;
+        replay(sh.graphs.back(), s);
         return;
       }
     }

@@ -117,6 +117,7 @@ std::string spec_semantics_hash(const KernelSpec& s) {
   for (const auto& a : s.args) {
     h.add("arg", a.name + ":" + a.type_text());
     if (a.pointer) h.add("size", a.size.str()).add("intent", intent_name(a.intent));
+    if (a.cell) h.add("cell", a.name);
   }
   for (const auto& e : s.grid) h.add("grid", e.str());
   for (const auto& e : s.block) h.add("block", e.str());

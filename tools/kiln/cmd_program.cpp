@@ -133,6 +133,7 @@ void run_program(const RunArgs& a, Globals& g) {
       d.graph_replays = x.graph_replays - y.graph_replays;
       d.graph_updates = x.graph_updates - y.graph_updates;
       d.graph_update_ns = x.graph_update_ns - y.graph_update_ns;
+      d.cell_calls = x.cell_calls - y.cell_calls;
       return d;
     };
     for (int pass = 0; pass < 2; ++pass) {
@@ -183,6 +184,7 @@ void run_program(const RunArgs& a, Globals& g) {
                    {"call_ns", loop->call_ns}, {"graph_captures", loop->second.graph_captures},
                    {"graph_updates", loop->second.graph_updates}, {"graph_replays", loop->second.graph_replays},
                    {"graph_update_ns_per_call", loop->second.graph_update_ns / static_cast<double>(loop->n)},
+                   {"cell_calls", loop->second.cell_calls},
                    {"first_pass_graph_captures", loop->first.graph_captures}};
     if (checked) {
       nlohmann::json outs_j = nlohmann::json::array();
@@ -218,14 +220,16 @@ void run_program(const RunArgs& a, Globals& g) {
     std::fprintf(out(),
                  "decode loop: %lld calls, %s = %lld .. %lld: %s of host time a call (%s of it setting graphs in "
                  "place), %s a call on the device; "
-                 "graphs captured %llu, updated in place %llu, replayed %llu (the first pass captured %llu)\n",
+                 "graphs captured %llu, updated in place %llu, replayed %llu (the first pass captured %llu); "
+                 "%llu calls sized for their bucket, the exact value in a cell\n",
                  static_cast<long long>(loop->n), loop->name.c_str(), static_cast<long long>(loop->from),
                  static_cast<long long>(loop->from + loop->n - 1), seconds_text(loop->host_ns * 1e-9).c_str(),
                  seconds_text(loop->second.graph_update_ns / static_cast<double>(loop->n) * 1e-9).c_str(),
                  seconds_text(loop->call_ns * 1e-9).c_str(), static_cast<unsigned long long>(loop->second.graph_captures),
                  static_cast<unsigned long long>(loop->second.graph_updates),
                  static_cast<unsigned long long>(loop->second.graph_replays),
-                 static_cast<unsigned long long>(loop->first.graph_captures));
+                 static_cast<unsigned long long>(loop->first.graph_captures),
+                 static_cast<unsigned long long>(loop->second.cell_calls));
   if (checked) std::fprintf(out(), "%s(checked in %s)\n", checked->str().c_str(), seconds_text(check_s).c_str());
 }
 

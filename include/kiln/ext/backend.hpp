@@ -108,8 +108,41 @@ struct LaunchDims {
   TensorMapDims tmap[4] = {};
   // cuda: the kernel may start before the previous kernel in its stream ends (the spec's pdl).
   bool pdl = false;
+  // The spec's `cell = true` arguments (nargs is then set): passed as cells within a CellScope.
+  int ncell = 0;
+  int cell_arg[4] = {0, 0, 0, 0};
   bool empty() const { return grid.x <= 0 || grid.y <= 0 || grid.z <= 0; }
 };
+
+// Cells (docs/program.md, "Cells"): a program that sizes its launches for the
+// largest value of a bucketed scalar keeps the call's exact value in a 32-bit
+// word on the device. While a CellScope lives on a thread, a launch from it
+// passes each `cell = true` argument whose value is one the scope binds as that
+// word instead (minus the word's address), which the kernel reads with kiln_cell.
+struct CellBinding {
+  int64_t value = 0;           // the value the launches were sized for
+  const void* word = nullptr;  // the word that holds the exact one
+};
+class CellScope {
+ public:
+  CellScope(const CellBinding* bindings, int n);
+  ~CellScope();
+  CellScope(const CellScope&) = delete;
+  CellScope& operator=(const CellScope&) = delete;
+
+ private:
+  const CellBinding* prev_;
+  int prev_n_;
+};
+// Room for a launch's params with cells in place of values.
+struct CellParams {
+  static constexpr int kMaxArgs = 64;
+  void* ptrs[kMaxArgs];
+  int64_t values[4];
+};
+// What a backend passes for `params`: `params` itself, or, where `d` has cell
+// arguments that the thread's CellScope binds, a copy in `room` with cells in place.
+void* const* with_cells(void* const* params, const LaunchDims& d, CellParams& room);
 
 
 // The launch shape of one config: the spec's grid, block and shared-memory
@@ -144,6 +177,7 @@ class LaunchPlan {
   std::vector<TensorMapPlan> tmaps_;
   int nargs_ = 0;
   bool pdl_ = false;
+  std::vector<int> cells_;  // the `cell = true` arguments
   LaunchLimits limits_;
   std::string kernel_, config_;
 };

@@ -91,6 +91,8 @@ class CpuKernel final : public LoadedKernel {
   void launch(void* const* params, const LaunchDims& d, Stream) override {
     const Grid& grid = d.grid;
     if (grid.x <= 0 || grid.y <= 0 || grid.z <= 0) return;
+    CellParams cell_room;
+    params = with_cells(params, d, cell_room);
     for (int i = 0; i < d.nzero; ++i)
       if (d.zero_bytes[i] > 0) std::memset(*static_cast<void* const*>(params[d.zero_arg[i]]), 0, d.zero_bytes[i]);
     const int64_t g[3] = {grid.x, grid.y, grid.z};
@@ -188,6 +190,9 @@ std::string CpuBackend::generate_source(const CompileRequest& req, const std::st
   s += "namespace kiln { struct program_id { int64_t x, y, z, nx, ny, nz; };\n"
        "#if defined(__FLT16_MAX__)\nusing f16 = _Float16;\n#else\nstruct f16 { uint16_t bits; };\n#endif\n"
        "struct bf16 { uint16_t bits; }; }\n";
+  // A `cell = true` argument's value: itself, or the word a cell (minus its address) holds (docs/program.md).
+  s += "static inline int64_t kiln_cell(int64_t kiln_v) {\n"
+       "  return kiln_v >= 0 ? kiln_v : *reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(-kiln_v));\n}\n";
   for (const auto& [n, v] : req.defines) s += fmt::format("#define {} {}\n", n, v);
   s += fmt::format("#line 1 \"{}\"\n", c_escape(req.source_name));
   s += req.source_text;

@@ -235,6 +235,31 @@ struct GraphRecording {
   bool ok = true;
 };
 thread_local GraphRecording* t_recording = nullptr;
+// A capture's words (Device::write_word): their nodes, in order, for Graph::set_word.
+struct WordNode {
+  CUgraphNode node;
+  CUdeviceptr dst;
+  CUkernel kernel;  // the word kernel's node, or null: a memset's
+};
+// kiln_word(p, v): *p = v, one thread (PTX the driver compiles for any GPU since Volta).
+constexpr char kKilnWordPtx[] = R"(.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kiln_word(.param .u64 kiln_p, .param .u32 kiln_v)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [kiln_p];
+  ld.param.u32 %r1, [kiln_v];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+)";
+thread_local std::vector<WordNode>* t_words = nullptr;
+// A word was written on this thread since its last launch: the next launch does not overlap
+// what came before it (a kernel's programmatic edge is to the kernel before it, not a memset).
+thread_local bool t_after_word = false;
 
 struct RecordingScope {
   GraphRecording* prev;
@@ -328,6 +353,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override {
     if (flush_) d_->cuMemFree(flush_);
     if (capture_) d_->cuStreamDestroy(capture_);
+    if (word_lib_) d_->cuLibraryUnload(word_lib_);
     d_->cuDevicePrimaryCtxRelease(dev_);
   }
 
@@ -407,6 +433,47 @@ class CudaDevice final : public Device {
                  : pattern_bytes == 2 ? d_->cuMemsetD16Async(p, static_cast<unsigned short>(pattern), count, stream_of(s))
                                       : d_->cuMemsetD32Async(p, pattern, count, stream_of(s));
     check(r, "filling GPU memory");
+  }
+  // A word is written by a one-thread kernel (kKilnWordPtx, loaded at its first use): in a
+  // graph, its node is set in place as cheaply as the program's own kernels' (a decode loop
+  // whose graphs began with a memset node set in place ran about 25 times slower on the host,
+  // bench/gpu/results/issue27-cells).
+  CUkernel word_kernel() {
+    std::call_once(word_once_, [&] {
+      CUlibrary lib = nullptr;
+      CUkernel k = nullptr;
+      if (d_->cuLibraryLoadData(&lib, kKilnWordPtx, nullptr, nullptr, 0, nullptr, nullptr, 0) == CUDA_SUCCESS &&
+          d_->cuLibraryGetKernel(&k, lib, "kiln_word") == CUDA_SUCCESS) {
+        word_lib_ = lib;
+        word_kernel_ = k;
+      } else {
+        if (lib) d_->cuLibraryUnload(lib);
+        log::debug("cuda: the word kernel does not load here; words are written by memsets");
+      }
+    });
+    return word_kernel_;
+  }
+  void write_word(void* dst, int32_t value, Stream s) override {
+    ensure_current();
+    auto p = reinterpret_cast<CUdeviceptr>(dst);
+    const CUkernel k = word_kernel();
+    if (k) {
+      void* params[] = {&p, &value};
+      check(d_->cuLaunchKernel(reinterpret_cast<CUfunction>(k), 1, 1, 1, 1, 1, 1, 0, stream_of(s), params, nullptr),
+            "writing a word on the GPU");
+    } else {
+      check(d_->cuMemsetD32Async(p, static_cast<unsigned>(value), 1, stream_of(s)), "writing a word on the GPU");
+    }
+    t_after_word = true;
+    if (!t_words) return;
+    int status = 0;
+    unsigned long long id = 0;
+    CUgraph g = nullptr;
+    const CUgraphNode* deps = nullptr;
+    size_t n = 0;
+    const bool found = d_->can_query_capture() &&
+                       d_->capture_info(stream_of(s), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && n == 1;
+    t_words->push_back({found ? deps[0] : nullptr, p, k});
   }
   void sync(Stream s) override {
     ensure_current();
@@ -522,6 +589,7 @@ class CudaDevice final : public Device {
       CUgraph g = nullptr;
       CUgraphExec e = nullptr;
       std::vector<GraphNode> nodes;
+      std::vector<WordNode> words;
       bool updatable = false;
       explicit CudaGraph(CudaDevice& d) : dev(d) {}
       ~CudaGraph() override {
@@ -547,6 +615,20 @@ class CudaDevice final : public Device {
         }
         return r.ok && r.cursor == nodes.size();
       }
+      bool set_word(size_t k, int32_t value) override {
+        if (k >= words.size() || !words[k].node) return false;
+        dev.ensure_current();
+        WordNode& w = words[k];
+        if (w.kernel) {
+          if (!dev.d_->cuGraphExecKernelNodeSetParams) return false;
+          void* params[] = {&w.dst, &value};
+          const CudaKernelNodeParams np{nullptr, 1, 1, 1, 1, 1, 1, 0, params, nullptr, w.kernel, nullptr};
+          return dev.d_->cuGraphExecKernelNodeSetParams(e, w.node, &np) == CUDA_SUCCESS;
+        }
+        if (!dev.d_->cuGraphExecMemsetNodeSetParams) return false;
+        const CudaMemsetNodeParams p{w.dst, 0, static_cast<unsigned>(value), 4, 1, 1};
+        return dev.d_->cuGraphExecMemsetNodeSetParams(e, w.node, &p, dev.ctx_) == CUDA_SUCCESS;
+      }
     };
     auto graph = std::make_unique<CudaGraph>(*this);
     check(d_->cuStreamCreate(&graph->s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
@@ -555,10 +637,14 @@ class CudaDevice final : public Device {
     rec.stream = graph->s;
     rec.nodes = &graph->nodes;
     check(d_->cuStreamBeginCapture(graph->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing a graph");
+    std::vector<WordNode>* const outer_words = t_words;
     try {
       RecordingScope scope(can_update ? &rec : nullptr);
+      t_words = &graph->words;
       work(reinterpret_cast<Stream>(graph->s));
+      t_words = outer_words;
     } catch (...) {
+      t_words = outer_words;
       CUgraph g = nullptr;
       d_->cuStreamEndCapture(graph->s, &g);
       if (g) d_->cuGraphDestroy(g);
@@ -635,6 +721,9 @@ class CudaDevice final : public Device {
   size_t flush_bytes_ = 0;
   unsigned flush_value_ = 0;
   CUstream capture_ = nullptr;
+  std::once_flag word_once_;
+  CUlibrary word_lib_ = nullptr;
+  CUkernel word_kernel_ = nullptr;
   std::map<std::string, Import> imports_;
   std::map<void*, std::string> import_of_;
 };
@@ -745,6 +834,8 @@ const CUtensorMap& CudaKernel::tensor_map(const TensorMapDims& m, CUdeviceptr p)
 
 void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   if (d.empty()) return;
+  CellParams cell_room;
+  params = with_cells(params, d, cell_room);
   dev_.ensure_current();
   if (d.shared > raised_.load(std::memory_order_relaxed)) raise_shared(d.shared);
   GraphRecording* rec = t_recording && t_recording->stream == stream_of(s) ? t_recording : nullptr;
@@ -824,7 +915,9 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     return;
   }
   CUresult r;
-  if (d.pdl && d.nzero == 0 && dev_.pdl()) {
+  const bool after_word = t_after_word;
+  t_after_word = false;
+  if (d.pdl && d.nzero == 0 && dev_.pdl() && !after_word) {
     // The kernel waits for the previous one itself (griddepcontrol.wait): it may be
     // scheduled once that kernel's blocks have all started or asked for it
     // (griddepcontrol.launch_dependents). Captured, the edge is a programmatic one.
@@ -952,6 +1045,8 @@ class CudaBackend final : public Backend {
     // kiln_wait_prior() returns once the kernels before this one in its stream have ended and
     // their writes are visible (at once unless the launch may overlap them: the spec's pdl);
     // kiln_start_next() lets the next kernel, when it may overlap this one, be scheduled now.
+    // kiln_cell(v) is a `cell = true` argument's value: v itself, or where the launch passes a
+    // cell (minus the address of a 32-bit word on the device), the word (docs/program.md, "Cells").
     s += R"(static __device__ __forceinline__ void kiln_wait_prior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -961,6 +1056,9 @@ static __device__ __forceinline__ void kiln_start_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+static __device__ __forceinline__ long long kiln_cell(long long kiln_v) {
+  return kiln_v >= 0 ? kiln_v : static_cast<long long>(*reinterpret_cast<const int*>(static_cast<unsigned long long>(-kiln_v)));
 }
 )";
     s += fmt::format("#line 1 \"{}\"\n", c_escape(req.source_name));
