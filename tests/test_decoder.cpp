@@ -16,6 +16,7 @@
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/ext/backend.hpp"
+#include "kiln/kernel.hpp"
 #include "kiln/program.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
@@ -132,13 +133,73 @@ TEST_F(DecoderTest, ADecodeLoopWithCellsMatchesExactLaunchesToTheBit) {
   EXPECT_EQ(La.vc, Lb.vc);
   EXPECT_EQ(a.stats().cell_calls, 16u) << "every call at its bucket's bound: 8, 16, then 23 (CAP - T)";
   EXPECT_EQ(a.stats().plans, 3u);
+  // Back to earlier buckets, and a second cache beside the first, calls alternating: each
+  // shape keeps its own bound (the rows written are the call's S, not another shape's bound).
+  Layer La2(24), Lb2(24);
+  int n = 0;
+  for (int64_t S : {6, 12, 5, 21, 7, 13}) {
+    for (int which = 0; which < 2; ++which, ++n) {
+      Layer& A = which ? La2 : La;
+      Layer& B = which ? Lb2 : Lb;
+      std::vector<float> x(static_cast<size_t>(Layer::H)), ya(x.size(), -7), yb(x.size(), -9);
+      fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 500 + static_cast<uint64_t>(n));
+      a.run(A.inputs(x, 1), {{ya.data(), {1, Layer::H}}}, nullptr, {S});
+      b.run(B.inputs(x, 1), {{yb.data(), {1, Layer::H}}}, nullptr, {S});
+      ASSERT_EQ(ya, yb) << "S=" << S << ", cache " << which;
+    }
+  }
+  EXPECT_EQ(La.kc, Lb.kc);
+  EXPECT_EQ(La2.kc, Lb2.kc);
+  EXPECT_EQ(La2.vc, Lb2.vc);
+  EXPECT_EQ(a.stats().cell_calls, 28u);
   EXPECT_EQ(b.stats().cell_calls, 0u);
   const int64_t S = 21;
   std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
   fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 7);
   ProgramCheck c = a.check(La.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {S});
   EXPECT_TRUE(c.ok()) << c.str();
-  EXPECT_EQ(a.stats().cell_calls, 17u);
+  EXPECT_EQ(a.stats().cell_calls, 29u);
+}
+
+// A cell argument (kiln_cell) is its value, or, within a CellScope that binds that value,
+// the word the binding names; a value the scope does not bind is itself, and a negative one is
+// refused at the launch rather than read as an address.
+TEST_F(DecoderTest, ACellArgumentIsItsValueOrTheBoundWordAndNeverNegative) {
+  const KernelSpec s = test::spec_in(
+      dir.path() / "cellk",
+      "name = \"cellk\"\nbackend = \"cpu\"\nsource = \"cellk.cpp\"\nentry = \"cellk\"\ngrid = [\"1\"]\nargs = [\n"
+      "  { name = \"out\", type = \"f32*\", size = \"1\", intent = \"out\" },\n"
+      "  { name = \"S\", type = \"i64\", cell = true },\n]\n",
+      "cellk.cpp",
+      "void cellk(kiln::program_id, float* out, int64_t S) { out[0] = static_cast<float>(kiln_cell(S)); }\n");
+  Runtime rt(opts);
+  Kernel k(rt, s);
+  float out = 0;
+  float* po = &out;
+  int64_t S = 3;
+  void* params[] = {&po, &S};
+  k.launch(params);
+  EXPECT_EQ(out, 3.0f);
+  int32_t word = 9;
+  const CellBinding b{3, &word};
+  {
+    CellScope scope(&b, 1);
+    k.launch(params);
+    EXPECT_EQ(out, 9.0f) << "the word, not the value the launch was sized for";
+    S = 4;
+    k.launch(params);
+    EXPECT_EQ(out, 4.0f) << "a value the scope does not bind is itself";
+  }
+  S = 3;
+  k.launch(params);
+  EXPECT_EQ(out, 3.0f) << "out of the scope: the value";
+  S = -4;
+  try {
+    k.launch(params);
+    ADD_FAILURE() << "a negative cell argument was launched";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a cell argument is never negative"), std::string::npos) << e.what();
+  }
 }
 
 // A kernel that takes the bucketed scalar but reads no cell (its spec's S without
@@ -268,8 +329,8 @@ args = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
 
 }  // namespace
 
-// A decode loop (T = 1, S from 5 to 70) with graphs, beside the same program without
-// them, on the same inputs. With cells off, within a bucket of S the graph is set to each
+// A decode loop (T = 1, S from 5 to 70, then back to 6, 40, 12 and 66) with graphs, beside
+// the same program without them, on the same inputs. With cells off, within a bucket of S the graph is set to each
 // call's S in place (no capture: one a bucket at most, five buckets), and every step's
 // output and the caches it leaves are the plain launches' to the bit. With cells (the
 // default), the graph is sized for the bucket and a call sets one word: the caches are the
@@ -295,7 +356,10 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
     dev.to_device(p, cache.data(), cache.size(), nullptr);
   std::vector<std::byte> x(static_cast<size_t>(W * 2)), r1(OB), r2(OB), r3(OB);
   double worst = 0;
-  for (int64_t S = 5; S <= 70; ++S) {
+  std::vector<int64_t> Ss;
+  for (int64_t S = 5; S <= 70; ++S) Ss.push_back(S);
+  for (int64_t S : {6, 40, 12, 66}) Ss.push_back(S);  // back to earlier buckets: each keeps its own bound
+  for (int64_t S : Ss) {
     fill_random(DType::bf16, x, static_cast<uint64_t>(S));
     dev.to_device(qkv.get(), x.data(), x.size(), nullptr);
     with.run({{qkv.get(), {1, W}}, {k1.get(), {CAP, 2, 128}}, {v1.get(), {CAP, 2, 128}}}, {{o1.get(), {1, 8 * 128}}},
@@ -336,7 +400,7 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
   EXPECT_GE(sc.cell_calls, 55u) << "the first call of each bucket decides; the rest run sized for it";
   EXPECT_GE(sc.graph_updates, 40u) << "a word set for each new S";
   EXPECT_GE(sc.graph_replays, sc.cell_calls);
-  std::cout << "[  NOTE    ] 66 calls: " << st.graph_captures << " graphs captured, " << st.graph_updates
+  std::cout << "[  NOTE    ] 70 calls: " << st.graph_captures << " graphs captured, " << st.graph_updates
             << " updated in place, " << st.graph_replays << " replayed; with cells " << sc.graph_captures
             << " captured, " << sc.cell_calls << " calls sized for their bucket, " << sc.graph_updates
             << " words set; the largest difference from plain launches " << worst << "\n";

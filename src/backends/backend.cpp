@@ -109,7 +109,13 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   if (!cells_.empty()) {
     d.nargs = nargs_;
     d.ncell = static_cast<int>(cells_.size());
-    for (size_t i = 0; i < cells_.size(); ++i) d.cell_arg[i] = cells_[i];
+    for (size_t i = 0; i < cells_.size(); ++i) {
+      d.cell_arg[i] = cells_[i];
+      // A negative value passed as a cell would be read as an address (kiln_cell).
+      if (slots[cells_[i]] < 0)
+        throw Error(Errc::launch, fmt::format("kernel '{}' (config {}): its cell argument {} is {}; a cell argument is "
+                                              "never negative", kernel_, config_, cells_[i], slots[cells_[i]]));
+    }
   }
   if (!zero_.empty() && (!has_zero_when_ || zero_when_.eval(slots) != 0)) {
     d.nzero = static_cast<int>(zero_.size());

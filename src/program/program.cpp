@@ -137,6 +137,7 @@ struct Program::Impl {
     // Cells: the arguments are set for `slots` = the bucket's bound (the largest values
     // the guards allow), the call's exact values go to the words (else `slots` are exact).
     bool at_bound = false;
+    std::vector<CellBinding> bindings;  // at the bound: each bucketed scalar's bound and its word
     bool cells_refused = false;  // the steps could not run so for this shape: never tried again
   };
   std::vector<std::unique_ptr<Shape>> shapes;
@@ -158,7 +159,6 @@ struct Program::Impl {
   ProgramCells cells_mode = ProgramCells::off;
   std::string cells_why;                   // why the steps cannot run so ("" when they can)
   void* words = nullptr;                   // a 32-bit word per bucketed scalar (spec.pow2's order)
-  std::vector<CellBinding> bindings_;      // the bound values and their words, for a CellScope
   std::vector<int32_t> word_values_;       // run's scratch: this call's exact values
 
   Impl(Runtime& r, ProgramSpec s, ProgramOptions o) : rt(r), spec(std::move(s)), opts(o) {
@@ -337,7 +337,7 @@ struct Program::Impl {
     if (spec.pow2.empty()) return "no bucketed scalar";
     if (spec.pow2.size() > 32) return "more than 32 bucketed scalars";
     if (io_moves) return "an input's or output's shape names a bucketed scalar";
-    if (views_move) return "a buffer's rows or a view's row name a bucketed scalar";
+    if (has_views && views_move) return "a view's row or the rows of a buffer it views name a bucketed scalar";
     size_t i = 0;
     for (const auto& s : spec.steps) {
       if (s.kind != ProgramStep::Kind::launch) continue;
@@ -417,15 +417,12 @@ struct Program::Impl {
       }
       b[i] = lo;
     }
-    bindings_.clear();
-    for (size_t k = 0; k < bucket_slots.size(); ++k) {
-      for (const auto& c : bindings_)
-        if (c.value == b[bucket_slots[k]]) {  // two bounds alike: a cell argument could not say whose it is
+    for (size_t k = 0; k < bucket_slots.size(); ++k)
+      for (size_t j = 0; j < k; ++j)
+        if (b[bucket_slots[j]] == b[bucket_slots[k]]) {  // two bounds alike: a cell argument could not say whose
           sh.cells_refused = true;
           return false;
         }
-      bindings_.push_back({b[bucket_slots[k]], nullptr});
-    }
     if (!guards_hold(b)) {
       sh.cells_refused = true;
       return false;
@@ -447,6 +444,9 @@ struct Program::Impl {
           log::debug("program '{}': step {} ({}) at {} runs {}, a choice its tuning may replace", spec.name, i + 1,
                      steps[i].kernel, sym_text(b), r.what);
       }
+    } catch (const WorkerError&) {
+      back_to_exact();
+      throw;
     } catch (const Error& e) {
       log::debug("program '{}': no cells for {}: {}", spec.name, sym_text(b), e.what());
       sh.cells_refused = true;
@@ -458,14 +458,28 @@ struct Program::Impl {
       return false;
     }
     if (!words) words = dev->alloc(4 * bucket_slots.size());
-    for (size_t k = 0; k < bindings_.size(); ++k) bindings_[k].word = static_cast<int32_t*>(words) + k;
+    sh.bindings.clear();
+    for (size_t k = 0; k < bucket_slots.size(); ++k)
+      sh.bindings.push_back({b[bucket_slots[k]], static_cast<int32_t*>(words) + k});
     sh.at_bound = true;
     log::debug("program '{}': launches sized for {}, the exact values in cells", spec.name, sym_text(b));
     return true;
   }
+  // The call's shape with its arguments exact (left at no bound): what launches the steps
+  // one by one outside run() needs, having no words to write.
+  Shape& exact_shape(const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::vector<int64_t>& slots) {
+    Shape& sh = shape_for(in, out, slots, nullptr);
+    if (sh.at_bound) {
+      leave_bound(sh);
+      reslot(sh, in, out, slots);
+    }
+    patch_io(sh, in, out);
+    return sh;
+  }
   // Back to exact arguments (a call past the bound, or cells that failed): the shape's cell graphs go.
   void leave_bound(Shape& sh) {
     sh.at_bound = false;
+    sh.bindings.clear();
     for (auto it = sh.graphs.begin(); it != sh.graphs.end();)
       if (it->cells) {
         it = sh.graphs.erase(it);
@@ -489,7 +503,7 @@ struct Program::Impl {
   }
   void launch_with_cells(Shape& sh, Stream s) {
     write_words(s);
-    CellScope scope(bindings_.data(), static_cast<int>(bindings_.size()));
+    CellScope scope(sh.bindings.data(), static_cast<int>(sh.bindings.size()));
     launch_steps(sh, s);
   }
   // A call of a shape at its bound: its graph (the words set to the call's values), else
@@ -1099,8 +1113,7 @@ std::vector<double> Program::time_steps(const std::vector<Tensor>& inputs, const
   m.rt.wait_tuned();
   std::vector<int64_t> slots;
   m.bind_slots(inputs, scalars, slots);
-  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
-  m.patch_io(sh, inputs, outputs);
+  Impl::Shape& sh = m.exact_shape(inputs, outputs, slots);
   std::vector<std::vector<double>> t(m.steps.size());
   auto timer = m.dev->timer();
   for (int r = 0; r < std::max(1, reps); ++r)
@@ -1123,8 +1136,7 @@ double Program::host_ns_handles_only(const std::vector<Tensor>& inputs, const st
   Impl& m = *impl_;
   std::vector<int64_t> slots;
   m.bind_slots(inputs, scalars, slots);
-  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
-  m.patch_io(sh, inputs, outputs);
+  Impl::Shape& sh = m.exact_shape(inputs, outputs, slots);
   m.launch_steps(sh, nullptr);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < std::max(1, calls); ++i) m.launch_steps(sh, nullptr);
@@ -1138,8 +1150,7 @@ std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, con
   Impl& m = *impl_;
   std::vector<int64_t> slots;
   m.bind_slots(inputs, scalars, slots);
-  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);
-  m.patch_io(sh, inputs, outputs);
+  Impl::Shape& sh = m.exact_shape(inputs, outputs, slots);
   std::vector<std::string> out;
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const Launchable::Running r = m.handles[m.steps[i].handle]->running(sh.params[i].data());
