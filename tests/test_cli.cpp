@@ -88,12 +88,16 @@ TEST_F(CliTest, SettingsAreCheckedStrictly) {
   std::string spec = fill_spec();
   for (const char* bad : {"KILN_COMPILE_TIMEOUT=inf", "KILN_COMPILE_TIMEOUT=1e300", "KILN_BENCH_BUDGET_MS=' 1'",
                           "KILN_BENCH_BUDGET_MS=0x10", "KILN_BENCH_TIMEOUT=nan", "KILN_LOG=abc",
-                          "KILN_CUDA_WARM_LIBRARIES=maybe"}) {
+                          "KILN_CUDA_WARM_LIBRARIES=maybe", "KILN_PROGRAM_CELLS=sometimes", "KILN_FIRST_CALL=later",
+                          "KILN_COMPILE_MODE=fast", "KILN_ARTIFACT_MISMATCH=ignore"}) {
     Out r = kiln("compile " + spec, bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
     std::string var = std::string(bad).substr(0, std::string(bad).find('='));
     EXPECT_NE(r.err.find(var), std::string::npos) << r.err;
   }
+  // A variable that names a choice lists them.
+  Out r = kiln("compile " + spec, "KILN_PROGRAM_CELLS=sometimes");
+  EXPECT_NE(r.err.find("KILN_PROGRAM_CELLS='sometimes' is not one of graphs, always, off"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, ExplainAsJsonIsJson) {

@@ -153,6 +153,8 @@ TEST_F(DecoderTest, ADecodeLoopWithCellsMatchesExactLaunchesToTheBit) {
   EXPECT_EQ(La2.vc, Lb2.vc);
   EXPECT_EQ(a.stats().cell_calls, 28u);
   EXPECT_EQ(b.stats().cell_calls, 0u);
+  EXPECT_EQ(a.cells_refusal(), "");
+  EXPECT_EQ(b.cells_refusal(), "cells are off (KILN_PROGRAM_CELLS=off)");
   const int64_t S = 21;
   std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
   fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 7);
@@ -229,6 +231,7 @@ TEST_F(DecoderTest, AKernelThatReadsNoCellKeepsTheLaunchesExact) {
     EXPECT_TRUE(c.ok()) << "S=" << S << "\n" << c.str();
   }
   EXPECT_EQ(prog.stats().cell_calls, 0u);
+  EXPECT_EQ(prog.cells_refusal(), "kernel 'rope_cache_f32' takes a bucketed scalar that it reads from no cell");
 }
 
 // A call without its scalar, a cache too short for S + T, and a program whose

@@ -126,6 +126,9 @@ class Program {
     int64_t arena_bytes = 0;         // the arena as allocated (the largest plan's)
   };
   Stats stats() const;
+  // Why the program keeps exact launches rather than cells (docs/program.md, "Cells"): "" where
+  // it uses them, else the reason (cells off, no graphs, or a kernel that reads no cell).
+  std::string cells_refusal() const;
 
  private:
   struct Impl;

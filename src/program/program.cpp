@@ -290,8 +290,12 @@ struct Program::Impl {
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
     cells_mode = opts.cells ? *opts.cells : rt.options().program_cells;
-    if (cells_mode == ProgramCells::graphs && !graphs) cells_mode = ProgramCells::off;
-    if (cells_mode != ProgramCells::off) {
+    if (cells_mode == ProgramCells::off) {
+      cells_why = "cells are off (KILN_PROGRAM_CELLS=off)";
+    } else if (cells_mode == ProgramCells::graphs && !graphs) {
+      cells_why = "no graphs here (cells are used in graphs; KILN_PROGRAM_CELLS=always uses them without)";
+      cells_mode = ProgramCells::off;
+    } else {
       cells_why = cells_refusal();
       if (!cells_why.empty()) {
         log::debug("program '{}': no cells ({})", spec.name, cells_why);
@@ -1210,6 +1214,8 @@ ProgramCheck Program::check(const std::vector<Tensor>& inputs, const std::vector
 }
 
 const ProgramSpec& Program::spec() const { return impl_->spec; }
+
+std::string Program::cells_refusal() const { return impl_->cells_why; }
 
 Program::Stats Program::stats() const {
   Stats s = impl_->st;

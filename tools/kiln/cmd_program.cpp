@@ -184,7 +184,7 @@ void run_program(const RunArgs& a, Globals& g) {
                    {"call_ns", loop->call_ns}, {"graph_captures", loop->second.graph_captures},
                    {"graph_updates", loop->second.graph_updates}, {"graph_replays", loop->second.graph_replays},
                    {"graph_update_ns_per_call", loop->second.graph_update_ns / static_cast<double>(loop->n)},
-                   {"cell_calls", loop->second.cell_calls},
+                   {"cell_calls", loop->second.cell_calls}, {"cells_refusal", prog.cells_refusal()},
                    {"first_pass_graph_captures", loop->first.graph_captures}};
     if (checked) {
       nlohmann::json outs_j = nlohmann::json::array();
@@ -230,6 +230,8 @@ void run_program(const RunArgs& a, Globals& g) {
                  static_cast<unsigned long long>(loop->second.graph_replays),
                  static_cast<unsigned long long>(loop->first.graph_captures),
                  static_cast<unsigned long long>(loop->second.cell_calls));
+  if (loop && !prog.cells_refusal().empty())
+    std::fprintf(out(), "no cells: %s (docs/program.md, \"Cells\")\n", prog.cells_refusal().c_str());
   if (checked) std::fprintf(out(), "%s(checked in %s)\n", checked->str().c_str(), seconds_text(check_s).c_str());
 }
 
