@@ -252,7 +252,8 @@ void add_program(CLI::App& app, Globals& g) {
   run->add_flag("--wide", a->wide, "Inputs of a large dynamic range (as kiln tune --inputs wide)");
   run->add_option("--loop", a->loop,
                   "NAME=N: then N calls back to back with scalar NAME growing by one a call from its --set value "
-                  "(a decode loop), twice: the second pass is timed (host time a call, graphs captured and updated)");
+                  "(a decode loop), twice: the second pass is timed (host time a call, graphs captured and updated, "
+                  "calls sized for their bucket with NAME in a cell, or why not: KILN_PROGRAM_CELLS, docs/program.md)");
   run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit");
   run->add_flag("--first-only", a->first_only,
                 "Make the first call only, say how long it took, and exit (tunings it started are dropped; the "
