@@ -154,13 +154,29 @@ TEST_F(DecoderTest, ADecodeLoopWithCellsMatchesExactLaunchesToTheBit) {
   EXPECT_EQ(a.stats().cell_calls, 28u);
   EXPECT_EQ(b.stats().cell_calls, 0u);
   EXPECT_EQ(a.cells_refusal(), "");
-  EXPECT_EQ(b.cells_refusal(), "cells are off (KILN_PROGRAM_CELLS=off)");
+  EXPECT_EQ(b.cells_refusal(), "cells are off (ProgramOptions::cells)");
+  {
+    // A call the guard refuses (S + T > CAP) says so and leaves the bucket at its bound.
+    std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
+    try {
+      a.run(La.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {24});
+      ADD_FAILURE() << "S = 24 with CAP = 24 was run";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("guard 'S + T <= CAP' does not hold"), std::string::npos) << e.what();
+    }
+    fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 8);
+    std::vector<float> yb(x.size());
+    a.run(La.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {22});
+    b.run(Lb.inputs(x, 1), {{yb.data(), {1, Layer::H}}}, nullptr, {22});
+    EXPECT_EQ(y, yb);
+    EXPECT_EQ(a.stats().cell_calls, 29u);
+  }
   const int64_t S = 21;
   std::vector<float> x(static_cast<size_t>(Layer::H)), y(x.size());
   fill_random(DType::f32, std::as_writable_bytes(std::span(x)), 7);
   ProgramCheck c = a.check(La.inputs(x, 1), {{y.data(), {1, Layer::H}}}, nullptr, {S});
   EXPECT_TRUE(c.ok()) << c.str();
-  EXPECT_EQ(a.stats().cell_calls, 29u);
+  EXPECT_EQ(a.stats().cell_calls, 30u);
 }
 
 // A cell argument (kiln_cell) is its value, or, within a CellScope that binds that value,

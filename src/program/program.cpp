@@ -235,6 +235,7 @@ struct Program::Impl {
       else h = std::make_unique<SizeHintMultiKernel>(rt, pk.kernel);
     }
     live.assign(spec.buffers.size(), {-1, -1});
+    std::vector<size_t> viewed;  // the intermediates a view reads a row of
     for (const auto& s : spec.steps) {
       if (s.kind != ProgramStep::Kind::launch) continue;
       Step st;
@@ -267,6 +268,7 @@ struct Program::Impl {
           if (pa.index) {
             a.row = compile(*pa.index);
             has_views = true;
+            if (a.group == 2) viewed.push_back(a.index);
             if (moves(*pa.index)) a.moves = st.moves = views_move = true;
           }
         } else {
@@ -285,13 +287,15 @@ struct Program::Impl {
     for (auto* group : {&spec.inputs, &spec.outputs})
       for (const auto& t : *group) io_moves = io_moves || std::any_of(t.shape.begin(), t.shape.end(), moves);
     views_move = views_move || io_moves;
-    for (const auto& t : spec.buffers) views_move = views_move || std::any_of(t.shape.begin(), t.shape.end(), moves);
+    // (an intermediate's rows matter where a view reads it: place_views lays the view out in them)
+    for (size_t b : viewed)
+      views_move = views_move || std::any_of(spec.buffers[b].shape.begin(), spec.buffers[b].shape.end(), moves);
     const std::string& backend = spec.backend;
     dev = &rt.backend(backend).device();
     graphs = opts.graphs && !opts.plain && rt.options().program_graphs && backend == "cuda";
     cells_mode = opts.cells ? *opts.cells : rt.options().program_cells;
     if (cells_mode == ProgramCells::off) {
-      cells_why = "cells are off (KILN_PROGRAM_CELLS=off)";
+      cells_why = opts.cells ? "cells are off (ProgramOptions::cells)" : "cells are off (KILN_PROGRAM_CELLS=off)";
     } else if (cells_mode == ProgramCells::graphs && !graphs) {
       cells_why = "no graphs here (cells are used in graphs; KILN_PROGRAM_CELLS=always uses them without)";
       cells_mode = ProgramCells::off;
@@ -410,6 +414,7 @@ struct Program::Impl {
       // The largest value of the bucket for which the guards hold (they hold at the call's).
       int64_t lo = b[i], hi = std::min<int64_t>(pow2_bucket(b[i]), INT32_MAX);
       if (lo < 0 || lo > hi) {
+        log::debug("program '{}': no cells for {}: a bucketed value out of 0 .. 2^31 - 1", spec.name, sym_text(exact));
         sh.cells_refused = true;
         return false;
       }
@@ -424,10 +429,12 @@ struct Program::Impl {
     for (size_t k = 0; k < bucket_slots.size(); ++k)
       for (size_t j = 0; j < k; ++j)
         if (b[bucket_slots[j]] == b[bucket_slots[k]]) {  // two bounds alike: a cell argument could not say whose
+          log::debug("program '{}': no cells for {}: two bucketed scalars' bounds are equal", spec.name, sym_text(b));
           sh.cells_refused = true;
           return false;
         }
     if (!guards_hold(b)) {
+      log::debug("program '{}': no cells for {}: the guards do not hold at the bound", spec.name, sym_text(b));
       sh.cells_refused = true;
       return false;
     }
@@ -456,6 +463,9 @@ struct Program::Impl {
       sh.cells_refused = true;
       back_to_exact();
       return false;
+    } catch (...) {
+      back_to_exact();
+      throw;
     }
     if (!all) {  // a step decides at the bound first: tried again on a later call
       back_to_exact();
@@ -710,7 +720,10 @@ struct Program::Impl {
           check_io(*s, in, out);  // the tensors' shapes do not name the bucketed scalars
           check_guards(slots);
         } else {
-          if (s->at_bound) leave_bound(*s);
+          if (s->at_bound) {
+            check_guards(slots);  // a call the guards refuse leaves the bucket's cell graphs as they are
+            leave_bound(*s);
+          }
           reslot(*s, in, out, slots);
         }
         return *s;
@@ -1154,7 +1167,8 @@ std::vector<std::string> Program::choices(const std::vector<Tensor>& inputs, con
   Impl& m = *impl_;
   std::vector<int64_t> slots;
   m.bind_slots(inputs, scalars, slots);
-  Impl::Shape& sh = m.exact_shape(inputs, outputs, slots);
+  Impl::Shape& sh = m.shape_for(inputs, outputs, slots, nullptr);  // launches nothing: a shape at its bound stays
+  m.patch_io(sh, inputs, outputs);
   std::vector<std::string> out;
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const Launchable::Running r = m.handles[m.steps[i].handle]->running(sh.params[i].data());
