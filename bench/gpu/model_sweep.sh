@@ -12,20 +12,6 @@ DEADLINE=${DEADLINE:-560}
 start=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - start))); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-# The device-copy bandwidth of the same run (issue 28's yardstick): a 2 GiB buffer copied, read +
-# write (2N / t), the best of 20 copies timed with events.
-python3 - <<'PY' | tee "$OUTD/copy_bandwidth.txt"
-import torch
-n = 2 << 30
-a = torch.empty(n, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-best = 1e9
-for _ in range(20):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); b.copy_(a); e.record(); e.synchronize()
-    best = min(best, s.elapsed_time(e) / 1e3)
-print(f"copy bandwidth {2 * n / best / 1e9:.0f} GB/s (2N / t, {n >> 30} GiB)")
-PY
 M=kernels/programs/model_llama3_8b.toml
 for s in $SWEEP; do
   [ "$(left)" -gt 150 ] || { echo "-- out of time: kiln S=$s not run"; continue; }

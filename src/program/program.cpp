@@ -512,6 +512,27 @@ struct Program::Impl {
     ++st.graph_updates;
     st.graph_update_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - u0).count();
   }
+  // A graph just captured for these buffers kept (the least recently used one dropped past the
+  // capacity) and replayed.
+  void keep_graph(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out, GraphEntry e, Stream s) {
+    if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
+    for (const auto& t : in) e.io.push_back(t.data);
+    for (const auto& t : out) e.io.push_back(t.data);
+    e.used = ++clock;
+    sh.graphs.push_back(std::move(e));
+    ++graph_count;
+    ++st.graph_captures;
+    replay(sh.graphs.back(), s);
+  }
+  // Cells failed for this call's shape (logged with `why`): back to exact arguments, for good.
+  bool refuse_cells(Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::string& why) {
+    log::debug("program '{}': {}; no cells for this shape", spec.name, why);
+    --st.cell_calls;
+    sh.cells_refused = true;
+    leave_bound(sh);
+    reslot(sh, in, out, call_slots);
+    return false;
+  }
   void write_words(Stream s) {
     for (size_t k = 0; k < word_values_.size(); ++k) dev->write_word(static_cast<int32_t*>(words) + k, word_values_[k], s);
   }
@@ -533,14 +554,8 @@ struct Program::Impl {
         if (it->words != word_values_) {
           const auto u0 = std::chrono::steady_clock::now();
           for (size_t k = 0; k < word_values_.size(); ++k)
-            if (it->words[k] != word_values_[k] && !it->graph->set_word(k, word_values_[k])) {
-              log::debug("program '{}': a graph's cell could not be set in place; no cells for this shape", spec.name);
-              --st.cell_calls;
-              sh.cells_refused = true;
-              leave_bound(sh);
-              reslot(sh, in, out, call_slots);
-              return false;
-            }
+            if (it->words[k] != word_values_[k] && !it->graph->set_word(k, word_values_[k]))
+              return refuse_cells(sh, in, out, "a graph's cell could not be set in place");
           it->words = word_values_;
           count_update(u0);
         }
@@ -555,9 +570,6 @@ struct Program::Impl {
         launch_with_cells(sh, s);
         return true;
       }
-      std::vector<void*> io;
-      for (const auto& t : in) io.push_back(t.data);
-      for (const auto& t : out) io.push_back(t.data);
       std::unique_ptr<Graph> g;
       try {
         g = dev->capture([&](Stream cs) { launch_with_cells(sh, cs); });
@@ -565,20 +577,10 @@ struct Program::Impl {
         throw;
       } catch (const Error& e) {
         // Run as exact launches instead, where an error of their own shows again.
-        log::debug("program '{}': capturing with cells: {}; no cells for this shape", spec.name, e.what());
-        --st.cell_calls;
-        sh.cells_refused = true;
-        leave_bound(sh);
-        reslot(sh, in, out, call_slots);
-        return false;
+        return refuse_cells(sh, in, out, fmt::format("capturing with cells: {}", e.what()));
       }
       if (g) {
-        if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
-        GraphEntry e{io, std::move(g), ++clock, call_slots, {}, false, true, word_values_};
-        sh.graphs.push_back(std::move(e));
-        ++graph_count;
-        ++st.graph_captures;
-        replay(sh.graphs.back(), s);
+        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, {}, false, true, word_values_}, s);
         return true;
       }
     }
@@ -1036,9 +1038,6 @@ struct Program::Impl {
         launch_steps(sh, s);
         return;
       }
-      std::vector<void*> io;
-      for (const auto& t : in) io.push_back(t.data);
-      for (const auto& t : out) io.push_back(t.data);
       // Capture this shape's launches for these buffers, then replay them.
       std::vector<size_t> counts;
       std::unique_ptr<Graph> g = dev->capture([&](Stream cs) {
@@ -1050,12 +1049,8 @@ struct Program::Impl {
         }
       });
       if (g) {
-        if (graph_count >= static_cast<size_t>(std::max(1, opts.graph_capacity))) evict_graph();
         const bool counted = std::any_of(counts.begin(), counts.end(), [](size_t n) { return n > 0; });
-        sh.graphs.push_back({io, std::move(g), ++clock, call_slots, std::move(counts), counted, false, {}});
-        ++graph_count;
-        ++st.graph_captures;
-        replay(sh.graphs.back(), s);
+        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, std::move(counts), counted, false, {}}, s);
         return;
       }
     }

@@ -137,7 +137,6 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3", nullptr);
     bind(h, d->cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2", nullptr);
     bind(h, d->cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2", nullptr);
-    bind(h, d->cuGraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams", nullptr);
     bind(h, d->cuGraphGetNodes, "cuGraphGetNodes", nullptr);
     bind(h, d->cuKernelGetParamInfo, "cuKernelGetParamInfo", nullptr);
     bind(h, d->cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &missing);

@@ -33,13 +33,6 @@ struct CUgraphNode_st;
 using CUgraphNode = CUgraphNode_st*;
 // The driver's kernel node parameters (CUDA_KERNEL_NODE_PARAMS_v2): with func null,
 // kern is launched in the current context.
-// CUDA_MEMSET_NODE_PARAMS
-struct CudaMemsetNodeParams {
-  CUdeviceptr dst;
-  size_t pitch;
-  unsigned value, element_size;
-  size_t width, height;
-};
 struct CudaKernelNodeParams {
   CUfunction func;
   unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
@@ -183,9 +176,6 @@ struct Driver {
                                      size_t*) = nullptr;
   CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CudaKernelNodeParams*) = nullptr;
   CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
-  // A memset node's value set in place (a program's cells; without it a graph with cells is not kept).
-  CUresult (*cuGraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode, const CudaMemsetNodeParams*,
-                                             CUcontext) = nullptr;
   // A kernel parameter's offset and size (optional: without it every node is set on each update).
   CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t*, size_t*) = nullptr;
   // cuTensorMapEncodeTiled(map, data type, rank, address, dims, strides (bytes, rank - 1),
