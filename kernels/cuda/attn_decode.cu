@@ -153,24 +153,58 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
 }
 #endif
 
+// attn_combine keeps a group of up to AD_D splits' (m, l) in shared memory at a time; each
+// thread then loads its dim of the group's rows 8 at a time (independent loads in flight
+// together: the part rows are in L2, a few hundred ns away, and a split at a time would wait
+// that long for each), rescales them to the running max and adds them up.
 extern "C" __global__ void __launch_bounds__(AD_D)
     attn_combine(const float* __restrict__ part, __nv_bfloat16* __restrict__ o, long long T, long long S_arg, long long HQ,
                  long long CHUNK) {
+  __shared__ float sm_m[AD_D], sm_l[AD_D], sm_red[AD_D / 32];
   const long long S = kiln_cell(S_arg);  // the splits the keys make, where the part's grid was sized for more
   kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
   kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
   const long long r = blockIdx.x, splits = (S + T + CHUNK - 1) / CHUNK, rows = T * HQ;
-  const int d = threadIdx.x;
-  float M = AD_NEG_INF;
-  for (long long c = 0; c < splits; ++c) M = fmaxf(M, part[(c * rows + r) * (AD_D + 2) + AD_D]);
-  float den = 0.f, acc = 0.f;
-  for (long long c = 0; c < splits; ++c) {
-    const float* p = part + (c * rows + r) * (AD_D + 2);
-    const float mc = p[AD_D];
-    if (mc == AD_NEG_INF) continue;  // no key of this split is visible to the row
-    const float wgt = exp2f(mc - M);
-    den += p[AD_D + 1] * wgt;
-    acc += p[d] * wgt;
+  const int d = threadIdx.x, lane = d & 31, warp = d >> 5;
+  float M = AD_NEG_INF, den = 0.f, acc = 0.f;  // over the groups so far: max, sum, output
+  for (long long c0 = 0; c0 < splits; c0 += AD_D) {
+    const int n = static_cast<int>(splits - c0 < AD_D ? splits - c0 : AD_D);
+    float mc = AD_NEG_INF, lc = 0.f;
+    if (d < n) {
+      const float* p = part + ((c0 + d) * rows + r) * (AD_D + 2);
+      mc = p[AD_D];
+      lc = p[AD_D + 1];
+    }
+    float gm = mc;  // the group's max
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) gm = fmaxf(gm, __shfl_xor_sync(0xffffffffu, gm, o2));
+    __syncthreads();  // the last group's shared values are read
+    sm_m[d] = mc;
+    sm_l[d] = lc;
+    if (lane == 0) sm_red[warp] = gm;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < AD_D / 32; ++w) gm = fmaxf(gm, sm_red[w]);
+    const float Mn = fmaxf(M, gm);
+    if (Mn == AD_NEG_INF) continue;  // no key seen yet by this row
+    const float a = M == AD_NEG_INF ? 0.f : exp2f(M - Mn);
+    den *= a;
+    acc *= a;
+    for (int j0 = 0; j0 < n; j0 += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        v[u] = j0 + u < n ? part[((c0 + j0 + u) * rows + r) * (AD_D + 2) + d] : 0.f;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (j0 + u >= n) break;
+        const float m = sm_m[j0 + u];
+        const float wgt = m == AD_NEG_INF ? 0.f : exp2f(m - Mn);  // a split no key of which the row sees adds nothing
+        den += sm_l[j0 + u] * wgt;
+        acc += v[u] * wgt;
+      }
+    }
+    M = Mn;
   }
   o[r * AD_D + d] = __float2bfloat16_rn(acc / den);
 }

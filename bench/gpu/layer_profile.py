@@ -1,0 +1,43 @@
+"""Summary of bench/gpu/layer_profile.sh: every kernel Nsight Compute timed (in launch order),
+its DRAM bytes and the time those bytes take at the copy bandwidth of the same run; then the
+last whole call's kernels (the run's last kernels, as many as a call launches) against the
+call's time back to back. Usage: python3 layer_profile.py <results dir>"""
+import csv, json, re, sys, os
+r = sys.argv[1]
+bw = None
+try:
+    bw = float(re.search(r"copy bandwidth (\d+)", open(os.path.join(r, "copy_bandwidth.txt")).read()).group(1)) * 1e9
+except Exception:
+    pass
+rows = {}
+order = []
+text = open(os.path.join(r, "ncu.csv")).read().splitlines()
+start = next((i for i, l in enumerate(text) if l.startswith('"ID"')), None)
+if start is None:
+    print("no kernels in ncu.csv"); sys.exit(1)
+for row in csv.DictReader(text[start:]):
+    k = row["ID"]
+    if k not in rows:
+        rows[k] = {"name": row["Kernel Name"], "grid": row["Grid Size"], "block": row["Block Size"]}
+        order.append(k)
+    rows[k][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
+tuned = json.load(open(os.path.join(r, "tuned.json")))
+steps = len(tuned.get("steps", []))
+print(f"copy bandwidth {bw / 1e9:.0f} GB/s; whole call back to back {tuned['call_ns'] / 1e3:.1f} us; "
+      f"{len(order)} kernels profiled; the program has {steps} steps")
+def line(k):
+    d = rows[k]
+    t = d.get("gpu__time_duration.sum", 0) / 1e3
+    by = d.get("dram__bytes_read.sum", 0) + d.get("dram__bytes_write.sum", 0)
+    ideal = by / bw * 1e6 if bw else 0
+    name = re.sub(r"\(.*", "", d["name"])[:40]
+    return t, ideal, f"{k:>5} {name:40} {d['grid']:>14} {d['block']:>12} {t:9.2f} us {by / 1e6:9.2f} MB {ideal:8.2f} us {100 * ideal / t if t else 0:6.1f}%"
+print(f"{'id':>5} {'kernel':40} {'grid':>14} {'block':>12} {'time':>12} {'DRAM':>12} {'at copy bw':>11} {'of bw':>7}")
+for k in order:
+    print(line(k)[2])
+n = int(os.environ.get("PER_CALL", "0")) or None
+if n:
+    last = order[-n:]
+    tot = sum(line(k)[0] for k in last); ideal = sum(line(k)[1] for k in last)
+    print(f"last call ({n} kernels): {tot:.1f} us of kernels alone, their bytes at copy bw {ideal:.1f} us; "
+          f"whole call {tuned['call_ns'] / 1e3:.1f} us: gaps {tuned['call_ns'] / 1e3 - tot:.1f} us")
