@@ -196,7 +196,6 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   // wait see the previous kernel's writes. (4 KiB a row, 64 KiB a block, measured slower on
   // the H100: the layer 177 us a call against 165, the tuning of the gated MLP GEMM then
   // preferring cuBLASLt.)
-  kiln_start_next();
 #if VEC == 8
   {
     const long long pf_end = kb + kstride < ke ? kb + kstride : ke;
@@ -236,6 +235,11 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
     }
   }
 #endif
+
+  // The next kernel may be scheduled once every block has passed here: its blocks then take
+  // their SMs during this grid's tail (its last blocks' sums and stores), not while its
+  // later blocks still wait to stream their weights.
+  kiln_start_next();
 
   // Each warp's sums into shared memory as [token][column]; then the block adds them up.
 #pragma unroll
