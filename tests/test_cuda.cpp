@@ -554,7 +554,9 @@ T = [256, 1024]
 // The GEMM handles' variants of several launches, forced, on the device,
 // against a host reference at edge shapes: linear_bf16_nt's padded form (K
 // not a multiple of 8), mlp_gate_up_bf16's and linear_residual_bf16_nt's
-// unfused forms. Then linear_bf16_nt chooses by itself at a misaligned K.
+// unfused forms; the RMSNorm handles' fused form (the decode GEMM's rmsnorm members) and
+// their unfused forms (the norm, then the GEMM). Then linear_bf16_nt chooses by itself at a
+// misaligned K, and the RMSNorm handles choose by themselves.
 TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
   NEEDS_GPU();
   struct Case {
@@ -567,6 +569,12 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
       {"linear_bf16_nt", 3, 9, 127, 1},   {"linear_bf16_nt", -1, 127, 129, 4100},
       {"mlp_gate_up_bf16", 2, 1, 7, 8},   {"mlp_gate_up_bf16", 2, 9, 129, 64}, {"mlp_gate_up_bf16", 2, 129, 127, 4104},
       {"linear_residual_bf16_nt", 2, 1, 9, 8}, {"linear_residual_bf16_nt", 2, 127, 129, 4104},
+      {"rmsnorm_linear_bf16_nt", 0, 1, 7, 8},    {"rmsnorm_linear_bf16_nt", 0, 16, 129, 4104},
+      {"rmsnorm_linear_bf16_nt", 0, 9, 127, 7},  {"rmsnorm_linear_bf16_nt", 1, 129, 127, 4104},
+      {"rmsnorm_linear_bf16_nt", 3, 3, 33, 520}, {"rmsnorm_linear_bf16_nt", -1, 1, 4100, 4096},
+      {"rmsnorm_mlp_gate_up_bf16", 0, 1, 7, 8},  {"rmsnorm_mlp_gate_up_bf16", 0, 16, 129, 4104},
+      {"rmsnorm_mlp_gate_up_bf16", 3, 9, 127, 64}, {"rmsnorm_mlp_gate_up_bf16", 2, 7, 9, 520},
+      {"rmsnorm_mlp_gate_up_bf16", -1, 1, 1100, 4096},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} variant {} at M={} N={} K={}", c.spec, c.variant, c.M, c.N, c.K));
@@ -583,6 +591,7 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
       if (ms.args[i].name == "M") scalars[i].i = c.M;
       if (ms.args[i].name == "N") scalars[i].i = c.N;
       if (ms.args[i].name == "K") scalars[i].i = c.K;
+      if (ms.args[i].name == "eps") scalars[i].f = 1e-5;
     }
     Device& dev = rt.backend("cuda").device();
     DeviceArgs args(shape, scalars, dev);
@@ -608,25 +617,44 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
         }
       return std::vector<double>{};
     };
-    const std::vector<double> A = host("A"), C = host("C");
-    const bool gated = c.spec == "mlp_gate_up_bf16";
+    std::vector<double> A = host("A");
+    const std::vector<double> C = host("C");
+    const bool normed = A.empty();
+    if (normed) {  // an RMSNorm handle: A is rmsnorm(x) * g, computed here in double
+      const std::vector<double> x = host("x"), gain = host("g");
+      A.resize(x.size());
+      for (int64_t m = 0; m < c.M; ++m) {
+        double ss = 0;
+        for (int64_t kk = 0; kk < c.K; ++kk) ss += x[static_cast<size_t>(m * c.K + kk)] * x[static_cast<size_t>(m * c.K + kk)];
+        const double r = 1 / std::sqrt(ss / static_cast<double>(c.K) + 1e-5);
+        for (int64_t kk = 0; kk < c.K; ++kk)
+          A[static_cast<size_t>(m * c.K + kk)] = x[static_cast<size_t>(m * c.K + kk)] * r * gain[static_cast<size_t>(kk)];
+      }
+    }
+    const bool gated = c.spec == "mlp_gate_up_bf16" || c.spec == "rmsnorm_mlp_gate_up_bf16";
     const std::vector<double> B = host(gated ? "Bg" : "B"), Bu = host("Bu"), R = host("R");
     ASSERT_EQ(C.size(), static_cast<size_t>(c.M * c.N));
     size_t bad = 0;
     for (int64_t m = 0; m < c.M; ++m)
       for (int64_t n = 0; n < c.N; ++n) {
-        double g = 0, u = 0, mag = 0;
+        double g = 0, u = 0, mag = 0, mag_u = 0;
         for (int64_t kk = 0; kk < c.K; ++kk) {
           const double a = A[static_cast<size_t>(m * c.K + kk)];
           g += a * B[static_cast<size_t>(n * c.K + kk)];
           mag += std::abs(a * B[static_cast<size_t>(n * c.K + kk)]);
-          if (gated) u += a * Bu[static_cast<size_t>(n * c.K + kk)];
+          if (gated) u += a * Bu[static_cast<size_t>(n * c.K + kk)], mag_u += std::abs(a * Bu[static_cast<size_t>(n * c.K + kk)]);
         }
         double want = g;
-        if (gated) want = g / (1 + std::exp(-g)) * u;
+        const double silu = g / (1 + std::exp(-g));
+        if (gated) want = silu * u;
         if (!R.empty()) want += R[static_cast<size_t>(m * c.N + n)];
-        // bf16 operands rounded on the way (the unfused forms round G and U, or the product, once more).
-        const double tol = 2e-2 * (std::abs(want) + mag / std::sqrt(static_cast<double>(c.K)) + 1e-2);
+        // bf16 operands rounded on the way (the unfused forms round G and U, or the product, once more;
+        // the RMSNorm handles round the normalised A, whose error in each of the gated product's sums
+        // is multiplied by the other factor).
+        const double sk = std::sqrt(static_cast<double>(c.K));
+        const double tol = normed && gated
+                               ? 2e-2 * (std::abs(want) + std::abs(silu) * mag_u / sk + std::abs(u) * mag / sk + 1e-2)
+                               : 2e-2 * (std::abs(want) + mag / sk + 1e-2);
         const double got = C[static_cast<size_t>(m * c.N + n)];
         if (!(std::abs(got - want) <= tol) && bad++ < 3)
           ADD_FAILURE() << "C[" << m << ", " << n << "] = " << got << ", want " << want << " (tol " << tol << ")";
@@ -634,6 +662,85 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
     EXPECT_EQ(bad, 0u);
   }
 }
+
+// Every config of a GEMM family member that no static rule prunes, compiled and loaded.
+struct EveryConfig {
+  std::vector<Config> configs;
+  std::vector<std::shared_ptr<LoadedKernel>> loaded;
+};
+EveryConfig compile_every_config(Runtime& rt, const KernelSpec& s) {
+  EveryConfig e;
+  Backend& be = rt.backend("cuda");
+  std::vector<BinaryFuture> bins;
+  for (const auto& c : s.space.all())
+    if (statically_pruned(s, c, be.limits()).empty()) {
+      e.configs.push_back(c);
+      bins.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+    }
+  for (auto& b : bins) e.loaded.push_back(rt.load(*b.get()));
+  return e;
+}
+
+// A GEMM member's inputs at one shape on the device, read back as doubles by name.
+struct GemmCall {
+  const KernelSpec& s;
+  int64_t M, N, K;
+  DeviceArgs args;
+  GemmCall(const KernelSpec& spec, int64_t m, int64_t n, int64_t k, Device& dev)
+      : s(spec), M(m), N(n), K(k), args(spec, scalars(spec, m, n, k), dev) {
+    args.fill_random(static_cast<uint64_t>(M * 31 + N * 7 + K));
+  }
+  static std::vector<ScalarValue> scalars(const KernelSpec& s, int64_t M, int64_t N, int64_t K) {
+    std::vector<ScalarValue> v(s.args.size());
+    for (size_t i = 0; i < s.args.size(); ++i) {
+      if (s.args[i].name == "M") v[i].i = M;
+      if (s.args[i].name == "N") v[i].i = N;
+      if (s.args[i].name == "K") v[i].i = K;
+      if (s.args[i].name == "eps") v[i].f = 1e-5;
+    }
+    return v;
+  }
+  // The bf16 buffer `name` (empty where the member has none).
+  std::vector<double> host(const char* name) {
+    std::vector<double> v;
+    const int i = s.arg_index(name);
+    if (i < 0) return v;
+    std::vector<std::byte> b = args.read(static_cast<size_t>(i));
+    v.resize(b.size() / 2);
+    for (size_t j = 0; j < v.size(); ++j) {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * j, 2);
+      v[j] = bf16_bits_to_f32(h);
+    }
+    return v;
+  }
+  // Launches each config that can run this shape, into a C first filled with junk, and
+  // checks C against want within tol; `what` names the member. Returns how many ran.
+  size_t check_every_config(const EveryConfig& e, Backend& be, const std::string& what,
+                            const std::vector<double>& want, const std::vector<double>& tol) {
+    std::vector<int64_t> slots(s.args.size());
+    read_int_slots(s, args.params(), slots.data());
+    const int c_arg = s.arg_index("C");
+    size_t ran = 0;
+    for (size_t ci = 0; ci < e.configs.size(); ++ci) {
+      if (!Tuner::why_not(s, e.configs[ci], slots.data(), be.limits()).empty()) continue;
+      SCOPED_TRACE(fmt::format("{} {} at M={} N={} K={}", what, e.configs[ci].str(), M, N, K));
+      const std::vector<std::byte> junk(want.size() * 2, std::byte{0x7f});  // not zeros: an unwritten output shows
+      be.device().to_device(args.buffer(static_cast<size_t>(c_arg)), junk.data(), junk.size(), nullptr);
+      e.loaded[ci]->launch(args.params(), LaunchPlan(s, e.configs[ci], be.limits()).eval(slots.data()), nullptr);
+      be.device().sync(nullptr);
+      const std::vector<double> C = host("C");
+      size_t bad = 0;
+      for (size_t j = 0; j < C.size(); ++j)
+        if (!(std::abs(C[j] - want[j]) <= tol[j]) && bad++ < 3)
+          ADD_FAILURE() << "C[" << j / static_cast<size_t>(N) << ", " << j % static_cast<size_t>(N) << "] = " << C[j]
+                        << ", want " << want[j];
+      EXPECT_EQ(bad, 0u);
+      ++ran;
+    }
+    return ran;
+  }
+};
 
 // The TMA family (kernels/cuda/gemm_tma.toml): every config of each member that can run a
 // shape, launched directly, against a float64 host reference, at edge shapes (M and N of
@@ -648,43 +755,15 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
                                      {4100, 127, 16}, {1100, 2100, 24}, {300, 520, 4104}};
   Runtime rt(opts);
   Backend& be = rt.backend("cuda");
-  Device& dev = be.device();
   for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
     KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:" + member);
     const bool gated = member == "bf16_nt_gated", residual = member == "bf16_nt_residual";
-    std::vector<Config> configs;
-    std::vector<BinaryFuture> bins;
-    for (const auto& c : s.space.all())
-      if (statically_pruned(s, c, be.limits()).empty()) {
-        configs.push_back(c);
-        bins.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
-      }
-    ASSERT_GE(configs.size(), 10u) << member;
-    std::vector<std::shared_ptr<LoadedKernel>> loaded;
-    for (auto& b : bins) loaded.push_back(rt.load(*b.get()));
+    const EveryConfig every = compile_every_config(rt, s);
+    ASSERT_GE(every.configs.size(), 10u) << member;
     for (const Shape& sh : shapes) {
-      std::vector<ScalarValue> scalars(s.args.size());
-      for (size_t i = 0; i < s.args.size(); ++i) {
-        if (s.args[i].name == "M") scalars[i].i = sh.M;
-        if (s.args[i].name == "N") scalars[i].i = sh.N;
-        if (s.args[i].name == "K") scalars[i].i = sh.K;
-      }
-      DeviceArgs args(s, scalars, dev);
-      args.fill_random(static_cast<uint64_t>(sh.M * 31 + sh.N * 7 + sh.K));
-      auto host = [&](const char* name) {
-        std::vector<double> v;
-        const int i = s.arg_index(name);
-        if (i < 0) return v;
-        std::vector<std::byte> b = args.read(static_cast<size_t>(i));
-        v.resize(b.size() / 2);
-        for (size_t j = 0; j < v.size(); ++j) {
-          uint16_t h;
-          std::memcpy(&h, b.data() + 2 * j, 2);
-          v[j] = bf16_bits_to_f32(h);
-        }
-        return v;
-      };
-      const std::vector<double> A = host("A"), B = host(gated ? "Bg" : "B"), Bu = host("Bu"), R = host("R");
+      GemmCall call(s, sh.M, sh.N, sh.K, be.device());
+      const std::vector<double> A = call.host("A"), B = call.host(gated ? "Bg" : "B"), Bu = call.host("Bu"),
+                                R = call.host("R");
       std::vector<double> want(static_cast<size_t>(sh.M * sh.N)), tol(want.size());
       for (int64_t m = 0; m < sh.M; ++m)
         for (int64_t n = 0; n < sh.N; ++n) {
@@ -700,23 +779,80 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
           want[static_cast<size_t>(m * sh.N + n)] = w;
           tol[static_cast<size_t>(m * sh.N + n)] = 1e-2 * (std::abs(w) + mag / std::sqrt(double(sh.K)) + 1e-2);
         }
-      std::vector<int64_t> slots(s.args.size());
-      read_int_slots(s, args.params(), slots.data());
-      const int c_arg = s.arg_index("C");
-      for (size_t ci = 0; ci < configs.size(); ++ci) {
-        if (!Tuner::why_not(s, configs[ci], slots.data(), be.limits()).empty()) continue;
-        SCOPED_TRACE(fmt::format("{} {} at M={} N={} K={}", member, configs[ci].str(), sh.M, sh.N, sh.K));
-        const std::vector<std::byte> junk(want.size() * 2, std::byte{0x7f});  // not zeros: an unwritten output shows
-        dev.to_device(args.buffer(static_cast<size_t>(c_arg)), junk.data(), junk.size(), nullptr);
-        loaded[ci]->launch(args.params(), LaunchPlan(s, configs[ci], be.limits()).eval(slots.data()), nullptr);
-        dev.sync(nullptr);
-        const std::vector<double> C = host("C");
-        size_t bad = 0;
-        for (size_t j = 0; j < C.size(); ++j)
-          if (!(std::abs(C[j] - want[j]) <= tol[j]) && bad++ < 3)
-            ADD_FAILURE() << "C[" << j / sh.N << ", " << j % sh.N << "] = " << C[j] << ", want " << want[j];
-        EXPECT_EQ(bad, 0u);
+      call.check_every_config(every, be, member, want, tol);
+    }
+  }
+}
+
+// The decode GEMM's RMSNorm members (kernels/cuda/gemm_decode.toml: bf16_nt_rmsnorm and
+// bf16_nt_rmsnorm_gated), and its gated member beside them: every config that can run a
+// shape, launched directly, against a float64 host reference of the norm then the product, at
+// edge shapes: M of 1, 7, 8, 9 and 16 (one and two token tiles), N of 2 to 130, odd (the
+// any-shape configs, VEC = 1, alone) and even (the 16-byte ones too), K of 1 and 7 (the
+// any-shape path), 8, 520, 4096 and 4104 (K split over a cluster of up to 8 blocks, each adding
+// its slice's squares), rows of very different scale (the norm must use each row's own).
+// KILN_TEST_DECODE_MEMBERS=a,b checks those members only.
+TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) {
+  NEEDS_GPU();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const std::vector<Shape> shapes = {{1, 7, 8},      {7, 129, 4104}, {9, 9, 7},     {16, 129, 520}, {1, 33, 1},
+                                     {16, 7, 4104}, {1, 130, 4104}, {8, 64, 4096}, {16, 2, 520}};
+  Runtime rt(opts);
+  Backend& be = rt.backend("cuda");
+  const char* only = std::getenv("KILN_TEST_DECODE_MEMBERS");
+  for (const std::string member : {"bf16_nt_rmsnorm", "bf16_nt_rmsnorm_gated", "bf16_nt_gated"}) {
+    if (only && ("," + std::string(only) + ",").find("," + member + ",") == std::string::npos) continue;
+    KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_decode.toml:" + member);
+    const bool gated = member.ends_with("gated"), norm = member.find("rmsnorm") != std::string::npos;
+    const EveryConfig every = compile_every_config(rt, s);
+    ASSERT_GE(every.configs.size(), 10u) << member;
+    for (const Shape& sh : shapes) {
+      GemmCall call(s, sh.M, sh.N, sh.K, be.device());
+      const int a_arg = s.arg_index("A");
+      {  // row m of A scaled by 4^(m % 5 - 2): the rows' norms differ by up to 256 times
+        std::vector<std::byte> b = call.args.read(static_cast<size_t>(a_arg));
+        for (size_t j = 0; j < b.size() / 2; ++j) {
+          uint16_t h;
+          std::memcpy(&h, b.data() + 2 * j, 2);
+          const float v = bf16_bits_to_f32(h) * std::ldexp(1.f, 2 * (static_cast<int>(j / static_cast<size_t>(sh.K)) % 5 - 2));
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          h = static_cast<uint16_t>(bits >> 16);  // exact: a power-of-two scale of a bf16 value
+          std::memcpy(b.data() + 2 * j, &h, 2);
+        }
+        be.device().to_device(call.args.buffer(static_cast<size_t>(a_arg)), b.data(), b.size(), nullptr);
       }
+      const std::vector<double> X = call.host("A"), G = call.host("g"), B = call.host(gated ? "Bg" : "B"),
+                                Bu = call.host("Bu");
+      std::vector<double> want(static_cast<size_t>(sh.M * sh.N)), tol(want.size());
+      for (int64_t m = 0; m < sh.M; ++m) {
+        double ss = 0;
+        for (int64_t k = 0; k < sh.K; ++k) ss += X[static_cast<size_t>(m * sh.K + k)] * X[static_cast<size_t>(m * sh.K + k)];
+        const double r = norm ? 1 / std::sqrt(ss / static_cast<double>(sh.K) + 1e-5) : 1;
+        for (int64_t n = 0; n < sh.N; ++n) {
+          double g = 0, u = 0, mag = 0, mag_u = 0;
+          for (int64_t k = 0; k < sh.K; ++k) {
+            const double a = X[static_cast<size_t>(m * sh.K + k)] * r * (norm ? G[static_cast<size_t>(k)] : 1.0);
+            const double b = B[static_cast<size_t>(n * sh.K + k)];
+            g += a * b;
+            mag += std::abs(a * b);
+            if (gated) u += a * Bu[static_cast<size_t>(n * sh.K + k)], mag_u += std::abs(a * Bu[static_cast<size_t>(n * sh.K + k)]);
+          }
+          const double silu = g / (1 + std::exp(-g)), w = gated ? silu * u : g;
+          want[static_cast<size_t>(m * sh.N + n)] = w;
+          // The normalised A is rounded to bf16 before the product (as an RMSNorm kernel's output
+          // is): each sum is off by about its magnitude / sqrt(K) times bf16's precision, and in
+          // the gated product each sum's error is multiplied by the other factor.
+          const double sk = std::sqrt(double(sh.K));
+          tol[static_cast<size_t>(m * sh.N + n)] =
+              gated ? 2e-2 * (std::abs(w) + std::abs(silu) * mag_u / sk + std::abs(u) * mag / sk + 1e-2)
+                    : 2e-2 * (std::abs(w) + mag / sk + 1e-2);
+        }
+      }
+      const size_t ran = call.check_every_config(every, be, member, want, tol);
+      EXPECT_GT(ran, 0u) << member << " at M=" << sh.M << " N=" << sh.N << " K=" << sh.K;
     }
   }
 }

@@ -61,7 +61,7 @@ BN = [16, 64]
 
 TEST(Family, EachMemberIsTheSpecOfItsProblem) {
   const std::vector<std::string> members = family_members(linear());
-  ASSERT_EQ(members.size(), 7u);
+  ASSERT_EQ(members.size(), 9u);
   for (const std::string& m : members) {
     KernelSpec s = load_spec(linear() + ":" + m);
     const GemmProblem p = *parse_gemm_problem(m);
@@ -81,7 +81,13 @@ TEST(Family, EachMemberIsTheSpecOfItsProblem) {
       EXPECT_NE(std::find(s.cflags.begin(), s.cflags.end(), d), s.cflags.end()) << m << " lacks " << d;
     EXPECT_EQ(s.constant("WEIGHTS"), p.weights()) << m;
     // Each member's own table gives it the library choice, completed with its problem.
-    EXPECT_EQ(s.libraries, std::vector<std::string>{"openblas_" + m}) << m;
+    if (p.rmsnorm) {  // OpenBLAS has no RMSNorm prologue
+      EXPECT_TRUE(s.libraries.empty()) << m;
+      EXPECT_EQ(s.constant("RMSNORM"), 1) << m;
+    } else {
+      EXPECT_EQ(s.libraries, std::vector<std::string>{"openblas_" + m}) << m;
+      EXPECT_EQ(s.constant("RMSNORM"), 0) << m;
+    }
   }
   // Members differ in name and flags, so their records and binaries are their own.
   EXPECT_NE(load_spec(linear() + ":f32_nt_gelu").cflags, load_spec(linear() + ":f32_nt_silu").cflags);
@@ -100,7 +106,9 @@ TEST(Family, EveryMemberComputesItsProblem) {
     SCOPED_TRACE(m);
     KernelSpec s = load_spec(linear() + ":" + m);
     const GemmProblem p = *parse_gemm_problem(m);
-    HostArgs args(s, parse_scalars(s, {{"M", "5"}, {"N", "19"}, {"K", "37"}}));
+    std::vector<std::pair<std::string, std::string>> sizes = {{"M", "5"}, {"N", "19"}, {"K", "37"}};
+    if (p.rmsnorm) sizes.push_back({"eps", "1e-5"});
+    HostArgs args(s, parse_scalars(s, sizes));
     args.fill_random(7);
     Kernel k(rt, s);
     k.launch(args.params());
@@ -110,14 +118,21 @@ TEST(Family, EveryMemberComputesItsProblem) {
       return i < 0 ? nullptr : reinterpret_cast<const float*>(args.buffer(static_cast<size_t>(i)).data());
     };
     const float *A = buf("A"), *B = p.weights() == 2 ? buf("Bg") : buf("B"), *Bu = buf("Bu"), *C = buf("C");
-    const float *bias = buf("bias"), *R = buf("R");
+    const float *bias = buf("bias"), *R = buf("R"), *g = buf("g");
     double worst = 0;
-    for (int64_t i = 0; i < M; ++i)
+    for (int64_t i = 0; i < M; ++i) {
+      double r = 1;  // with the RMSNorm prologue, row i's scale; A[i, q] * r * g[q] is multiplied
+      if (g) {
+        double ss = 0;
+        for (int64_t q = 0; q < K; ++q) ss += double(A[i * K + q]) * A[i * K + q];
+        r = 1 / std::sqrt(ss / double(K) + 1e-5);
+      }
       for (int64_t j = 0; j < N; ++j) {
         double v = 0, u = 0;
         for (int64_t q = 0; q < K; ++q) {
-          v += double(A[i * K + q]) * B[j * K + q];
-          if (Bu) u += double(A[i * K + q]) * Bu[j * K + q];
+          const double a = double(A[i * K + q]) * r * (g ? g[q] : 1.0);
+          v += a * B[j * K + q];
+          if (Bu) u += a * Bu[j * K + q];
         }
         if (bias) v += bias[j];
         if (R) v += R[i * N + j];
@@ -131,6 +146,7 @@ TEST(Family, EveryMemberComputesItsProblem) {
         }
         worst = std::max(worst, std::abs(v - C[i * N + j]));
       }
+    }
     EXPECT_LT(worst, 1e-4);
   }
 }
@@ -151,7 +167,7 @@ TEST(Family, EveryBuiltInMembersCallChecksAreArgumentsOnly) {
         ++members;
       }
     }
-  EXPECT_EQ(members, 7u + 10u + 4u + 3u + 3u);
+  EXPECT_EQ(members, 9u + 10u + 4u + 5u + 3u);
 }
 
 TEST(Family, ANameThatIsNotAMemberSaysWhichAreAndBadFamiliesAreRefused) {

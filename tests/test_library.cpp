@@ -84,6 +84,24 @@ TEST(LibraryChoiceTest, NamesReadAsALibraryAProblemAndARank) {
   EXPECT_FALSE(parse_library_choice("sgemm", &why));
   EXPECT_FALSE(parse_library_choice("cu-blas_sgemm", &why));
   EXPECT_FALSE(parse_library_choice("openblas_i32_nn", &why));
+
+  // The RMSNorm prologue comes before the epilogue in a problem's name; its gain follows A and
+  // its eps the sizes.
+  auto n = parse_gemm_problem("bf16_nt_rmsnorm_gated");
+  ASSERT_TRUE(n);
+  EXPECT_TRUE(n->rmsnorm);
+  EXPECT_EQ(n->epilogue, GemmEpilogue::gated);
+  EXPECT_EQ(n->member_text(), "bf16_nt_rmsnorm_gated");
+  std::vector<std::string> names;
+  for (const ProblemArg& a : n->arguments()) names.push_back(a.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"A", "g", "Bg", "Bu", "C", "M", "N", "K", "eps"}));
+  EXPECT_EQ(n->arguments().back().type, "f32");
+  EXPECT_TRUE(parse_gemm_problem("f32_nt_rmsnorm"));
+  EXPECT_FALSE(parse_gemm_problem("f32_nt_gated_rmsnorm"));
+  EXPECT_FALSE(parse_gemm_problem("f32_nt_rmsnormx"));
+  EXPECT_FALSE(parse_gemm_problem("f32_nt_rmsnorm_"));
+  EXPECT_NE(*parse_gemm_problem("f32_nn_rmsnorm"), GemmProblem{});  // never read as sgemm
+  EXPECT_EQ(parse_gemm_problem("f32_nn_rmsnorm")->text(), "f32_nn_rmsnorm");
 }
 
 TEST(LibraryChoiceTest, OperandsAreFoundByTheProblemNotByPosition) {
@@ -101,6 +119,19 @@ TEST(LibraryChoiceTest, OperandsAreFoundByTheProblemNotByPosition) {
   EXPECT_EQ(o.extra, nullptr);
   EXPECT_EQ(o.c, &c);
   EXPECT_EQ(o.n, 3);
+  // With the RMSNorm prologue: the gain after A, eps after the sizes.
+  double g = 0;
+  float eps = 0.5f;
+  void* pg = &g;
+  void* normed[] = {&pa, &pg, &pb, &pc, &pbias, &m, &n, &k, &eps};
+  GemmProblem pn{DType::f64, GemmLayout::nt, GemmEpilogue::residual};
+  pn.rmsnorm = true;
+  o = gemm_operands(pn, normed);
+  EXPECT_EQ(o.g, &g);
+  EXPECT_EQ(o.b, &b);
+  EXPECT_EQ(o.extra, &bias);
+  EXPECT_EQ(o.k, 4);
+  EXPECT_EQ(o.eps, 0.5f);
 }
 
 // OpenBLAS's f64 nn and nt choices run for real, and each agrees with the
@@ -135,6 +166,7 @@ TEST_F(LibraryTest, OpenBlasRunsEveryEpilogueUnfusedAndAgreesWithTheFusedTemplat
   const std::string linear = test::kernels() + "/cpu/linear.toml";
   size_t checked = 0;
   for (const std::string& m : family_members(linear)) {
+    if (parse_gemm_problem(m)->rmsnorm) continue;  // OpenBLAS has no RMSNorm prologue (no choice)
     KernelSpec s = load_spec(linear + ":" + m);
     for (const char* rows : {"7", "1"}) {
       SCOPED_TRACE(m + " M=" + rows);
@@ -190,6 +222,8 @@ TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernel
   }
   // A problem the library does not implement is unavailable, with why.
   EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_bf16_nt").find("OpenBLAS has no bf16_nt"),
+            std::string::npos);
+  EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_f32_nt_rmsnorm").find("OpenBLAS has no RMSNorm prologue"),
             std::string::npos);
   EXPECT_NE(rt.backend("cpu").library_unavailable("openblas_sgemm#2").find("does not rank"), std::string::npos);
 }

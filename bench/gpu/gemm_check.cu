@@ -80,6 +80,7 @@
 #define GEMM_DTYPE (DT == 0 ? GEMM_DTYPE_BF16 : GEMM_DTYPE_F16)
 #define GEMM_LAYOUT (BT ? GEMM_LAYOUT_NT : GEMM_LAYOUT_NN)
 #define GEMM_EPILOGUE (EPI + 1)
+#define GEMM_RMSNORM 0  // (the RMSNorm prologue is checked through kiln: tests/test_cuda.cpp)
 // kiln's device functions, which kiln puts before every kernel it compiles (launched here
 // without overlap, the wait returns at once)
 static __device__ __forceinline__ void kiln_wait_prior() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -33,23 +33,26 @@ struct ProblemArg {
   Intent intent = Intent::in;
 };
 
-// C[M,N] = epilogue(A[M,K] . B), row-major, accumulated in fp32 (f64 in f64).
+// C[M,N] = epilogue(A'[M,K] . B), row-major, accumulated in fp32 (f64 in f64), where A' is A
+// or, with the RMSNorm prologue, each row of A divided by its root mean square (plus eps)
+// and multiplied by a gain g[K]: the RMSNorm before a linear layer, in the GEMM.
 struct GemmProblem {
   DType dtype = DType::f32;
   GemmLayout layout = GemmLayout::nn;
   GemmEpilogue epilogue = GemmEpilogue::none;
+  bool rmsnorm = false;  // the prologue: arguments g (after A) and eps (an f32, last)
 
   bool operator==(const GemmProblem&) const = default;
   // Its spelling in a choice's name: "bf16_nt_bias"; f32 nn is "sgemm", as BLAS names it.
   std::string text() const;
-  // Its spelling as a kernel family's member: always <dtype>_<layout>[_<epilogue>] ("f32_nn", never "sgemm").
+  // Its spelling as a kernel family's member: always <dtype>_<layout>[_rmsnorm][_<epilogue>] ("f32_nn", never "sgemm").
   std::string member_text() const;
   // The bias or residual input: an argument between C and M.
   bool has_extra() const { return epilogue == GemmEpilogue::bias || epilogue == GemmEpilogue::residual ||
                                   epilogue == GemmEpilogue::bias_gelu; }
   // The weight operands: 2 for the gated MLP (Bg, Bu), else 1 (B).
   int weights() const { return epilogue == GemmEpilogue::gated ? 2 : 1; }
-  // The arguments a call of it takes, in order: A, B (or Bg, Bu), C[, bias | R], M, N, K.
+  // The arguments a call of it takes, in order: A[, g], B (or Bg, Bu), C[, bias | R], M, N, K[, eps].
   std::vector<ProblemArg> arguments() const;
   // The same as (type, intent) pairs.
   std::vector<std::pair<std::string, Intent>> args() const;
@@ -59,24 +62,26 @@ struct GemmProblem {
   // this problem: named constants for every dtype, layout and epilogue
   // (GEMM_DTYPE_BF16, GEMM_LAYOUT_NT, GEMM_EPI_BIAS, ...; none is 0, so a misspelt name
   // never matches) and the problem's own, GEMM_DTYPE, GEMM_LAYOUT and
-  // GEMM_EPILOGUE, set to them.
+  // GEMM_EPILOGUE, set to them, and GEMM_RMSNORM (0 or 1).
   std::vector<std::string> defines() const;
 };
 
-// Every operand name a GEMM problem may have: A, B, Bg, Bu, C, bias, R.
+// Every operand name a GEMM problem may have: A, g, B, Bg, Bu, C, bias, R.
 const std::vector<std::string>& gemm_operand_names();
 
-// Reads "bf16_nt_bias", "f16_nn", "sgemm"; nullopt when it is not a problem kiln knows.
+// Reads "bf16_nt_bias", "f16_nn", "bf16_nt_rmsnorm_gated", "sgemm"; nullopt when it is not a problem kiln knows.
 std::optional<GemmProblem> parse_gemm_problem(std::string_view s);
 
 // A call's operands, found by the problem's argument list (never by guessing positions).
 struct GemmOperands {
   const void* a = nullptr;
+  const void* g = nullptr;  // the RMSNorm prologue's gain; null without one
   const void* b = nullptr;
   void* c = nullptr;
   const void* b2 = nullptr;     // gated: Bu (b is Bg); else null
   const void* extra = nullptr;  // the bias or residual; null without one
   int64_t m = 0, n = 0, k = 0;
+  float eps = 0;  // the RMSNorm prologue's
 };
 GemmOperands gemm_operands(const GemmProblem& p, void* const* params);
 

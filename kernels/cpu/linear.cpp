@@ -10,12 +10,15 @@
 //   GEMM_EPI_GELU       C = gelu(A.B^T), the erf form
 //   GEMM_EPI_BIAS_GELU  C = gelu(A.B^T + bias[n])
 //   GEMM_EPI_GATED      C = silu(A.Bg^T) * (A.Bu^T), two weights, one pass over A
+// With the RMSNorm prologue (GEMM_RMSNORM 1), A's rows are first divided by their root mean
+// square (+ eps) and multiplied by the gain g[K], into a row of scratch, then multiplied.
 // A program instance computes a BM x BN tile: 8-wide vectors over K, 4 columns at a
 // time in registers.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
-#if !defined(GEMM_DTYPE) || !defined(GEMM_EPILOGUE)
+#if !defined(GEMM_DTYPE) || !defined(GEMM_EPILOGUE) || !defined(GEMM_RMSNORM)
 #error "linear.cpp: compile it as a member of kernels/cpu/linear.toml (linear.toml:f32_nt), which defines its problem"
 #endif
 #if GEMM_DTYPE != GEMM_DTYPE_F32 || GEMM_LAYOUT != GEMM_LAYOUT_NT
@@ -56,8 +59,11 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 }  // namespace
 
-// The arguments are the problem's, in its order: A, B (gated: Bg, Bu), C, then bias or R, then M, N, K.
+// The arguments are the problem's, in its order: A[, g], B (gated: Bg, Bu), C, then bias or R, then M, N, K[, eps].
 void linear(kiln::program_id pid, const float* A,
+#if GEMM_RMSNORM
+            const float* g,
+#endif
 #if GATED
             const float* B, const float* Bu,
 #else
@@ -69,16 +75,33 @@ void linear(kiln::program_id pid, const float* A,
 #elif GEMM_EPILOGUE == GEMM_EPI_RESIDUAL
             const float* R,
 #endif
-            int64_t M, int64_t N, int64_t K) {
+            int64_t M, int64_t N, int64_t K
+#if GEMM_RMSNORM
+            , float eps
+#endif
+) {
   const int64_t m0 = pid.y * BM, n0 = pid.x * BN;
-  for (int64_t m = m0; m < m0 + BM && m < M; ++m)
+#if GEMM_RMSNORM
+  thread_local std::vector<float> normed;  // row m of A through the norm
+  normed.resize(static_cast<size_t>(K));
+#endif
+  for (int64_t m = m0; m < m0 + BM && m < M; ++m) {
+#if GEMM_RMSNORM
+    float ss = 0;
+    for (int64_t k = 0; k < K; ++k) ss += A[m * K + k] * A[m * K + k];
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(K) + eps);
+    for (int64_t k = 0; k < K; ++k) normed[static_cast<size_t>(k)] = A[m * K + k] * r * g[k];
+    const float* a = normed.data();
+#else
+    const float* a = A + m * K;
+#endif
     for (int64_t n = n0; n < n0 + BN && n < N; n += 4) {
       const int nc = static_cast<int>(N - n < 4 ? N - n : 4);
       float s[4];
-      dot4(A + m * K, B + n * K, K, nc, s);
+      dot4(a, B + n * K, K, nc, s);
 #if GATED
       float u[4];
-      dot4(A + m * K, Bu + n * K, K, nc, u);
+      dot4(a, Bu + n * K, K, nc, u);
 #endif
       for (int c = 0; c < nc; ++c) {
         float v = s[c];
@@ -97,4 +120,5 @@ void linear(kiln::program_id pid, const float* A,
         C[m * N + n + c] = v;
       }
     }
+  }
 }

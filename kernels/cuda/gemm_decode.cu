@@ -8,6 +8,12 @@
 //   GEMM_EPI_NONE      C = A.W^T
 //   GEMM_EPI_RESIDUAL  C = A.W^T + R
 //   GEMM_EPI_GATED     C = silu(A.Wg^T) * (A.Wu^T)
+// With the RMSNorm prologue (GEMM_RMSNORM 1: members *_rmsnorm*), A is first the RMSNorm of
+// its rows with the gain G: A'[m,k] = A[m,k] G[k] / sqrt(mean_k A[m,k]^2 + eps). Each thread
+// multiplies the A chunks it loads by G's (rounded to the element type, as an RMSNorm kernel
+// rounds its output) and adds up their squares; every A element is loaded once by one thread
+// of the block (of the cluster, split over K), so the warps' and blocks' squares add up to
+// each row's, and the fp32 sums are scaled by 1 / sqrt(mean + eps) before the epilogue.
 // Entry `gemm`, the problem's arguments (GEMM_PARAMS), as gemm.cu's.
 //
 // Params:
@@ -61,6 +67,7 @@
 static_assert(GEMM_EPILOGUE == GEMM_EPI_NONE || GEMM_HAS_R || GEMM_GATED,
               "the decode kernel has the epilogues none, residual and gated");
 static_assert(GEMM_B_NT, "the decode kernel reads an N x K weight (nt)");
+#define DEC_AN (MT + GEMM_RMSNORM)  // 16-byte A registers a K step: MT token tiles, and G's chunk with the prologue
 static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8, "KSPLIT in {1, 2, 4, 8}");
 #if KSPLIT > 1
 #define DEC_CLUSTER __cluster_dims__(1, KSPLIT, 1)  // the KSPLIT K-slices of a column group: one cluster
@@ -121,6 +128,29 @@ __device__ __forceinline__ uint4 dec_load(const gemm_t* __restrict__ p, long lon
   return v;
 }
 
+#if GEMM_RMSNORM
+// The prologue on one 16-byte A chunk x with the gain's chunk gv: x * gv rounded to the
+// element type, and x's squares added to ss.
+__device__ __forceinline__ uint4 dec_norm(uint4 x, uint4 gv, float& ss) {
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, gs[4] = {gv.x, gv.y, gv.z, gv.w};
+  unsigned out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#if GEMM_DTYPE == GEMM_DTYPE_BF16
+    const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xs[i]));
+    const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gs[i]));
+#else
+    const float2 xf = __half22float2(*reinterpret_cast<const __half2*>(&xs[i]));
+    const float2 gf = __half22float2(*reinterpret_cast<const __half2*>(&gs[i]));
+#endif
+    ss = fmaf(xf.x, xf.x, fmaf(xf.y, xf.y, ss));
+    const gemm_t2 y = epi_pack(xf.x * gf.x, xf.y * gf.y);
+    out[i] = *reinterpret_cast<const unsigned*>(&y);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+#endif
+
 // Launch bounds with "1 block an SM is enough": ptxas then uses the registers the loads in
 // flight need (40 to 128) instead of stopping at an occupancy boundary with a few bytes of
 // spills, which it did with the block size alone; measured faster too (M = 1, 4096 x 4096
@@ -146,10 +176,15 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
       for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][r][m][e] = 0.f;
+#if GEMM_RMSNORM
+  float ssq[MT];  // the squares of the A elements this thread loads, of row m 8 + g
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ssq[m] = 0.f;
+#endif
 
   // One step: the loads of UNROLL 32-wide K steps at kp (zeros past ke: no memory
   // traffic, and the multiplies below then add nothing), and the multiplies of a loaded step.
-  typedef uint4 StepA[UNROLL][MT];
+  typedef uint4 StepA[UNROLL][DEC_AN];  // [u][MT]: G's chunk, with the prologue
   typedef uint4 StepW[DEC_NB][UNROLL][RG][2];
   auto load_step = [&](long long kp, StepA& a, StepW& w) {
 #pragma unroll
@@ -170,9 +205,18 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
           }
 #pragma unroll
       for (int m = 0; m < MT; ++m) a[u][m] = dec_load<false>(A, m * 8 + g, M, K, k, ke);
+#if GEMM_RMSNORM
+      a[u][MT] = dec_load<false>(G, 0, 1, K, k, ke);
+#endif
     }
   };
-  auto mma_step = [&](const StepA& a, const StepW& w) {
+  auto mma_step = [&](StepA& a, const StepW& w) {
+#if GEMM_RMSNORM
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) a[u][m] = dec_norm(a[u][m], a[u][MT], ssq[m]);
+#endif
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -253,6 +297,25 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
           const int tok = m * 8 + t * 2 + (e & 1), col = r * 16 + g + (e >> 1) * 8;
           dec_red[((j * WARPS + warp) * DEC_TOK + tok) * DEC_PITCH + col] = acc[j][r][m][e];
         }
+#if GEMM_RMSNORM
+  // Each row's squares: over the 4 lanes of a row (t), then the warps; dec_ssb the block's.
+  __shared__ float dec_ss[WARPS][DEC_TOK];
+  __shared__ __align__(8) float dec_ssb[DEC_TOK];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float v = ssq[m];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if (t == 0) dec_ss[warp][m * 8 + g] = v;
+  }
+  __syncthreads();
+  if (tid < DEC_TOK) {
+    float v = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < WARPS; ++wi) v += dec_ss[wi][tid];
+    dec_ssb[tid] = v;
+  }
+#endif
   __syncthreads();
 
   // Sum of the warps' partials for output pair p = (token, 2 columns).
@@ -269,16 +332,39 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
     return v;
   };
   // The epilogue and the store of pair p from its sums s[j].
+  // With the prologue, the row's scale 1 / sqrt(mean of its squares + eps): its squares are the
+  // block's (dec_ssb), or with KSPLIT > 1 the cluster's blocks' added in rank order (read after
+  // the cluster barrier below, like the sums).
+  auto row_scale = [&](long long m) {
+#if GEMM_RMSNORM
+#if KSPLIT == 1
+    const float ss = dec_ssb[m];
+#else
+    float ss = 0.f;
+    const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(&dec_ssb[m & ~1LL]));
+#pragma unroll
+    for (int q = 0; q < KSPLIT; ++q) {
+      const float2 x = ptx_ld_cluster_f2(ptx_map_rank(at, q));
+      ss += (m & 1) ? x.y : x.x;
+    }
+#endif
+    return rsqrtf(ss / static_cast<float>(K) + eps);
+#else
+    (void)m;
+    return 1.f;
+#endif
+  };
   auto finish = [&](int p, const float2 (&s)[DEC_NB]) {
     const long long m = p / (RG * 8), n = n0 + (p % (RG * 8)) * 2;
     if (m >= M || n >= N) return;
-    float v0 = s[0].x, v1 = s[0].y;
+    const float rs = row_scale(m);
+    float v0 = s[0].x * rs, v1 = s[0].y * rs;
 #if GEMM_HAS_R
     v0 += epi_to_f(R[m * N + n]);
     if (n + 1 < N) v1 += epi_to_f(R[m * N + n + 1]);
 #elif GEMM_GATED
-    v0 = v0 / (1.f + __expf(-v0)) * s[DEC_NB - 1].x;
-    v1 = v1 / (1.f + __expf(-v1)) * s[DEC_NB - 1].y;
+    v0 = v0 / (1.f + __expf(-v0)) * (s[DEC_NB - 1].x * rs);
+    v1 = v1 / (1.f + __expf(-v1)) * (s[DEC_NB - 1].y * rs);
 #endif
     gemm_t* c = C + m * N + n;
     if (VEC == 8 && n + 1 < N) {  // VEC 8: N even and C 4-byte aligned, so c is too

@@ -4,12 +4,14 @@
 // GEMM_LAYOUT_NN, GEMM_LAYOUT_NT; GEMM_EPI_NONE, _BIAS, _RESIDUAL, _SILU, _GELU, _BIAS_GELU, _GATED).
 // None of them is 0, so a misspelt name matches nothing. Gives the element type, the
 // epilogue's predicates and the entry's parameter list, in the order of the problem's
-// arguments: A, B (gated: B0 = Bg, B1 = Bu), C, then bias or R, then M, N, K.
+// arguments: A, then with the RMSNorm prologue (GEMM_RMSNORM 1) its gain G, B (gated: B0 = Bg,
+// B1 = Bu), C, then bias or R, then M, N, K, then with the prologue eps.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#if !defined(GEMM_DTYPE) || !defined(GEMM_LAYOUT) || !defined(GEMM_EPILOGUE) || !defined(GEMM_EPI_GATED)
+#if !defined(GEMM_DTYPE) || !defined(GEMM_LAYOUT) || !defined(GEMM_EPILOGUE) || !defined(GEMM_EPI_GATED) || \
+    !defined(GEMM_RMSNORM)
 #error "a GEMM family's source: compile it as a family member (kernels/cuda/gemm.toml:bf16_nt), which defines its problem"
 #endif
 
@@ -44,5 +46,13 @@ typedef __half2 gemm_t2;
 #else
 #define GEMM_EXTRA_PARAM
 #endif
-#define GEMM_PARAMS \
-  const gemm_t* __restrict__ A, GEMM_WEIGHT_PARAMS, gemm_t* C, GEMM_EXTRA_PARAM long long M, long long N, long long K
+#if GEMM_RMSNORM
+#define GEMM_GAIN_PARAM const gemm_t* __restrict__ G,
+#define GEMM_EPS_PARAM , float eps
+#else
+#define GEMM_GAIN_PARAM
+#define GEMM_EPS_PARAM
+#endif
+#define GEMM_PARAMS                                                                                          \
+  const gemm_t* __restrict__ A, GEMM_GAIN_PARAM GEMM_WEIGHT_PARAMS, gemm_t* C, GEMM_EXTRA_PARAM long long M, \
+      long long N, long long K GEMM_EPS_PARAM

@@ -44,6 +44,13 @@ std::optional<GemmProblem> parse_gemm_problem(std::string_view s) {
   if (rest.empty()) return p;
   if (rest[0] != '_') return std::nullopt;
   rest.remove_prefix(1);
+  if (rest.substr(0, 7) == "rmsnorm") {
+    p.rmsnorm = true;
+    rest.remove_prefix(7);
+    if (rest.empty()) return p;
+    if (rest[0] != '_') return std::nullopt;
+    rest.remove_prefix(1);
+  }
   for (const auto& [e, t] : kEpilogues)
     if (rest == t) {
       p.epilogue = e;
@@ -54,12 +61,13 @@ std::optional<GemmProblem> parse_gemm_problem(std::string_view s) {
 
 
 std::string GemmProblem::text() const {
-  if (dtype == DType::f32 && layout == GemmLayout::nn && epilogue == GemmEpilogue::none) return "sgemm";
+  if (dtype == DType::f32 && layout == GemmLayout::nn && epilogue == GemmEpilogue::none && !rmsnorm) return "sgemm";
   return member_text();
 }
 
 std::string GemmProblem::member_text() const {
   std::string t = fmt::format("{}_{}", dtype_name(dtype), layout == GemmLayout::nn ? "nn" : "nt");
+  if (rmsnorm) t += "_rmsnorm";
   if (epilogue != GemmEpilogue::none) t += std::string("_") + epilogue_text(epilogue);
   return t;
 }
@@ -68,6 +76,7 @@ std::vector<ProblemArg> GemmProblem::arguments() const {
   const std::string t = std::string(dtype_name(dtype)) + "*";
   const std::string b_size = layout == GemmLayout::nn ? "K*N" : "N*K";
   std::vector<ProblemArg> a = {{"A", t, "M*K", Intent::in}};
+  if (rmsnorm) a.push_back({"g", t, "K", Intent::in});
   if (weights() == 2) {
     a.push_back({"Bg", t, b_size, Intent::in});
     a.push_back({"Bu", t, b_size, Intent::in});
@@ -78,6 +87,7 @@ std::vector<ProblemArg> GemmProblem::arguments() const {
   if (epilogue == GemmEpilogue::residual) a.push_back({"R", t, "M*N", Intent::in});
   else if (has_extra()) a.push_back({"bias", t, "N", Intent::in});
   for (const char* n : {"M", "N", "K"}) a.push_back({n, "i64", "", Intent::in});
+  if (rmsnorm) a.push_back({"eps", "f32", "", Intent::in});
   return a;
 }
 
@@ -102,6 +112,7 @@ std::string GemmProblem::what() const {
       f = layout == GemmLayout::nn ? "silu(A @ Bg) * (A @ Bu)" : "silu(A @ Bg^T) * (A @ Bu^T)";
       break;
   }
+  if (rmsnorm) f += ", A's rows first RMS-normalised (+ eps) and scaled by g[K]";
   std::string names;
   for (const ProblemArg& a : arguments()) names += (names.empty() ? "" : ", ") + a.name;
   return fmt::format("C[M,N] = {}, A[M,K], {}, row-major {} (args {})", f, w, dtype_name(dtype), names);
@@ -122,19 +133,21 @@ std::vector<std::string> GemmProblem::defines() const {
   d.push_back(layout == GemmLayout::nn ? "-DGEMM_LAYOUT=GEMM_LAYOUT_NN" : "-DGEMM_LAYOUT=GEMM_LAYOUT_NT");
   d.push_back(fmt::format("-DGEMM_EPILOGUE=GEMM_EPI_{}",
                           epilogue == GemmEpilogue::none ? "NONE" : upper(epilogue_text(epilogue))));
+  d.push_back(fmt::format("-DGEMM_RMSNORM={}", rmsnorm ? 1 : 0));
   return d;
 }
 
 const std::vector<std::string>& gemm_operand_names() {
-  static const std::vector<std::string> names = {"A", "B", "Bg", "Bu", "C", "bias", "R"};
+  static const std::vector<std::string> names = {"A", "g", "B", "Bg", "Bu", "C", "bias", "R"};
   return names;
 }
 
 GemmOperands gemm_operands(const GemmProblem& p, void* const* params) {
   GemmOperands o;
-  o.a = *static_cast<const void* const*>(params[0]);
-  o.b = *static_cast<const void* const*>(params[1]);
-  int at = 2;
+  int at = 0;
+  o.a = *static_cast<const void* const*>(params[at++]);
+  if (p.rmsnorm) o.g = *static_cast<const void* const*>(params[at++]);
+  o.b = *static_cast<const void* const*>(params[at++]);
   if (p.weights() == 2) o.b2 = *static_cast<const void* const*>(params[at++]);
   o.c = *static_cast<void* const*>(params[at++]);
   if (p.has_extra()) o.extra = *static_cast<const void* const*>(params[at++]);
@@ -142,6 +155,7 @@ GemmOperands gemm_operands(const GemmProblem& p, void* const* params) {
   o.m = *static_cast<const int64_t*>(params[s]);
   o.n = *static_cast<const int64_t*>(params[s + 1]);
   o.k = *static_cast<const int64_t*>(params[s + 2]);
+  if (p.rmsnorm) o.eps = *static_cast<const float*>(params[s + 3]);
   return o;
 }
 

@@ -835,7 +835,7 @@ class SpecReader {
       const std::string& m = str(el, "family.members");
       std::optional<GemmProblem> p = parse_gemm_problem(m);
       if (!p || p->member_text() != m)
-        error(el, fmt::format("family.members: '{}' is not a GEMM problem spelt <dtype>_<nn|nt>[_<epilogue>] "
+        error(el, fmt::format("family.members: '{}' is not a GEMM problem spelt <dtype>_<nn|nt>[_rmsnorm][_<epilogue>] "
                               "(epilogues: bias, residual, silu, gelu, bias_gelu, gated)", m));
       if (std::find(members.begin(), members.end(), m) != members.end())
         error(el, fmt::format("family.members: '{}' appears twice", m));
@@ -914,7 +914,8 @@ class SpecReader {
     }
     constants_ = {{"WEIGHTS", p.weights()},
                   {"B_NT", p.layout == GemmLayout::nt ? 1 : 0},
-                  {"RESIDUAL", p.epilogue == GemmEpilogue::residual ? 1 : 0}};
+                  {"RESIDUAL", p.epilogue == GemmEpilogue::residual ? 1 : 0},
+                  {"RMSNORM", p.rmsnorm ? 1 : 0}};
     for (const std::string& op : gemm_operand_names()) {
       bool has = false;
       for (const ProblemArg& a : p.arguments()) has = has || a.name == op;

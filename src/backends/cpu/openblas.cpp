@@ -148,6 +148,7 @@ class OpenBlas final : public Library {
   explicit OpenBlas(int threads) : threads_(threads) {}
   std::string name() const override { return "openblas"; }
   std::string implements(const GemmProblem& p) const override {
+    if (p.rmsnorm) return fmt::format("OpenBLAS has no RMSNorm prologue ({})", p.text());
     if (p.dtype == DType::f32 || p.dtype == DType::f64) return "";
     return fmt::format("OpenBLAS has no {} (kiln calls its f32 and f64 GEMMs)", p.text());
   }

@@ -319,6 +319,7 @@ class CublasLt final : public Library {
   std::string implements(const GemmProblem& p) const override {
     if (p.epilogue == GemmEpilogue::silu || p.epilogue == GemmEpilogue::gated)
       return fmt::format("cuBLASLt has no epilogue for {}", p.text());
+    if (p.rmsnorm) return fmt::format("cuBLASLt has no RMSNorm prologue ({})", p.text());
     if (p.dtype == DType::bf16 || p.dtype == DType::f16) return "";
     return fmt::format("kiln calls cuBLASLt for bf16 and f16 GEMMs, not {}", p.text());
   }
