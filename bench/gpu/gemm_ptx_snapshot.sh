@@ -9,7 +9,7 @@ run() { name=$1; src=$2; shift 2; nvcc -ptx -std=c++17 -arch=sm_90a -I. "$@" $sr
 # The named constants (their values are kiln's business: a kernel compares names only) and a
 # member's problem: dtype 0 bf16, 1 f16; layout 0 nn, 1 nt; epilogue 0-6 as listed.
 CONSTS="-DGEMM_DTYPE_F32=1 -DGEMM_DTYPE_F64=2 -DGEMM_DTYPE_F16=3 -DGEMM_DTYPE_BF16=4 -DGEMM_LAYOUT_NN=1 -DGEMM_LAYOUT_NT=2 -DGEMM_EPI_NONE=1 -DGEMM_EPI_BIAS=2
-  -DGEMM_EPI_RESIDUAL=3 -DGEMM_EPI_SILU=4 -DGEMM_EPI_GELU=5 -DGEMM_EPI_BIAS_GELU=6 -DGEMM_EPI_GATED=7"
+  -DGEMM_EPI_RESIDUAL=3 -DGEMM_EPI_SILU=4 -DGEMM_EPI_GELU=5 -DGEMM_EPI_BIAS_GELU=6 -DGEMM_EPI_GATED=7 -DGEMM_RMSNORM=0"
 DTS=(BF16 F16); LAYOUTS=(NN NT); EPIS=(NONE BIAS RESIDUAL SILU GELU BIAS_GELU GATED)
 problem() { echo "$CONSTS -DGEMM_DTYPE=GEMM_DTYPE_${DTS[$1]} -DGEMM_LAYOUT=GEMM_LAYOUT_${LAYOUTS[$2]} -DGEMM_EPILOGUE=GEMM_EPI_${EPIS[$3]}"; }
 for dt in 0 1; do for bt in 0 1; do for epi in 0 1 2 3 4 5 6; do for split in 1 2; do

@@ -217,7 +217,7 @@ static int compile_mode(const char* out, const char* src_path, const Cfg& cfg) {
   // constants, and DT, BT and EPI as the dtype, layout and epilogue they number.
   for (const char* c : {"-DGEMM_DTYPE_F16=3", "-DGEMM_DTYPE_BF16=4", "-DGEMM_LAYOUT_NN=1", "-DGEMM_LAYOUT_NT=2",
                         "-DGEMM_EPI_NONE=1", "-DGEMM_EPI_BIAS=2", "-DGEMM_EPI_RESIDUAL=3", "-DGEMM_EPI_SILU=4",
-                        "-DGEMM_EPI_GELU=5", "-DGEMM_EPI_BIAS_GELU=6", "-DGEMM_EPI_GATED=7"})
+                        "-DGEMM_EPI_GELU=5", "-DGEMM_EPI_BIAS_GELU=6", "-DGEMM_EPI_GATED=7", "-DGEMM_RMSNORM=0"})
     opts.push_back(c);
   static const char* const kEpi[] = {"NONE", "BIAS", "RESIDUAL", "SILU", "GELU", "BIAS_GELU", "GATED"};
   opts.push_back(std::string("-DGEMM_DTYPE=") + (cfg.DT() == 0 ? "GEMM_DTYPE_BF16" : "GEMM_DTYPE_F16"));

@@ -80,6 +80,7 @@
 #define GEMM_CLUSTER
 #endif
 
+static_assert(!GEMM_RMSNORM, "gemm.cu has no RMSNorm prologue: a family member of it cannot be a *_rmsnorm problem");
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
 static_assert(BN % 64 == 0, "BN must be a multiple of 64 (the k-major B tile and the C staging swizzle)");
 static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0, "inconsistent warp tiling");

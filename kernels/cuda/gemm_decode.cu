@@ -20,13 +20,13 @@
 //   RG      groups of 16 weight rows (output columns) a block computes: 16*RG columns
 //   WARPS   warps a block; they split the block's part of K and add up through shared memory
 //   UNROLL  32-wide K steps a warp loads before it multiplies (loads in flight per thread:
-//           UNROLL * (MT + 2*RG*NB) 16-byte loads)
+//           UNROLL * (MT + 2*RG*NB) 16-byte loads, + UNROLL for the gain with the prologue)
 //   KSPLIT  K split over blockIdx.y (1, 2, 4, 8), for few columns (small N): the KSPLIT blocks
 //           of a column group are one thread-block cluster and add their fp32 sums through
 //           distributed shared memory before the epilogue (no atomics, no zeroed C, any epilogue).
 //   PIPE    1: a warp loads a step, multiplies it, loads the next; 2: it issues the next
 //           step's loads before it multiplies this one's, so two steps are in flight
-//           (twice the registers: PIPE * UNROLL * (MT + 2*RG*NB) 16-byte loads)
+//           (twice the registers: PIPE * UNROLL * (MT + RMSNORM + 2*RG*NB) 16-byte loads)
 //   L2PF    1: the weight loads ask L2 to fetch the whole 256-byte segment (.L2::256B), so
 //           the rows' next bytes are on their way before a warp asks for them; 0: no hint
 //   MT      token tiles of 8: the call must have M <= 8*MT
@@ -67,6 +67,9 @@
 static_assert(GEMM_EPILOGUE == GEMM_EPI_NONE || GEMM_HAS_R || GEMM_GATED,
               "the decode kernel has the epilogues none, residual and gated");
 static_assert(GEMM_B_NT, "the decode kernel reads an N x K weight (nt)");
+// (The prologue rounds x * g before the row's scale is known: safe in bf16's range, not in
+// fp16's, where unnormalised activations times a gain may pass 65504.)
+static_assert(!GEMM_RMSNORM || GEMM_DTYPE == GEMM_DTYPE_BF16, "the RMSNorm prologue is bf16 only");
 #define DEC_AN (MT + GEMM_RMSNORM)  // 16-byte A registers a K step: MT token tiles, and G's chunk with the prologue
 static_assert(KSPLIT == 1 || KSPLIT == 2 || KSPLIT == 4 || KSPLIT == 8, "KSPLIT in {1, 2, 4, 8}");
 #if KSPLIT > 1

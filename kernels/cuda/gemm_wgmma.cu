@@ -103,6 +103,7 @@
 // to compile ("Insufficient registers (80)"), so MINB = 2 is only for one consumer
 // warpgroup (BM = 64, 256 threads, 128 registers, no setmaxnreg).
 #if WG_NC == 2
+static_assert(!GEMM_RMSNORM, "gemm_wgmma.cu has no RMSNorm prologue: a family member of it cannot be a *_rmsnorm problem");
 static_assert(MINB == 1, "two consumer warpgroups: 1 block an SM");
 #define WG_REGS_PRODUCER 40
 #define WG_REGS_CONSUMER 232

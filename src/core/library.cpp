@@ -189,8 +189,8 @@ std::optional<LibraryChoice> parse_library_choice(std::string_view name, std::st
   c.library = std::string(base.substr(0, u));
   auto p = parse_gemm_problem(base.substr(u + 1));
   if (!p)
-    return no(fmt::format("'{}' is not a problem kiln knows: sgemm, or <f32|f64|f16|bf16>_<nn|nt>[_bias|_residual|"
-                          "_silu|_gelu|_bias_gelu|_gated]",
+    return no(fmt::format("'{}' is not a problem kiln knows: sgemm, or <f32|f64|f16|bf16>_<nn|nt>[_rmsnorm][_bias|"
+                          "_residual|_silu|_gelu|_bias_gelu|_gated]",
                           base.substr(u + 1)));
   c.problem = *p;
   return c;
