@@ -1,7 +1,7 @@
 """Summary of bench/gpu/layer_profile.sh: every kernel Nsight Compute timed (in launch order),
 its DRAM bytes and the time those bytes take at the copy bandwidth of the same run; then the
-last whole call's kernels (the run's last kernels, as many as a call launches) against the
-call's time back to back. Usage: python3 layer_profile.py <results dir>"""
+last whole call's kernels (the run's last kernels, as many as a call launches: PER_CALL, else
+found as the period of the kernel names) against the call's time back to back. Usage: python3 layer_profile.py <results dir>"""
 import csv, json, re, sys, os
 r = sys.argv[1]
 bw = None
@@ -35,9 +35,14 @@ def line(k):
 print(f"{'id':>5} {'kernel':40} {'grid':>14} {'block':>12} {'time':>12} {'DRAM':>12} {'at copy bw':>11} {'of bw':>7}")
 for k in order:
     print(line(k)[2])
-n = int(os.environ.get("PER_CALL", "0")) or None
+# A call's kernels: PER_CALL, else the shortest period of the run's last kernels (the last
+# two whole calls launch the same kernels in the same order).
+names = [re.sub(r"\(.*", "", rows[k]["name"]) + rows[k]["grid"] for k in order]
+n = int(os.environ.get("PER_CALL", "0")) or next(
+    (p for p in range(1, len(names) // 2 + 1) if names[-p:] == names[-2 * p:-p]), None)
 if n:
     last = order[-n:]
     tot = sum(line(k)[0] for k in last); ideal = sum(line(k)[1] for k in last)
     print(f"last call ({n} kernels): {tot:.1f} us of kernels alone, their bytes at copy bw {ideal:.1f} us; "
-          f"whole call {tuned['call_ns'] / 1e3:.1f} us: gaps {tuned['call_ns'] / 1e3 - tot:.1f} us")
+          f"whole call {tuned['call_ns'] / 1e3:.1f} us, {tuned['call_ns'] / 1e3 - tot:+.1f} us against the kernels alone "
+          f"(negative: launched to overlap, the kernels hide part of each other's time)")

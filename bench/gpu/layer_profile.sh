@@ -5,7 +5,7 @@
 # times every kernel of a few calls alone (serialised, clocks left alone), with the DRAM bytes
 # each read and wrote. The summary (layer_profile.py) sets each kernel's time against its
 # bytes at the device-copy bandwidth measured in the same run, and the sum of the kernels
-# against the whole call: what is left is the gaps between kernels.
+# against the whole call (less than the sum where launches overlap; more where gaps remain).
 # Usage (GPU machine): bench/gpu/layer_profile.sh [build dir]   (results: $OUT/profile/)
 #   T, S (default 1, 1024); PROGRAM (default the layer)
 set -uo pipefail

@@ -22,6 +22,6 @@ timeout 120 "$B/kiln" -q run --json --check kernels/programs/decoder_llama3_8b.t
 echo "layer check: exit code $?"
 python3 -c "import json; j=json.load(open('$OUTD/layer_check.json')); print('layer T=1 S=1024: call %.1f us, check %s' % (j['call_ns']/1e3, j.get('check', {}).get('ok')))
 for s in j['steps']: print('  %8.1f us  %s' % (s['ns']/1e3, s['choice']))"
-PER_CALL=8 timeout 60 bash bench/gpu/layer_profile.sh "$B" > /dev/null 2>&1
+timeout 60 bash bench/gpu/layer_profile.sh "$B" > /dev/null 2>&1
 tail -10 "$OUTD/profile/summary.txt" 2>/dev/null
 tar czf "$OUTD/profile.tgz" -C "$OUTD" profile && rm -rf "$OUTD/profile"
