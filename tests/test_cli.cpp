@@ -89,7 +89,7 @@ TEST_F(CliTest, SettingsAreCheckedStrictly) {
   for (const char* bad : {"KILN_COMPILE_TIMEOUT=inf", "KILN_COMPILE_TIMEOUT=1e300", "KILN_BENCH_BUDGET_MS=' 1'",
                           "KILN_BENCH_BUDGET_MS=0x10", "KILN_BENCH_TIMEOUT=nan", "KILN_LOG=abc",
                           "KILN_CUDA_WARM_LIBRARIES=maybe", "KILN_PROGRAM_CELLS=sometimes", "KILN_FIRST_CALL=later",
-                          "KILN_COMPILE_MODE=fast", "KILN_ARTIFACT_MISMATCH=ignore"}) {
+                          "KILN_COMPILE_MODE=fast", "KILN_ARTIFACT_MISMATCH=ignore", "KILN_BENCH_L2_FLUSH=both"}) {
     Out r = kiln("compile " + spec, bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
     std::string var = std::string(bad).substr(0, std::string(bad).find('='));
@@ -98,6 +98,9 @@ TEST_F(CliTest, SettingsAreCheckedStrictly) {
   // A variable that names a choice lists them.
   Out r = kiln("compile " + spec, "KILN_PROGRAM_CELLS=sometimes");
   EXPECT_NE(r.err.find("KILN_PROGRAM_CELLS='sometimes' is not one of graphs, always, off"), std::string::npos) << r.err;
+  // ... and a right one is taken.
+  Out ok = kiln("compile " + spec, "KILN_BENCH_L2_FLUSH=read");
+  EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 TEST_F(CliTest, ExplainAsJsonIsJson) {

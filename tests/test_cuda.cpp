@@ -301,37 +301,74 @@ TEST_F(CudaTest, WithoutAGpuTheBackendSaysWhy) {
 
 // ---- on the GPU ----
 
+// axpy's buffers on the device: x and y random (seeds 2s - 1 and 2s), out for the result.
+struct AxpyBuffers {
+  Device& dev;
+  int64_t n;
+  std::vector<float> hx, hy;
+  DeviceBuffer x, y, out;
+  AxpyBuffers(Device& d, int64_t count, uint64_t seed)
+      : dev(d), n(count), hx(count), hy(count), x(d, count * 4), y(d, count * 4), out(d, count * 4) {
+    fill_random(DType::f32, std::as_writable_bytes(std::span(hx)), 2 * seed - 1);
+    fill_random(DType::f32, std::as_writable_bytes(std::span(hy)), 2 * seed);
+    dev.to_device(x.get(), hx.data(), n * 4, nullptr);
+    dev.to_device(y.get(), hy.data(), n * 4, nullptr);
+  }
+  float* px() { return static_cast<float*>(x.get()); }
+  float* py() { return static_cast<float*>(y.get()); }
+  float* po() { return static_cast<float*>(out.get()); }
+  // out = alpha x + y at every step-th element. The GPU fuses the multiply-add: compared
+  // within rounding of the terms, not of the result.
+  void expect_result(float alpha, int64_t step) {
+    std::vector<float> hout(static_cast<size_t>(n));
+    dev.sync(nullptr);
+    dev.to_host(hout.data(), out.get(), n * 4, nullptr);
+    for (int64_t i = 0; i < n; i += step)
+      ASSERT_NEAR(hout[i], alpha * hx[i] + hy[i], 1e-6 * (std::abs(alpha * hx[i]) + std::abs(hy[i]))) << i;
+  }
+};
+
 TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
   NEEDS_GPU();
   Runtime rt(opts);
   KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
   Device& dev = rt.backend("cuda").device();
   const int64_t n = 1 << 20;
-  std::vector<float> hx(n), hy(n), hout(n);
-  fill_random(DType::f32, std::as_writable_bytes(std::span(hx)), 1);
-  fill_random(DType::f32, std::as_writable_bytes(std::span(hy)), 2);
-  DeviceBuffer x(dev, n * 4), y(dev, n * 4), out(dev, n * 4);
-  dev.to_device(x.get(), hx.data(), n * 4, nullptr);
-  dev.to_device(y.get(), hy.data(), n * 4, nullptr);
+  AxpyBuffers b(dev, n, 1);
   Kernel k(rt, s);
   float alpha = 2.5f;
-  auto* px = static_cast<float*>(x.get());
-  auto* py = static_cast<float*>(y.get());
-  auto* po = static_cast<float*>(out.get());
+  float *px = b.px(), *py = b.py(), *po = b.po();
   k(px, py, po, alpha, n);  // tunes on these very buffers (shared with the worker, never written)
-  dev.sync(nullptr);
-  dev.to_host(hout.data(), out.get(), n * 4, nullptr);
-  // The GPU fuses the multiply-add: compare within rounding of the terms, not of the result.
-  for (int64_t i = 0; i < n; i += 997)
-    ASSERT_NEAR(hout[i], 2.5f * hx[i] + hy[i], 1e-6 * (std::abs(2.5f * hx[i]) + std::abs(hy[i]))) << i;
+  b.expect_result(alpha, 997);
+  const std::vector<float>& hx = b.hx;
   std::vector<float> check(n);
-  dev.to_host(check.data(), x.get(), n * 4, nullptr);
+  dev.to_host(check.data(), b.x.get(), n * 4, nullptr);
   EXPECT_EQ(check, hx) << "tuning wrote to an input";
   // The second call only launches.
   size_t calls = rt.worker_pool()->counters().calls;
   k.on(nullptr)(px, py, po, alpha, n);
   dev.sync(nullptr);
   EXPECT_EQ(rt.worker_pool()->counters().calls, calls);
+}
+
+// KILN_BENCH_L2_FLUSH=read: the flush is a kernel reading the buffer (its PTX loads and
+// runs on this GPU, in this process and in the tuning's worker), and a kernel tuned with it
+// computes what it should. (Whether its timings match a program's better than the writing
+// flush's is for bench/gpu, not a test.)
+TEST_F(CudaTest, TheReadingL2FlushRunsInTheProcessAndInTheWorker) {
+  NEEDS_GPU();
+  Options o = opts;
+  o.cuda_flush_read = true;
+  Runtime rt(o);
+  Device& dev = rt.backend("cuda").device();
+  EXPECT_GE(dev.flush_caches(nullptr), static_cast<size_t>(dev.info().l2_bytes) * 2);
+  EXPECT_GE(dev.flush_caches(nullptr), static_cast<size_t>(dev.info().l2_bytes) * 2);  // the reading kernel now
+  dev.sync(nullptr);
+  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
+  AxpyBuffers b(dev, 1 << 22, 2);
+  Kernel k(rt, s);
+  k(b.px(), b.py(), b.po(), 0.5f, b.n);
+  b.expect_result(0.5f, 1009);
 }
 
 // A faulting config (an out-of-bounds write, a trap) or one that never ends

@@ -55,6 +55,10 @@ struct Options {
   std::string cuda_arch;              // KILN_CUDA_ARCH: sm_90, sm_90a...; default: the device's (required
                                       // to compile cuda kernels where there is no GPU)
   bool cuda_flush_l2 = true;          // KILN_BENCH_NO_L2_FLUSH=1: time GPU kernels with a warm L2
+  // KILN_BENCH_L2_FLUSH=read: flush by reading the buffer (a kernel), leaving L2 clean, instead
+  // of writing it (a memset), which leaves L2 full of dirty lines a timed kernel's reads must
+  // write back first
+  bool cuda_flush_read = false;
   bool cuda_pdl = true;               // KILN_PDL=0: no launch overlaps the kernel before it (a spec's pdl
                                       // is not used: docs/program.md)
   bool cuda_warm_libraries = true;    // KILN_CUDA_WARM_LIBRARIES=0: the GPU libraries (cuBLASLt) are opened and

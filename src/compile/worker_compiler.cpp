@@ -19,6 +19,7 @@ nlohmann::json worker_options(const Options& o) {
           {"cuda_arch", o.cuda_arch},
           {"bench_flush", o.bench_flush},
           {"cuda_flush_l2", o.cuda_flush_l2},
+          {"cuda_flush_read", o.cuda_flush_read},
           {"cuda_pdl", o.cuda_pdl}};
 }
 

@@ -66,6 +66,7 @@ Options options_from(const json& j) {
   if (j.contains("cuda_arch")) o.cuda_arch = j["cuda_arch"].get<std::string>();
   if (j.contains("bench_flush")) o.bench_flush = j["bench_flush"].get<bool>();
   if (j.contains("cuda_flush_l2")) o.cuda_flush_l2 = j["cuda_flush_l2"].get<bool>();
+  if (j.contains("cuda_flush_read")) o.cuda_flush_read = j["cuda_flush_read"].get<bool>();
   if (j.contains("cuda_pdl")) o.cuda_pdl = j["cuda_pdl"].get<bool>();
   // A worker readies no library beside its device: that work would overlap its timings.
   // It opens cuBLASLt only where it times one of its choices.

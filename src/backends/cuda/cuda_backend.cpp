@@ -256,6 +256,52 @@ constexpr char kKilnWordPtx[] = R"(.version 7.0
   ret;
 }
 )";
+// kiln_touch(p, n, out): reads n 16-byte chunks from p (a grid-stride loop) and stores their
+// xor to out only where it equals a value the flush buffer's chunks never give (each chunk is
+// four equal words: their xor is 0), so the loads cannot be dropped and nothing is written.
+// An L2 flush by reading (KILN_BENCH_L2_FLUSH=read) leaves L2 holding clean lines.
+constexpr char kKilnTouchPtx[] = R"(.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kiln_touch(.param .u64 kiln_p, .param .u64 kiln_n, .param .u64 kiln_out)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<10>;
+  .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [kiln_p];
+  ld.param.u64 %rd2, [kiln_n];
+  ld.param.u64 %rd3, [kiln_out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mov.u32 %r4, %nctaid.x;
+  mul.wide.u32 %rd4, %r1, %r2;
+  cvt.u64.u32 %rd5, %r3;
+  add.u64 %rd4, %rd4, %rd5;
+  mul.wide.u32 %rd6, %r4, %r2;
+  mov.u32 %r5, 0;
+kiln_loop:
+  setp.ge.u64 %p1, %rd4, %rd2;
+  @%p1 bra kiln_done;
+  shl.b64 %rd7, %rd4, 4;
+  add.u64 %rd8, %rd1, %rd7;
+  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];
+  xor.b32 %r5, %r5, %r6;
+  xor.b32 %r5, %r5, %r7;
+  xor.b32 %r5, %r5, %r8;
+  xor.b32 %r5, %r5, %r9;
+  add.u64 %rd4, %rd4, %rd6;
+  bra kiln_loop;
+kiln_done:
+  setp.ne.u32 %p2, %r5, 0x9e3779b9;
+  @%p2 bra kiln_end;
+  cvta.to.global.u64 %rd9, %rd3;
+  st.global.u32 [%rd9], %r5;
+kiln_end:
+  ret;
+}
+)";
 thread_local std::vector<WordNode>* t_words = nullptr;
 // A word was written on this thread since its last launch: the next launch does not overlap
 // what came before it (a kernel's programmatic edge is to the kernel before it, not a memset).
@@ -320,7 +366,8 @@ CUstream stream_of(Stream s) { return s ? static_cast<CUstream>(s) : per_thread_
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(const Driver* d, int ordinal, bool pdl) : d_(d), ordinal_(ordinal) {
+  CudaDevice(const Driver* d, int ordinal, bool pdl, bool flush_read)
+      : d_(d), ordinal_(ordinal), flush_read_(flush_read) {
     check(d_->cuDeviceGet(&dev_, ordinal), "getting the device");
     check(d_->cuDevicePrimaryCtxRetain(&ctx_, dev_), "retaining the device's primary context");
     char name[256] = {};
@@ -354,6 +401,7 @@ class CudaDevice final : public Device {
     if (flush_) d_->cuMemFree(flush_);
     if (capture_) d_->cuStreamDestroy(capture_);
     if (word_lib_) d_->cuLibraryUnload(word_lib_);
+    if (touch_lib_) d_->cuLibraryUnload(touch_lib_);
     d_->cuDevicePrimaryCtxRelease(dev_);
   }
 
@@ -440,18 +488,32 @@ class CudaDevice final : public Device {
   // bench/gpu/results/issue27-cells).
   CUkernel word_kernel() {
     std::call_once(word_once_, [&] {
-      CUlibrary lib = nullptr;
-      CUkernel k = nullptr;
-      if (d_->cuLibraryLoadData(&lib, kKilnWordPtx, nullptr, nullptr, 0, nullptr, nullptr, 0) == CUDA_SUCCESS &&
-          d_->cuLibraryGetKernel(&k, lib, "kiln_word") == CUDA_SUCCESS) {
-        word_lib_ = lib;
-        word_kernel_ = k;
-      } else {
-        if (lib) d_->cuLibraryUnload(lib);
-        log::debug("cuda: the word kernel does not load here; words are written by memsets");
-      }
+      word_kernel_ = load_ptx_kernel(kKilnWordPtx, "kiln_word", &word_lib_);
+      if (!word_kernel_) log::debug("cuda: the word kernel does not load here; words are written by memsets");
     });
     return word_kernel_;
+  }
+  // A kernel of kiln's own PTX (the driver compiles it for this GPU); null where it does not load.
+  CUkernel load_ptx_kernel(const char* ptx, const char* name, CUlibrary* lib_out) {
+    CUlibrary lib = nullptr;
+    CUkernel k = nullptr;
+    if (d_->cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0) == CUDA_SUCCESS &&
+        d_->cuLibraryGetKernel(&k, lib, name) == CUDA_SUCCESS) {
+      *lib_out = lib;
+      return k;
+    }
+    if (lib) d_->cuLibraryUnload(lib);
+    return nullptr;
+  }
+  // The reading flush's kernel (kKilnTouchPtx), loaded at its first use; null where it does
+  // not load (the flush then writes, as by default, and says so once).
+  CUkernel touch_kernel() {
+    std::call_once(touch_once_, [&] {
+      touch_kernel_ = load_ptx_kernel(kKilnTouchPtx, "kiln_touch", &touch_lib_);
+      if (!touch_kernel_)
+        log::warn("cuda: KILN_BENCH_L2_FLUSH=read: the reading kernel does not load here; the L2 is flushed by writing");
+    });
+    return touch_kernel_;
   }
   void write_word(void* dst, int32_t value, Stream s) override {
     ensure_current();
@@ -486,9 +548,25 @@ class CudaDevice final : public Device {
   size_t flush_caches(Stream s) override {
     ensure_current();
     std::lock_guard<std::mutex> g(m_);
-    if (!flush_) {
+    const bool first = !flush_;
+    if (first) {
       flush_bytes_ = static_cast<size_t>(std::max<int64_t>(info_.l2_bytes * 2, 8 << 20));
       check(d_->cuMemAlloc(&flush_, flush_bytes_), "allocating the L2 flush buffer");
+    }
+    // By reading (KILN_BENCH_L2_FLUSH=read): the buffer, written once, is read whole, so L2
+    // holds its clean lines and the timed kernel evicts them for free; by writing (the
+    // default), L2 is left holding dirty lines, written back as the timed kernel evicts them.
+    if (flush_read_ && touch_kernel()) {
+      if (first)  // written once, so that every read finds memory the buffer owns
+        check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
+      CUdeviceptr p = flush_;
+      uint64_t n = flush_bytes_ / 16;
+      void* params[] = {&p, &n, &p};
+      const unsigned blocks = static_cast<unsigned>(std::max(1, info_.multiprocessors) * 4);
+      check(d_->cuLaunchKernel(reinterpret_cast<CUfunction>(touch_kernel_), blocks, 1, 1, 256, 1, 1, 0, stream_of(s),
+                               params, nullptr),
+            "flushing the L2 (reading)");
+      return flush_bytes_;
     }
     check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
     return flush_bytes_;
@@ -717,6 +795,10 @@ class CudaDevice final : public Device {
   CUdeviceptr flush_ = 0;
   size_t flush_bytes_ = 0;
   unsigned flush_value_ = 0;
+  bool flush_read_ = false;
+  std::once_flag touch_once_;
+  CUlibrary touch_lib_ = nullptr;
+  CUkernel touch_kernel_ = nullptr;
   CUstream capture_ = nullptr;
   std::once_flag word_once_;
   CUlibrary word_lib_ = nullptr;
@@ -1230,7 +1312,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
         }
       }
       try {
-        device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl);
+        device_ = std::make_unique<CudaDevice>(d, opts_.cuda_device, opts_.cuda_pdl, opts_.cuda_flush_read);
       } catch (...) {
         made.set_value(nullptr);
         throw;
