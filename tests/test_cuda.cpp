@@ -352,8 +352,9 @@ TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
 }
 
 // KILN_BENCH_L2_FLUSH=read: the flush is a kernel reading the buffer (its PTX loads and
-// runs on this GPU, in this process and in the tuning's worker), and a kernel tuned with it
-// computes what it should. (Whether its timings match a program's better than the writing
+// runs on this GPU, in this process and in the tuning's worker: where it does not load, the
+// flush is an error, not a flush by writing), and a kernel tuned with it computes what it
+// should. (Whether its timings match a program's better than the writing
 // flush's is for bench/gpu, not a test.)
 TEST_F(CudaTest, TheReadingL2FlushRunsInTheProcessAndInTheWorker) {
   NEEDS_GPU();

@@ -80,7 +80,8 @@ struct Worker {
   std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;
 
   static std::string id_of(const std::string& name, const Options& o) {
-    return fmt::format("{}|{}|{}|{}|{}|{}", name, o.cxx, o.launch_threads, o.cuda_device, o.cuda_arch, o.cuda_pdl);
+    return fmt::format("{}|{}|{}|{}|{}|{}|{}", name, o.cxx, o.launch_threads, o.cuda_device, o.cuda_arch, o.cuda_pdl,
+                       o.cuda_flush_read);
   }
   Backend& backend(const std::string& name, const Options& o) {
     std::string id = id_of(name, o);
