@@ -589,6 +589,79 @@ T = [256, 1024]
   EXPECT_EQ(without["pruned_by_registers"], 0);
 }
 
+// A bf16 buffer of a call's arguments, by name, as doubles (empty where the spec has none).
+std::vector<double> read_bf16(const KernelSpec& s, DeviceArgs& args, const char* name) {
+  std::vector<double> v;
+  const int i = s.arg_index(name);
+  if (i < 0) return v;
+  std::vector<std::byte> b = args.read(static_cast<size_t>(i));
+  v.resize(b.size() / 2);
+  for (size_t j = 0; j < v.size(); ++j) {
+    uint16_t h;
+    std::memcpy(&h, b.data() + 2 * j, 2);
+    v[j] = bf16_bits_to_f32(h);
+  }
+  return v;
+}
+
+// The M x K rows of x through an RMSNorm with the gain g (eps 1e-5), in double.
+std::vector<double> rmsnorm_rows(const std::vector<double>& x, const std::vector<double>& g, int64_t M, int64_t K) {
+  std::vector<double> a(x.size());
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0;
+    for (int64_t k = 0; k < K; ++k) ss += x[static_cast<size_t>(m * K + k)] * x[static_cast<size_t>(m * K + k)];
+    const double r = 1 / std::sqrt(ss / static_cast<double>(K) + 1e-5);
+    for (int64_t k = 0; k < K; ++k) a[static_cast<size_t>(m * K + k)] = x[static_cast<size_t>(m * K + k)] * r * g[static_cast<size_t>(k)];
+  }
+  return a;
+}
+
+// C = A . B^T in double, gated (silu(A . B^T) * (A . Bu^T)) where Bu is given, + R where given,
+// and each output's tolerance: rel (|C| + the sum's magnitude / sqrt(K) + 1e-2), bf16 operands
+// rounded on the way. Where A was rounded to bf16 from a normalised row (a_rounded: the RMSNorm
+// forms), each sum of a gated product is off by about its magnitude / sqrt(K) times bf16's
+// precision, multiplied by the other factor, so both terms count.
+struct GemmReference {
+  std::vector<double> want, tol;
+};
+GemmReference gemm_reference(const std::vector<double>& A, const std::vector<double>& B, const std::vector<double>& Bu,
+                             const std::vector<double>& R, int64_t M, int64_t N, int64_t K, double rel, bool a_rounded) {
+  GemmReference ref{std::vector<double>(static_cast<size_t>(M * N)), std::vector<double>(static_cast<size_t>(M * N))};
+  const bool gated = !Bu.empty();
+  const double sk = std::sqrt(static_cast<double>(K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double g = 0, u = 0, mag = 0, mag_u = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = A[static_cast<size_t>(m * K + k)], b = B[static_cast<size_t>(n * K + k)];
+        g += a * b;
+        mag += std::abs(a * b);
+        if (gated) {
+          u += a * Bu[static_cast<size_t>(n * K + k)];
+          mag_u += std::abs(a * Bu[static_cast<size_t>(n * K + k)]);
+        }
+      }
+      const double silu = g / (1 + std::exp(-g));
+      double w = gated ? silu * u : g;
+      if (!R.empty()) w += R[static_cast<size_t>(m * N + n)];
+      const size_t i = static_cast<size_t>(m * N + n);
+      ref.want[i] = w;
+      ref.tol[i] = gated && a_rounded ? rel * (std::abs(w) + std::abs(silu) * mag_u / sk + std::abs(u) * mag / sk + 1e-2)
+                                      : rel * (std::abs(w) + mag / sk + 1e-2);
+    }
+  return ref;
+}
+
+// The outputs of C (rows of N) outside the reference's tolerance; the first three are reported.
+size_t count_outside(const std::vector<double>& C, const GemmReference& ref, int64_t N) {
+  size_t bad = 0;
+  for (size_t j = 0; j < C.size(); ++j)
+    if (!(std::abs(C[j] - ref.want[j]) <= ref.tol[j]) && bad++ < 3)
+      ADD_FAILURE() << "C[" << j / static_cast<size_t>(N) << ", " << j % static_cast<size_t>(N) << "] = " << C[j]
+                    << ", want " << ref.want[j] << " (tol " << ref.tol[j] << ")";
+  return bad;
+}
+
 // The GEMM handles' variants of several launches, forced, on the device,
 // against a host reference at edge shapes: linear_bf16_nt's padded form (K
 // not a multiple of 8), mlp_gate_up_bf16's and linear_residual_bf16_nt's
@@ -641,62 +714,16 @@ TEST_F(CudaTest, TheGemmHandlesFormsOfSeveralLaunchesComputeTheirProblem) {
     if (c.variant >= 0) {
       EXPECT_EQ(p.variant, static_cast<size_t>(c.variant));
     }
-    auto host = [&](const char* name) {
-      for (size_t i = 0; i < ms.args.size(); ++i)
-        if (ms.args[i].name == name) {
-          std::vector<std::byte> b = args.read(i);
-          std::vector<double> v(b.size() / 2);
-          for (size_t j = 0; j < v.size(); ++j) {
-            uint16_t h;
-            std::memcpy(&h, b.data() + 2 * j, 2);
-            v[j] = bf16_bits_to_f32(h);
-          }
-          return v;
-        }
-      return std::vector<double>{};
-    };
+    auto host = [&](const char* name) { return read_bf16(shape, args, name); };
     std::vector<double> A = host("A");
     const std::vector<double> C = host("C");
     const bool normed = A.empty();
-    if (normed) {  // an RMSNorm handle: A is rmsnorm(x) * g, computed here in double
-      const std::vector<double> x = host("x"), gain = host("g");
-      A.resize(x.size());
-      for (int64_t m = 0; m < c.M; ++m) {
-        double ss = 0;
-        for (int64_t kk = 0; kk < c.K; ++kk) ss += x[static_cast<size_t>(m * c.K + kk)] * x[static_cast<size_t>(m * c.K + kk)];
-        const double r = 1 / std::sqrt(ss / static_cast<double>(c.K) + 1e-5);
-        for (int64_t kk = 0; kk < c.K; ++kk)
-          A[static_cast<size_t>(m * c.K + kk)] = x[static_cast<size_t>(m * c.K + kk)] * r * gain[static_cast<size_t>(kk)];
-      }
-    }
+    if (normed) A = rmsnorm_rows(host("x"), host("g"), c.M, c.K);  // an RMSNorm handle: A is rmsnorm(x) * g
     const bool gated = c.spec == "mlp_gate_up_bf16" || c.spec == "rmsnorm_mlp_gate_up_bf16";
-    const std::vector<double> B = host(gated ? "Bg" : "B"), Bu = host("Bu"), R = host("R");
     ASSERT_EQ(C.size(), static_cast<size_t>(c.M * c.N));
-    size_t bad = 0;
-    for (int64_t m = 0; m < c.M; ++m)
-      for (int64_t n = 0; n < c.N; ++n) {
-        double g = 0, u = 0, mag = 0, mag_u = 0;
-        for (int64_t kk = 0; kk < c.K; ++kk) {
-          const double a = A[static_cast<size_t>(m * c.K + kk)];
-          g += a * B[static_cast<size_t>(n * c.K + kk)];
-          mag += std::abs(a * B[static_cast<size_t>(n * c.K + kk)]);
-          if (gated) u += a * Bu[static_cast<size_t>(n * c.K + kk)], mag_u += std::abs(a * Bu[static_cast<size_t>(n * c.K + kk)]);
-        }
-        double want = g;
-        const double silu = g / (1 + std::exp(-g));
-        if (gated) want = silu * u;
-        if (!R.empty()) want += R[static_cast<size_t>(m * c.N + n)];
-        // bf16 operands rounded on the way (the unfused forms round G and U, or the product, once more;
-        // the RMSNorm handles round the normalised A, whose error in each of the gated product's sums
-        // is multiplied by the other factor).
-        const double sk = std::sqrt(static_cast<double>(c.K));
-        const double tol = normed && gated
-                               ? 2e-2 * (std::abs(want) + std::abs(silu) * mag_u / sk + std::abs(u) * mag / sk + 1e-2)
-                               : 2e-2 * (std::abs(want) + mag / sk + 1e-2);
-        const double got = C[static_cast<size_t>(m * c.N + n)];
-        if (!(std::abs(got - want) <= tol) && bad++ < 3)
-          ADD_FAILURE() << "C[" << m << ", " << n << "] = " << got << ", want " << want << " (tol " << tol << ")";
-      }
+    // (the unfused forms round G and U, or the product, once more; the RMSNorm handles the normalised A)
+    const GemmReference ref = gemm_reference(A, host(gated ? "Bg" : "B"), host("Bu"), host("R"), c.M, c.N, c.K, 2e-2, normed);
+    const size_t bad = count_outside(C, ref, c.N);
     EXPECT_EQ(bad, 0u);
   }
 }
@@ -739,23 +766,10 @@ struct GemmCall {
     return v;
   }
   // The bf16 buffer `name` (empty where the member has none).
-  std::vector<double> host(const char* name) {
-    std::vector<double> v;
-    const int i = s.arg_index(name);
-    if (i < 0) return v;
-    std::vector<std::byte> b = args.read(static_cast<size_t>(i));
-    v.resize(b.size() / 2);
-    for (size_t j = 0; j < v.size(); ++j) {
-      uint16_t h;
-      std::memcpy(&h, b.data() + 2 * j, 2);
-      v[j] = bf16_bits_to_f32(h);
-    }
-    return v;
-  }
+  std::vector<double> host(const char* name) { return read_bf16(s, args, name); }
   // Launches each config that can run this shape, into a C first filled with junk, and
-  // checks C against want within tol; `what` names the member. Returns how many ran.
-  size_t check_every_config(const EveryConfig& e, Backend& be, const std::string& what,
-                            const std::vector<double>& want, const std::vector<double>& tol) {
+  // checks C against the reference; `what` names the member. Returns how many ran.
+  size_t check_every_config(const EveryConfig& e, Backend& be, const std::string& what, const GemmReference& ref) {
     std::vector<int64_t> slots(s.args.size());
     read_int_slots(s, args.params(), slots.data());
     const int c_arg = s.arg_index("C");
@@ -763,17 +777,11 @@ struct GemmCall {
     for (size_t ci = 0; ci < e.configs.size(); ++ci) {
       if (!Tuner::why_not(s, e.configs[ci], slots.data(), be.limits()).empty()) continue;
       SCOPED_TRACE(fmt::format("{} {} at M={} N={} K={}", what, e.configs[ci].str(), M, N, K));
-      const std::vector<std::byte> junk(want.size() * 2, std::byte{0x7f});  // not zeros: an unwritten output shows
+      const std::vector<std::byte> junk(ref.want.size() * 2, std::byte{0x7f});  // not zeros: an unwritten output shows
       be.device().to_device(args.buffer(static_cast<size_t>(c_arg)), junk.data(), junk.size(), nullptr);
       e.loaded[ci]->launch(args.params(), LaunchPlan(s, e.configs[ci], be.limits()).eval(slots.data()), nullptr);
       be.device().sync(nullptr);
-      const std::vector<double> C = host("C");
-      size_t bad = 0;
-      for (size_t j = 0; j < C.size(); ++j)
-        if (!(std::abs(C[j] - want[j]) <= tol[j]) && bad++ < 3)
-          ADD_FAILURE() << "C[" << j / static_cast<size_t>(N) << ", " << j % static_cast<size_t>(N) << "] = " << C[j]
-                        << ", want " << want[j];
-      EXPECT_EQ(bad, 0u);
+      EXPECT_EQ(count_outside(host("C"), ref, N), 0u);
       ++ran;
     }
     return ran;
@@ -795,29 +803,14 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
   Backend& be = rt.backend("cuda");
   for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
     KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:" + member);
-    const bool gated = member == "bf16_nt_gated", residual = member == "bf16_nt_residual";
+    const bool gated = member == "bf16_nt_gated";
     const EveryConfig every = compile_every_config(rt, s);
     ASSERT_GE(every.configs.size(), 10u) << member;
     for (const Shape& sh : shapes) {
       GemmCall call(s, sh.M, sh.N, sh.K, be.device());
-      const std::vector<double> A = call.host("A"), B = call.host(gated ? "Bg" : "B"), Bu = call.host("Bu"),
-                                R = call.host("R");
-      std::vector<double> want(static_cast<size_t>(sh.M * sh.N)), tol(want.size());
-      for (int64_t m = 0; m < sh.M; ++m)
-        for (int64_t n = 0; n < sh.N; ++n) {
-          double g = 0, u = 0, mag = 0;
-          for (int64_t k = 0; k < sh.K; ++k) {
-            const double a = A[static_cast<size_t>(m * sh.K + k)], b = B[static_cast<size_t>(n * sh.K + k)];
-            g += a * b;
-            mag += std::abs(a * b);
-            if (gated) u += a * Bu[static_cast<size_t>(n * sh.K + k)];
-          }
-          double w = gated ? g / (1 + std::exp(-g)) * u : g;
-          if (residual) w += R[static_cast<size_t>(m * sh.N + n)];
-          want[static_cast<size_t>(m * sh.N + n)] = w;
-          tol[static_cast<size_t>(m * sh.N + n)] = 1e-2 * (std::abs(w) + mag / std::sqrt(double(sh.K)) + 1e-2);
-        }
-      call.check_every_config(every, be, member, want, tol);
+      call.check_every_config(every, be, member,
+                              gemm_reference(call.host("A"), call.host(gated ? "Bg" : "B"), call.host("Bu"),
+                                             call.host("R"), sh.M, sh.N, sh.K, 1e-2, false));
     }
   }
 }
@@ -867,34 +860,12 @@ TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) 
         }
         be.device().to_device(call.args.buffer(static_cast<size_t>(a_arg)), b.data(), b.size(), nullptr);
       }
-      const std::vector<double> X = call.host("A"), G = call.host("g"), B = call.host(gated ? "Bg" : "B"),
-                                Bu = call.host("Bu");
-      std::vector<double> want(static_cast<size_t>(sh.M * sh.N)), tol(want.size());
-      for (int64_t m = 0; m < sh.M; ++m) {
-        double ss = 0;
-        for (int64_t k = 0; k < sh.K; ++k) ss += X[static_cast<size_t>(m * sh.K + k)] * X[static_cast<size_t>(m * sh.K + k)];
-        const double r = norm ? 1 / std::sqrt(ss / static_cast<double>(sh.K) + 1e-5) : 1;
-        for (int64_t n = 0; n < sh.N; ++n) {
-          double g = 0, u = 0, mag = 0, mag_u = 0;
-          for (int64_t k = 0; k < sh.K; ++k) {
-            const double a = X[static_cast<size_t>(m * sh.K + k)] * r * (norm ? G[static_cast<size_t>(k)] : 1.0);
-            const double b = B[static_cast<size_t>(n * sh.K + k)];
-            g += a * b;
-            mag += std::abs(a * b);
-            if (gated) u += a * Bu[static_cast<size_t>(n * sh.K + k)], mag_u += std::abs(a * Bu[static_cast<size_t>(n * sh.K + k)]);
-          }
-          const double silu = g / (1 + std::exp(-g)), w = gated ? silu * u : g;
-          want[static_cast<size_t>(m * sh.N + n)] = w;
-          // The normalised A is rounded to bf16 before the product (as an RMSNorm kernel's output
-          // is): each sum is off by about its magnitude / sqrt(K) times bf16's precision, and in
-          // the gated product each sum's error is multiplied by the other factor.
-          const double sk = std::sqrt(double(sh.K));
-          tol[static_cast<size_t>(m * sh.N + n)] =
-              gated && norm ? 2e-2 * (std::abs(w) + std::abs(silu) * mag_u / sk + std::abs(u) * mag / sk + 1e-2)
-                            : 2e-2 * (std::abs(w) + mag / sk + 1e-2);
-        }
-      }
-      const size_t ran = call.check_every_config(every, be, member, want, tol);
+      const std::vector<double> X = call.host("A");
+      // (the kernel rounds the normalised A to bf16 before the product, as an RMSNorm kernel's output is)
+      const GemmReference ref = gemm_reference(norm ? rmsnorm_rows(X, call.host("g"), sh.M, sh.K) : X,
+                                               call.host(gated ? "Bg" : "B"), call.host("Bu"), {}, sh.M, sh.N, sh.K, 2e-2,
+                                               norm);
+      const size_t ran = call.check_every_config(every, be, member, ref);
       EXPECT_GT(ran, 0u) << member << " at M=" << sh.M << " N=" << sh.N << " K=" << sh.K;
     }
   }

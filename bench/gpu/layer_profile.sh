@@ -16,18 +16,7 @@ export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-profile-cache}
 P=${PROGRAM:-kernels/programs/decoder_llama3_8b.toml}
 T=${T:-1}; S=${S:-1024}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/machine.txt"
-python3 - <<'PY' | tee "$R/copy_bandwidth.txt"
-import torch
-n = 1 << 30
-a = torch.empty(n, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-e0.record()
-for _ in range(20): b.copy_(a)
-e1.record(); torch.cuda.synchronize()
-t = e0.elapsed_time(e1) / 20 / 1e3
-print(f"copy bandwidth {2 * n / t / 1e9:.0f} GB/s (2N / t, 1 GiB)")
-PY
+python3 bench/gpu/copy_bandwidth.py | tee "$R/copy_bandwidth.txt"
 timeout 400 "$B/kiln" -q run --json "$P" --set T=$T --set S=$S --set CAP=$((S + T + 1)) > "$R/tuned.json" 2> "$R/tuned.err"
 echo "tuned: exit code $?"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

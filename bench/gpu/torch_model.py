@@ -24,6 +24,7 @@ import torch._dynamo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_decoder import H, Layer  # noqa: E402
+from copy_bandwidth import copy_bandwidth  # noqa: E402
 
 V = 128256
 
@@ -57,16 +58,7 @@ def main():
     t0 = time.perf_counter()
     model = Model(a.layers, cap, gen)
     caches = [(l.kc.clone(), l.vc.clone()) for l in model.layers] if len(points) > 1 or "," in a.forms else None
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(10):
-        e0.record(); dst.copy_(src); e1.record(); e1.synchronize(); ts.append(e0.elapsed_time(e1))
-    bw = 2 * (1 << 30) / (sorted(ts)[5] * 1e-3)
-    del src, dst
+    bw = copy_bandwidth()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_GBps": bw / 1e9,
            "layers": a.layers, "setup_s": time.perf_counter() - t0, "rows": [], "first_call_s": {}}
     print(f"{res['device']}, torch {res['torch']}: copy {bw / 1e9:.0f} GB/s; model made in {res['setup_s']:.1f} s",

@@ -139,13 +139,8 @@ __device__ __forceinline__ uint4 dec_norm(uint4 x, uint4 gv, float& ss) {
   unsigned out[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#if GEMM_DTYPE == GEMM_DTYPE_BF16
-    const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xs[i]));
+    const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xs[i]));  // bf16 only (above)
     const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gs[i]));
-#else
-    const float2 xf = __half22float2(*reinterpret_cast<const __half2*>(&xs[i]));
-    const float2 gf = __half22float2(*reinterpret_cast<const __half2*>(&gs[i]));
-#endif
     ss = fmaf(xf.x, xf.x, fmaf(xf.y, xf.y, ss));
     const gemm_t2 y = epi_pack(xf.x * gf.x, xf.y * gf.y);
     out[i] = *reinterpret_cast<const unsigned*>(&y);

@@ -552,16 +552,16 @@ class CudaDevice final : public Device {
       flush_bytes_ = static_cast<size_t>(std::max<int64_t>(info_.l2_bytes * 2, 8 << 20));
       check(d_->cuMemAlloc(&flush_, flush_bytes_), "allocating the L2 flush buffer");
     }
-    // By reading (KILN_BENCH_L2_FLUSH=read): the buffer, written once, is read whole, so L2
-    // holds its clean lines and the timed kernel evicts them for free; by writing (the
-    // default), L2 is left holding dirty lines, written back as the timed kernel evicts them.
+    // By writing (the default), L2 is left holding dirty lines, written back as the timed kernel
+    // evicts them; by reading (KILN_BENCH_L2_FLUSH=read), the buffer, written once, is read
+    // whole, so L2 holds its clean lines and the timed kernel evicts them for free.
+    if (flush_read_ && !touch_kernel())
+      fail(Errc::usage, "KILN_BENCH_L2_FLUSH=read: kiln's reading kernel does not load on this GPU ({}); "
+                        "unset it to flush the L2 by writing",
+           info_.name);
+    if (first || !flush_read_)
+      check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
     if (flush_read_) {
-      if (!touch_kernel())
-        fail(Errc::usage, "KILN_BENCH_L2_FLUSH=read: kiln's reading kernel does not load on this GPU ({}); "
-                            "unset it to flush the L2 by writing",
-             info_.name);
-      if (first)  // written once, so that every read finds memory the buffer owns
-        check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
       CUdeviceptr p = flush_;
       uint64_t n = flush_bytes_ / 16;
       void* params[] = {&p, &n, &p};
@@ -570,9 +570,7 @@ class CudaDevice final : public Device {
                                params, nullptr),
             "flushing the L2 (reading)");
       t_after_word = true;  // the timed kernel after it does not overlap it (as after a word)
-      return flush_bytes_;
     }
-    check(d_->cuMemsetD32Async(flush_, ++flush_value_, flush_bytes_ / 4, stream_of(s)), "flushing the L2");
     return flush_bytes_;
   }
 
