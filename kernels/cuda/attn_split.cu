@@ -13,7 +13,21 @@
 // output unnormalised, the max m in log2 units, the sum l):
 //   part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}].
 // Params: NW warps a block, BN keys a tile.
+//
+// With CL (attn_split_cluster_bf16.toml) the kernel is the whole attention in one launch: the
+// CL splits of a KV head are one thread-block cluster (grid HKV x CL, CHUNK = cdiv(S + T, CL)),
+// each block keeps its partial rows in its shared memory, and after a cluster barrier each
+// block combines its share of the (row, dim) outputs from all CL blocks' rows through
+// distributed shared memory, as attn_combine does from the scratch rows, and writes o in bf16.
+// Its grid does not depend on S. It is launched to overlap the kernel before it (pdl).
 #include "attn_mma.cuh"
+#ifdef CL
+#include "ptx_cluster.cuh"
+static_assert(CL >= 1 && CL <= 8, "CL: 1 to 8 blocks a cluster (the portable cluster size)");
+#define AS_CLUSTER __cluster_dims__(1, CL, 1)
+#else
+#define AS_CLUSTER
+#endif
 
 #ifndef NW
 #define NW 4
@@ -22,17 +36,31 @@
 #define BN 32
 #endif
 
-extern "C" __global__ void __launch_bounds__(NW * 32)
+extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
     attn_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
-               const __nv_bfloat16* __restrict__ vc, float* __restrict__ part, long long T, long long S_arg,
-               long long CAP, long long HQ, long long HKV, long long CHUNK) {
+               const __nv_bfloat16* __restrict__ vc,
+#ifdef CL
+               __nv_bfloat16* __restrict__ o, long long T, long long S_arg, long long CAP, long long HQ,
+               long long HKV) {
+#else
+               float* __restrict__ part, long long T, long long S_arg, long long CAP, long long HQ, long long HKV,
+               long long CHUNK) {
+#endif
   (void)CAP;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long h = blockIdx.x, c = blockIdx.y, G = HQ / HKV, R = T * G;
   const long long S = kiln_cell(S_arg);  // a program's cell holds it where the grid is sized for its bucket
   const long long n_keys = S + T;
+#ifdef CL
+  const long long CHUNK = (n_keys + CL - 1) / CL;
+  kiln_start_next();  // launched with pdl: the next kernel may be scheduled now (this grid is one wave)
+  kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
+  // (No early return for a split past the keys: every block of a cluster reaches its barriers;
+  // such a block has no tiles and its rows say so, m = -inf and l = 0.)
+#else
   if (c * CHUNK >= n_keys) return;  // a split past the keys (a grid sized for more)
+#endif
   const long long j_end = min((c + 1) * CHUNK, n_keys);
   // The warp's slice: KW keys, a whole number of tiles.
   const long long KW = (CHUNK + NW * BN - 1) / (NW * BN) * BN;
@@ -110,6 +138,9 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
   // The warps' rows merged: each warp's (acc, m, l) to shared memory (over its buffers).
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem + 16 * 256);  // [NW][16][130]
+#ifdef CL
+  __shared__ float blk[16 * 130];  // the block's merged rows, read by the cluster
+#endif
   float* mine = red + warp * 16 * 130;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
@@ -138,7 +169,38 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
         if (mw != -AP_INF) v += red[(w * 16 + r) * 130 + d] * exp2f(mw - M);
       }
     }
+#ifdef CL
+    blk[r * 130 + d] = v;
+#else
     const long long tok = r / G, hq = h * G + r % G;
     part[((c * T + tok) * HQ + hq) * 130 + d] = v;
+#endif
   }
+#ifdef CL
+  // The cluster's rows combined: output i = (row, dim) of this KV head is finished by rank
+  // i % CL, from the CL blocks' rows rescaled to their largest m (a block no key of which the
+  // row sees adds nothing; rank 0's chunk holds key 0, which every row sees).
+  ptx_cluster_sync();
+  const unsigned rank = ptx_cluster_rank(), at = ap_smem(blk);
+  for (long long i = rank + static_cast<long long>(threadIdx.x) * CL; i < R * 128; i += static_cast<long long>(NW) * 32 * CL) {
+    const int r = static_cast<int>(i >> 7), d = static_cast<int>(i & 127);
+    float mq[CL], M = -AP_INF;
+#pragma unroll
+    for (int qq = 0; qq < CL; ++qq) {
+      mq[qq] = ptx_ld_cluster_f32(ptx_map_rank(at + (r * 130 + 128) * 4, qq));
+      M = fmaxf(M, mq[qq]);
+    }
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int qq = 0; qq < CL; ++qq) {
+      if (mq[qq] == -AP_INF) continue;
+      const float wgt = exp2f(mq[qq] - M);
+      num += ptx_ld_cluster_f32(ptx_map_rank(at + (r * 130 + d) * 4, qq)) * wgt;
+      den += ptx_ld_cluster_f32(ptx_map_rank(at + (r * 130 + 129) * 4, qq)) * wgt;
+    }
+    const long long tok = r / G, hq = h * G + r % G;
+    o[(tok * HQ + hq) * 128 + d] = __float2bfloat16_rn(num / den);
+  }
+  ptx_cluster_sync();  // each block's rows stay until every block of the cluster has read them
+#endif
 }

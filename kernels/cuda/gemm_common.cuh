@@ -1,11 +1,12 @@
 // What the GEMM families (gemm.cu: mma.sync, gemm_wgmma.cu: wgmma, gemm_decode.cu)
-// share: PTX wrappers for cp.async, 16-byte stores and thread-block clusters; for the
+// share: PTX wrappers for cp.async and 16-byte stores (clusters: ptx_cluster.cuh); for the
 // two tile families, the grouped tile order and the split-K finish through distributed
 // shared memory. The epilogues' element math is in gemm_epilogue.cuh (included).
 // Uses the member's problem (gemm_problem.cuh) and, for the tile families, the params
 // BM, BN, GROUP_M and SPLIT of the file that includes it.
 #pragma once
 #include "gemm_epilogue.cuh"
+#include "ptx_cluster.cuh"  // thread-block clusters: rank, barrier, distributed shared memory
 
 // ---- PTX wrappers ----
 __device__ __forceinline__ void ptx_cp_async16(unsigned dst, const void* src, bool valid) {
@@ -18,36 +19,6 @@ __device__ __forceinline__ void ptx_st_global16(void* p, uint4 v) {
   asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
-// Thread-block clusters (split K): the rank in the cluster, a full cluster barrier
-// (release/acquire: shared-memory writes before it are visible to the cluster after
-// it), the address of a shared-memory location in another block, and loads from there.
-__device__ __forceinline__ unsigned ptx_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void ptx_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned ptx_map_rank(unsigned addr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float4 ptx_ld_cluster_f4(unsigned addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ float2 ptx_ld_cluster_f2(unsigned addr) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-
 #if defined(BM) && defined(BN)
 // Which tile block `pid` computes: blocks walk GROUP_M tile-rows down a tile-column,
 // then the next column (neighbours share B columns and, within a group, A rows in L2).
