@@ -109,6 +109,16 @@ TEST_F(ModelTest, TheModelMatchesItsReferenceAndTheLayerRunLayerByLayer) {
     ProgramCheck c = model.check(m.inputs(x, T), {{logits.data(), {T, Model::V}}}, nullptr, {S});
     ASSERT_EQ(c.outputs.size(), 3u) << c.str();
     EXPECT_TRUE(c.ok()) << "T=" << T << " S=" << S << "\n" << c.str();
+    if (S == 0) {
+      // Each step is listed by its own name in the layer, also where its kernel shares a handle
+      // with another of the same spec (the layer's o_proj and down; its qkv_proj and lm_head).
+      const std::vector<std::string> ch = model.choices(m.inputs(x, T), {{logits.data(), {T, Model::V}}}, {S});
+      ASSERT_EQ(ch.size(), spec.steps.size());
+      const char* layer_steps[] = {"rmsnorm", "qkv_proj", "rope", "attention", "o_proj", "rmsnorm", "gate_up", "down"};
+      for (size_t i = 0; i < ch.size() - 2; ++i)
+        EXPECT_EQ(ch[i].rfind(fmt::format("decoder_cpu_{}", layer_steps[i % 8]), 0), 0u) << "step " << i + 1 << ": " << ch[i];
+      EXPECT_EQ(ch[ch.size() - 1].rfind("lm_head: ", 0), 0u) << ch.back();
+    }
 
     std::vector<float> h0 = x, h1(x.size());
     for (int64_t l = 0; l < Model::L; ++l) {

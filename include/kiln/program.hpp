@@ -100,7 +100,8 @@ class Program {
   // what a call costs beyond the program's own binding and lookups.
   double host_ns_handles_only(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, int calls,
                               const std::vector<int64_t>& scalars = {});
-  // What each launch step runs for these buffers: "kernel: config (source)".
+  // What each launch step runs for these buffers: "kernel: config (source)"; a step of a program
+  // run by this one whose kernel shares a handle is "its own name (handle kernel): ..."
   std::vector<std::string> choices(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                                    const std::vector<int64_t>& scalars = {});
   // Runs the program once on these buffers and checks its outputs against

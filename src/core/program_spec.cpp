@@ -870,6 +870,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       if (st.kind != ProgramStep::Kind::launch) continue;
       ProgramStep x;
       x.kernel = kernels.at(st.kernel);
+      x.label = sub.name + "_" + (st.label.empty() ? st.kernel : st.label);
       x.line = line;
       for (const auto& a : st.args) {
         ProgramArg y;

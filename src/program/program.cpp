@@ -239,7 +239,9 @@ struct Program::Impl {
     for (const auto& s : spec.steps) {
       if (s.kind != ProgramStep::Kind::launch) continue;
       Step st;
-      st.kernel = s.kernel;
+      // (What messages and listings call the step: a step of a program run by this one whose
+      // kernel shares a handle with another of the same spec is named as written there.)
+      st.kernel = s.label.empty() || s.label == s.kernel ? s.kernel : fmt::format("{} (handle {})", s.label, s.kernel);
       for (size_t k = 0; k < spec.kernels.size(); ++k)
         if (spec.kernels[k].name == s.kernel) st.handle = k;
       const ProgramKernel& pk = spec.kernels[st.handle];
