@@ -59,6 +59,7 @@ def main():
     model = Model(a.layers, cap, gen)
     caches = [(l.kc.clone(), l.vc.clone()) for l in model.layers] if len(points) > 1 or "," in a.forms else None
     bw = copy_bandwidth()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_GBps": bw / 1e9,
            "layers": a.layers, "setup_s": time.perf_counter() - t0, "rows": [], "first_call_s": {}}
     print(f"{res['device']}, torch {res['torch']}: copy {bw / 1e9:.0f} GB/s; model made in {res['setup_s']:.1f} s",
