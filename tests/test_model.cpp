@@ -115,8 +115,24 @@ TEST_F(ModelTest, TheModelMatchesItsReferenceAndTheLayerRunLayerByLayer) {
       const std::vector<std::string> ch = model.choices(m.inputs(x, T), {{logits.data(), {T, Model::V}}}, {S});
       ASSERT_EQ(ch.size(), spec.steps.size());
       const char* layer_steps[] = {"rmsnorm", "qkv_proj", "rope", "attention", "o_proj", "rmsnorm", "gate_up", "down"};
-      for (size_t i = 0; i < ch.size() - 2; ++i)
-        EXPECT_EQ(ch[i].rfind(fmt::format("decoder_cpu_{}", layer_steps[i % 8]), 0), 0u) << "step " << i + 1 << ": " << ch[i];
+      for (size_t i = 0; i < ch.size() - 2; ++i) {
+        const std::string own = fmt::format("decoder_cpu_{}", layer_steps[i % 8]);
+        EXPECT_EQ(ch[i].rfind(own, 0), 0u) << "step " << i + 1 << ": " << ch[i];
+        std::string want;  // what the step's name is followed by
+        switch (i % 8) {
+          case 0: case 5: want = " (handle rmsnorm): "; break;  // the model's own norm
+          case 1: want = " (handle lm_head): "; break;           // the same linear spec
+          case 2: case 3: case 6: want = ": "; break;            // kernels of their own
+          default: break;                                        // o_proj and down: below
+        }
+        if (!want.empty()) {
+          EXPECT_EQ(ch[i].rfind(own + want, 0), 0u) << "step " << i + 1 << ": " << ch[i];
+        }
+      }
+      // o_proj and down have one spec: one of them is the handle, the other shares it
+      EXPECT_NE(ch[4].find(" (handle ") == std::string::npos, ch[7].find(" (handle ") == std::string::npos)
+          << ch[4] << "\n" << ch[7];
+      EXPECT_EQ(ch[ch.size() - 2].rfind("rmsnorm: ", 0), 0u) << ch[ch.size() - 2];
       EXPECT_EQ(ch[ch.size() - 1].rfind("lm_head: ", 0), 0u) << ch.back();
     }
 

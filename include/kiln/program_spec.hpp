@@ -69,9 +69,9 @@ struct ProgramStep {
   enum class Kind : uint8_t { launch, alloc, free, ret };
   Kind kind = Kind::launch;
   std::string kernel;              // launch: the kernel's name in the program
-  // launch, a step of a program this one runs: its own kernel's name there, prefixed by that
-  // program's (as `kernel` is unless that kernel shares a handle with one of the same spec);
-  // empty for a step written in this program
+  // launch, a step of a program this one runs whose kernel there became a handle of the same
+  // spec that this program already had: its own kernel's name there, prefixed by that
+  // program's (`kernel` names the handle it shares); empty otherwise
   std::string label;
   std::vector<ProgramArg> args;    // launch
   std::string buffer;              // alloc, free

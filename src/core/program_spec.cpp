@@ -834,6 +834,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
     buffers[b.name] = name;
   }
   std::map<std::string, std::string> kernels;
+  std::set<std::string> shared;  // the sub-program's kernels that are another's handle here
   for (const auto& k : sub.kernels) {
     std::string name = sub.name + "_" + k.name;
     const ProgramKernel* same = nullptr;
@@ -856,6 +857,8 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       ProgramKernel x = k;
       x.name = name;
       p.kernels.push_back(std::move(x));
+    } else {
+      shared.insert(k.name);
     }
     kernels[k.name] = name;
   }
@@ -870,7 +873,7 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       if (st.kind != ProgramStep::Kind::launch) continue;
       ProgramStep x;
       x.kernel = kernels.at(st.kernel);
-      x.label = sub.name + "_" + (st.label.empty() ? st.kernel : st.label);
+      if (!st.label.empty() || shared.count(st.kernel)) x.label = sub.name + "_" + (st.label.empty() ? st.kernel : st.label);
       x.line = line;
       for (const auto& a : st.args) {
         ProgramArg y;
