@@ -351,6 +351,40 @@ TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
   EXPECT_EQ(rt.worker_pool()->counters().calls, calls);
 }
 
+// The L2 prefetch step (l2_prefetch_bf16.toml): its PTX loads and runs, first call and tuning
+// included, for lengths of nothing, less than 16 bytes, a 4 KiB piece's edge and 10 MiB with a
+// tail shorter than 16 bytes; it writes nothing. A buffer not 16-byte
+// aligned is refused with the constraint named. (What it saves in a program is for bench/gpu.)
+TEST_F(CudaTest, TheL2PrefetchStepRunsAndWritesNothing) {
+  NEEDS_GPU();
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  KernelSpec s = load_spec(test::kernels() + "/cuda/l2_prefetch_bf16.toml");
+  Kernel k(rt, s);
+  for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{8}, int64_t{2048}, int64_t{2049}, (int64_t{5} << 20) + 3}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    DeviceArgs args(s, parse_scalars(s, {{"n", std::to_string(n)}}), dev);
+    args.fill_random(static_cast<uint64_t>(n) + 1);
+    const std::vector<std::byte> before = args.read(0);
+    k.launch(args.params());
+    k.launch(args.params());  // tuned by now: a plain launch
+    dev.sync(nullptr);
+    EXPECT_EQ(dev.fault(), "");
+    EXPECT_TRUE(args.read(0) == before) << "the prefetch wrote to its buffer";
+  }
+  DeviceBuffer buf(dev, 4096);
+  void* misaligned = static_cast<std::byte*>(buf.get()) + 2;
+  int64_t n = 1000;
+  void* params[] = {&misaligned, &n};
+  try {
+    k.launch(params);
+    dev.sync(nullptr);
+    ADD_FAILURE() << "a buffer 2 bytes off 16 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("align_w"), std::string::npos) << e.what();
+  }
+}
+
 // KILN_BENCH_L2_FLUSH=read: the flush is a kernel reading the buffer (its PTX loads and
 // runs on this GPU, in this process and in the tuning's worker: where it does not load, the
 // flush is an error, not a flush by writing), and a kernel tuned with it computes what it
