@@ -351,6 +351,39 @@ TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
   EXPECT_EQ(rt.worker_pool()->counters().calls, calls);
 }
 
+// KILN_BENCH_HOLD: work enqueued behind a held stream runs only once it is released (a timer
+// around the hold counts the host's sleep before the release; one behind the hold does not),
+// and a kernel tuned with held timing (in its worker) computes what it should.
+TEST_F(CudaTest, AHeldStreamRunsWhatIsBehindItOnlyOnceReleased) {
+  NEEDS_GPU();
+  Options o = opts;
+  o.cuda_bench_hold = true;
+  Runtime rt(o);
+  Device& dev = rt.backend("cuda").device();
+  DeviceBuffer word(dev, 4);
+  auto around = dev.timer(), behind = dev.timer();
+  around->start(nullptr);
+  ASSERT_TRUE(dev.hold_stream(nullptr, 20000));
+  behind->start(nullptr);
+  dev.write_word(word.get(), 7, nullptr);
+  behind->stop(nullptr);
+  around->stop(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  dev.release_stream();
+  const double around_ns = around->elapsed_ns(), behind_ns = behind->elapsed_ns();
+  EXPECT_GE(around_ns, 45e6) << "the stream was not held while the host slept";
+  EXPECT_LT(behind_ns, 25e6) << "the work behind the hold was timed with the host's sleep";
+  int32_t got = 0;
+  dev.to_host(&got, word.get(), 4, nullptr);
+  dev.sync(nullptr);
+  EXPECT_EQ(got, 7);
+  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
+  AxpyBuffers b(dev, 1 << 22, 4);
+  Kernel k(rt, s);
+  k(b.px(), b.py(), b.po(), 1.5f, b.n);
+  b.expect_result(1.5f, 991);
+}
+
 // The L2 prefetch step (l2_prefetch_bf16.toml): its PTX loads and runs, first call and tuning
 // included, for lengths of nothing, less than 16 bytes, a 4 KiB piece's edge and 10 MiB with a
 // tail shorter than 16 bytes; it writes nothing. A buffer not 16-byte

@@ -19,6 +19,7 @@
 #include "kiln/kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "tune/benchmarker.hpp"
+#include "worker/protocol.hpp"
 #include "util.hpp"
 #include "worker/worker_pool.hpp"
 
@@ -116,6 +117,29 @@ struct WorkerTest : ::testing::Test {
 };
 
 }  // namespace
+
+// The timing settings reach the worker as they were set, KILN_BENCH_HOLD's included (a GPU
+// worker then enqueues its timed runs behind a held stream); a request without it (an older
+// peer's) is not held. The cpu device cannot hold a stream, and says so.
+TEST_F(WorkerTest, TheTimingSettingsTravelToTheWorker) {
+  BenchPlan p;
+  p.settings.budget_ms = 7;
+  p.settings.flush = true;
+  p.settings.hold = true;
+  p.settings.check = false;
+  BenchPlan q = bench_plan_from_json(to_json(p));
+  EXPECT_EQ(q.settings.budget_ms, 7);
+  EXPECT_TRUE(q.settings.flush);
+  EXPECT_TRUE(q.settings.hold);
+  EXPECT_FALSE(q.settings.check);
+  nlohmann::json j = to_json(p);
+  j["settings"].erase("hold");
+  EXPECT_FALSE(bench_plan_from_json(j).settings.hold);
+  Options o = opts;
+  o.cuda_bench_hold = true;
+  Runtime rt(o);
+  EXPECT_FALSE(rt.backend("cpu").device().hold_stream(nullptr, 10));
+}
 
 TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn) {
   test::write(dir.path() / "bad.cpp", kBadSource);

@@ -59,6 +59,10 @@ struct Options {
   // of writing it (a memset), which leaves L2 full of dirty lines a timed kernel's reads must
   // write back first
   bool cuda_flush_read = false;
+  // KILN_BENCH_HOLD=1: a GPU's timed runs are enqueued behind a held stream, in batches, and
+  // run back to back once it is released, so that no delay of the host's between them is timed
+  // (docs/cuda.md, "Timing")
+  bool cuda_bench_hold = false;
   bool cuda_pdl = true;               // KILN_PDL=0: no launch overlaps the kernel before it (a spec's pdl
                                       // is not used: docs/program.md)
   bool cuda_warm_libraries = true;    // KILN_CUDA_WARM_LIBRARIES=0: the GPU libraries (cuBLASLt) are opened and

@@ -113,6 +113,7 @@ Options Options::from_env() {
   }
   o.cuda_flush_l2 = !env("KILN_BENCH_NO_L2_FLUSH") || !env_bool("KILN_BENCH_NO_L2_FLUSH");
   o.cuda_flush_read = env_choice("KILN_BENCH_L2_FLUSH", o.cuda_flush_read, {{"write", false}, {"read", true}});
+  o.cuda_bench_hold = env_bool("KILN_BENCH_HOLD");
   if (const char* v = env("KILN_REMOTE_CACHE")) o.remote_cache = v;
   o.remote_timeout_s = env_double("KILN_REMOTE_TIMEOUT", o.remote_timeout_s, 0.001, 60);
   o.remote_binaries = env_bool("KILN_REMOTE_BINARIES");

@@ -146,6 +146,7 @@ BenchSettings Benchmarker::settings() const {
   BenchSettings s;
   s.budget_ms = opts_.bench_budget_ms;
   s.flush = gpu_ ? opts_.cuda_flush_l2 : opts_.bench_flush;
+  s.hold = gpu_ && opts_.cuda_bench_hold;
   return s;
 }
 

@@ -192,7 +192,7 @@ json to_json(const BenchPlan& p) {
           {"arena_id", p.arena_id},
           {"settings",
            {{"budget_ms", s.budget_ms}, {"min_reps", s.min_reps}, {"max_reps", s.max_reps}, {"warmup", s.warmup},
-            {"flush", s.flush}, {"check", s.check}, {"time", s.time}}}};
+            {"flush", s.flush}, {"hold", s.hold}, {"check", s.check}, {"time", s.time}}}};
 }
 
 BenchPlan bench_plan_from_json(const json& j) {
@@ -266,6 +266,7 @@ BenchPlan bench_plan_from_json(const json& j) {
   p.settings.max_reps = s.at("max_reps").get<int>();
   p.settings.warmup = s.at("warmup").get<int>();
   p.settings.flush = s.at("flush").get<bool>();
+  p.settings.hold = s.value("hold", false);
   p.settings.check = s.at("check").get<bool>();
   p.settings.time = s.at("time").get<bool>();
   return p;

@@ -67,6 +67,7 @@ struct BenchSettings {
   int max_reps = 100000;
   int warmup = 1;
   bool flush = false;     // evict caches before each timed run
+  bool hold = false;      // enqueue timed runs behind a held stream, in batches (Device::hold_stream)
   bool check = true;      // do the checking run (poison, compare, keep outputs) first
   bool time = true;       // do the timed runs (false: the checking run alone)
 };

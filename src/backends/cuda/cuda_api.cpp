@@ -108,6 +108,9 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuLaunchKernel, "cuLaunchKernel", &missing);
     bind(h, d->cuLaunchKernelEx, "cuLaunchKernelEx", nullptr);
     bind(h, d->cuMemAlloc, "cuMemAlloc_v2", &missing);
+    bind(h, d->cuMemHostAlloc, "cuMemHostAlloc", nullptr);
+    bind(h, d->cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", nullptr);
+    bind(h, d->cuMemFreeHost, "cuMemFreeHost", nullptr);
     bind(h, d->cuMemFree, "cuMemFree_v2", &missing);
     bind(h, d->cuMemGetAddressRange, "cuMemGetAddressRange_v2", &missing);
     bind(h, d->cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", &missing);

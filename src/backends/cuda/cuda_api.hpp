@@ -142,6 +142,10 @@ struct Driver {
   // The extended launch (optional: without it no launch overlaps the one before it).
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  // Pinned host memory the GPU reads (optional: without it no stream is held, KILN_BENCH_HOLD).
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned) = nullptr;
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned) = nullptr;
+  CUresult (*cuMemFreeHost)(void*) = nullptr;
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);

@@ -256,6 +256,36 @@ constexpr char kKilnWordPtx[] = R"(.version 7.0
   ret;
 }
 )";
+// kiln_hold(flag, limit): spins until the 32-bit word at flag (pinned host memory the GPU
+// reads, at system scope) is not 0, or `limit` nanoseconds of %globaltimer have passed, so
+// that what a benchmark enqueues behind it runs back to back once the host lets it go
+// (KILN_BENCH_HOLD); the limit bounds a host that never does.
+constexpr char kKilnHoldPtx[] = R"(.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kiln_hold(.param .u64 kiln_flag, .param .u64 kiln_limit)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [kiln_flag];
+  ld.param.u64 %rd2, [kiln_limit];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u64 %rd3, %globaltimer;
+kiln_spin:
+  ld.relaxed.sys.global.u32 %r1, [%rd1];
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra kiln_out;
+  mov.u64 %rd4, %globaltimer;
+  sub.u64 %rd5, %rd4, %rd3;
+  setp.ge.u64 %p2, %rd5, %rd2;
+  @%p2 bra kiln_out;
+  nanosleep.u32 500;
+  bra kiln_spin;
+kiln_out:
+  ret;
+}
+)";
 // kiln_touch(p, n, out): reads n 16-byte chunks from p (a grid-stride loop) and stores their
 // xor to out only where it equals a value the flush buffer's chunks never give (each chunk is
 // four equal words: their xor is 0), so the loads cannot be dropped and nothing is written.
@@ -399,6 +429,8 @@ class CudaDevice final : public Device {
   }
   ~CudaDevice() override {
     if (flush_) d_->cuMemFree(flush_);
+    if (hold_flag_) d_->cuMemFreeHost(hold_flag_);
+    if (hold_lib_) d_->cuLibraryUnload(hold_lib_);
     if (capture_) d_->cuStreamDestroy(capture_);
     if (word_lib_) d_->cuLibraryUnload(word_lib_);
     if (touch_lib_) d_->cuLibraryUnload(touch_lib_);
@@ -513,6 +545,46 @@ class CudaDevice final : public Device {
       if (!touch_kernel_) log::debug("cuda: the reading flush's kernel does not load here");
     });
     return touch_kernel_;
+  }
+  // The held stream's kernel (kKilnHoldPtx) and its flag in pinned host memory the GPU reads,
+  // made at the first hold; false where either cannot be (then no stream is held).
+  bool hold_ready() {
+    std::call_once(hold_once_, [&] {
+      if (!d_->cuMemHostAlloc || !d_->cuMemHostGetDevicePointer || !d_->cuMemFreeHost) return;
+      void* h = nullptr;
+      CUdeviceptr dp = 0;
+      // CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP: every context, and a device address
+      if (d_->cuMemHostAlloc(&h, 4096, 0x01 | 0x02) != CUDA_SUCCESS) return;
+      if (d_->cuMemHostGetDevicePointer(&dp, h, 0) != CUDA_SUCCESS) {
+        d_->cuMemFreeHost(h);
+        return;
+      }
+      hold_kernel_ = load_ptx_kernel(kKilnHoldPtx, "kiln_hold", &hold_lib_);
+      if (!hold_kernel_) {
+        d_->cuMemFreeHost(h);
+        log::debug("cuda: the held stream's kernel does not load here; timed runs are not held");
+        return;
+      }
+      hold_flag_ = static_cast<uint32_t*>(h);
+      hold_dev_ = dp;
+    });
+    return hold_kernel_ != nullptr;
+  }
+  bool hold_stream(Stream s, double limit_ms) override {
+    ensure_current();
+    if (!hold_ready()) return false;
+    std::atomic_ref<uint32_t>(*hold_flag_).store(0, std::memory_order_seq_cst);
+    CUdeviceptr p = hold_dev_;
+    uint64_t limit = static_cast<uint64_t>(std::max(0.0, limit_ms) * 1e6);
+    void* params[] = {&p, &limit};
+    check(d_->cuLaunchKernel(reinterpret_cast<CUfunction>(hold_kernel_), 1, 1, 1, 1, 1, 1, 0, stream_of(s), params,
+                             nullptr),
+          "holding a stream");
+    t_after_word = true;  // the kernel after it does not overlap it (as after a word)
+    return true;
+  }
+  void release_stream() override {
+    if (hold_flag_) std::atomic_ref<uint32_t>(*hold_flag_).store(1, std::memory_order_seq_cst);
   }
   void write_word(void* dst, int32_t value, Stream s) override {
     ensure_current();
@@ -801,6 +873,11 @@ class CudaDevice final : public Device {
   std::once_flag touch_once_;
   CUlibrary touch_lib_ = nullptr;
   CUkernel touch_kernel_ = nullptr;
+  std::once_flag hold_once_;
+  CUlibrary hold_lib_ = nullptr;
+  CUkernel hold_kernel_ = nullptr;
+  uint32_t* hold_flag_ = nullptr;  // pinned host memory; 0: held
+  CUdeviceptr hold_dev_ = 0;
   CUstream capture_ = nullptr;
   std::once_flag word_once_;
   CUlibrary word_lib_ = nullptr;
