@@ -361,17 +361,21 @@ TEST_F(CudaTest, AHeldStreamRunsWhatIsBehindItOnlyOnceReleased) {
   Runtime rt(o);
   Device& dev = rt.backend("cuda").device();
   DeviceBuffer word(dev, 4);
+  dev.write_word(word.get(), 1, nullptr);  // (its kernel loaded before the hold)
+  dev.sync(nullptr);
   auto around = dev.timer(), behind = dev.timer();
   around->start(nullptr);
-  ASSERT_TRUE(dev.hold_stream(nullptr, 20000));
+  const uint64_t hold = dev.hold_stream(nullptr, 2000);
+  ASSERT_NE(hold, 0u);
   behind->start(nullptr);
   dev.write_word(word.get(), 7, nullptr);
   behind->stop(nullptr);
   around->stop(nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  dev.release_stream();
+  dev.release_stream(hold);
   const double around_ns = around->elapsed_ns(), behind_ns = behind->elapsed_ns();
   EXPECT_GE(around_ns, 45e6) << "the stream was not held while the host slept";
+  EXPECT_LT(around_ns, 1e9) << "the release did not let the stream go (it ran at the hold's limit)";
   EXPECT_LT(behind_ns, 25e6) << "the work behind the hold was timed with the host's sleep";
   int32_t got = 0;
   dev.to_host(&got, word.get(), 4, nullptr);

@@ -102,15 +102,16 @@ class Device {
   // Evicts caches between timed runs (writes a buffer larger than the last
   // level); returns the bytes it holds for that.
   virtual size_t flush_caches(Stream s) = 0;
-  // Holds stream s: what is enqueued on it next waits until release_stream() (or until
-  // `limit_ms` has passed), so that timed runs enqueued meanwhile run back to back and no
-  // delay of the host between them is timed (KILN_BENCH_HOLD). False, with nothing
-  // enqueued, where the device cannot. Nothing may wait for the stream until it is released.
-  virtual bool hold_stream(Stream s, double limit_ms) {
+  // Holds stream s: what is enqueued on it next waits until release_stream(hold) with the
+  // hold this returns (or until `limit_ms` has passed), so that timed runs enqueued meanwhile
+  // run back to back and no delay of the host between them is timed (KILN_BENCH_HOLD). 0,
+  // with nothing enqueued, where the device cannot. Nothing may wait for the stream until
+  // it is released. Holds of several threads are independent.
+  virtual uint64_t hold_stream(Stream s, double limit_ms) {
     (void)s, (void)limit_ms;
-    return false;
+    return 0;
   }
-  virtual void release_stream() {}
+  virtual void release_stream(uint64_t hold) { (void)hold; }
   // Sharing a caller's buffer with a worker process without copying it:
   // an opaque handle (with the buffer's offset inside what it names), or ""
   // with `why` set when the memory cannot be shared.

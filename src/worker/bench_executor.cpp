@@ -24,9 +24,9 @@ constexpr double kHoldLimitMs = 100;
 // Lets a held stream go when it leaves scope, also when a launch throws.
 struct HoldRelease {
   Device& dev;
-  bool held;
+  uint64_t hold;  // 0: none
   ~HoldRelease() {
-    if (held) dev.release_stream();
+    if (hold) dev.release_stream(hold);
   }
 };
 
@@ -221,6 +221,8 @@ BenchResult BenchExecutor::run(LoadedKernel& k, const BenchPlan& plan, std::byte
       restore(plan, arena, false, s);
       k.launch(params.data(), plan.dims, s);
     }
+    // (The flush's first use allocates its buffer and may load a kernel: not behind a hold.)
+    if (st.hold && st.flush) dev_.flush_caches(s);
     dev_.sync(s);
     std::vector<double> ns;
     auto start = std::chrono::steady_clock::now();
@@ -257,7 +259,7 @@ BenchResult BenchExecutor::run(LoadedKernel& k, const BenchPlan& plan, std::byte
     timers.push_back(std::move(timer));
     while (!out.replayed && static_cast<int>(ns.size()) < st.max_reps &&
            (static_cast<int>(ns.size()) < st.min_reps || std::chrono::steady_clock::now() - start < budget)) {
-      const bool held = st.hold && !restores && dev_.hold_stream(s, kHoldLimitMs);
+      const uint64_t held = st.hold && !restores ? dev_.hold_stream(s, kHoldLimitMs) : 0;
       const int batch = held ? std::min(kHoldBatch, st.max_reps - static_cast<int>(ns.size())) : 1;
       {
         HoldRelease release{dev_, held};

@@ -256,25 +256,27 @@ constexpr char kKilnWordPtx[] = R"(.version 7.0
   ret;
 }
 )";
-// kiln_hold(flag, limit): spins until the 32-bit word at flag (pinned host memory the GPU
-// reads, at system scope) is not 0, or `limit` nanoseconds of %globaltimer have passed, so
-// that what a benchmark enqueues behind it runs back to back once the host lets it go
-// (KILN_BENCH_HOLD); the limit bounds a host that never does.
+// kiln_hold(flag, ticket, limit): spins until the 64-bit word at flag (pinned host memory the
+// GPU reads, at system scope) is at least `ticket`, or `limit` nanoseconds of %globaltimer
+// have passed, so that what a benchmark enqueues behind it runs back to back once the host
+// lets it go (KILN_BENCH_HOLD); the limit bounds a host that never does. Each hold has its
+// own ticket and the host only raises the word, so a release lets go of its own hold and of
+// none enqueued later.
 constexpr char kKilnHoldPtx[] = R"(.version 7.0
 .target sm_70
 .address_size 64
-.visible .entry kiln_hold(.param .u64 kiln_flag, .param .u64 kiln_limit)
+.visible .entry kiln_hold(.param .u64 kiln_flag, .param .u64 kiln_ticket, .param .u64 kiln_limit)
 {
   .reg .pred %p<3>;
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<6>;
+  .reg .b64 %rd<8>;
   ld.param.u64 %rd1, [kiln_flag];
+  ld.param.u64 %rd6, [kiln_ticket];
   ld.param.u64 %rd2, [kiln_limit];
   cvta.to.global.u64 %rd1, %rd1;
   mov.u64 %rd3, %globaltimer;
 kiln_spin:
-  ld.relaxed.sys.global.u32 %r1, [%rd1];
-  setp.ne.u32 %p1, %r1, 0;
+  ld.relaxed.sys.global.u64 %rd7, [%rd1];
+  setp.ge.u64 %p1, %rd7, %rd6;
   @%p1 bra kiln_out;
   mov.u64 %rd4, %globaltimer;
   sub.u64 %rd5, %rd4, %rd3;
@@ -336,6 +338,9 @@ thread_local std::vector<WordNode>* t_words = nullptr;
 // A word was written on this thread since its last launch: the next launch does not overlap
 // what came before it (a kernel's programmatic edge is to the kernel before it, not a memset).
 thread_local bool t_after_word = false;
+// This thread holds a stream (Device::hold_stream): timed runs queue behind it, and none may
+// overlap the run before it.
+thread_local bool t_held = false;
 
 struct RecordingScope {
   GraphRecording* prev;
@@ -565,26 +570,32 @@ class CudaDevice final : public Device {
         log::debug("cuda: the held stream's kernel does not load here; timed runs are not held");
         return;
       }
-      hold_flag_ = static_cast<uint32_t*>(h);
+      hold_flag_ = static_cast<uint64_t*>(h);
+      *hold_flag_ = 0;
       hold_dev_ = dp;
     });
     return hold_kernel_ != nullptr;
   }
-  bool hold_stream(Stream s, double limit_ms) override {
+  uint64_t hold_stream(Stream s, double limit_ms) override {
     ensure_current();
-    if (!hold_ready()) return false;
-    std::atomic_ref<uint32_t>(*hold_flag_).store(0, std::memory_order_seq_cst);
+    if (!hold_ready()) return 0;
     CUdeviceptr p = hold_dev_;
+    uint64_t ticket = ++hold_tickets_;
     uint64_t limit = static_cast<uint64_t>(std::max(0.0, limit_ms) * 1e6);
-    void* params[] = {&p, &limit};
+    void* params[] = {&p, &ticket, &limit};
     check(d_->cuLaunchKernel(reinterpret_cast<CUfunction>(hold_kernel_), 1, 1, 1, 1, 1, 1, 0, stream_of(s), params,
                              nullptr),
           "holding a stream");
-    t_after_word = true;  // the kernel after it does not overlap it (as after a word)
-    return true;
+    t_held = true;  // no launch overlaps the one before it while the runs queue up
+    return ticket;
   }
-  void release_stream() override {
-    if (hold_flag_) std::atomic_ref<uint32_t>(*hold_flag_).store(1, std::memory_order_seq_cst);
+  void release_stream(uint64_t hold) override {
+    t_held = false;
+    if (!hold_flag_ || hold == 0) return;
+    std::atomic_ref<uint64_t> flag(*hold_flag_);  // raised to `hold`, never lowered
+    uint64_t now = flag.load(std::memory_order_seq_cst);
+    while (now < hold && !flag.compare_exchange_weak(now, hold, std::memory_order_seq_cst)) {
+    }
   }
   void write_word(void* dst, int32_t value, Stream s) override {
     ensure_current();
@@ -876,8 +887,9 @@ class CudaDevice final : public Device {
   std::once_flag hold_once_;
   CUlibrary hold_lib_ = nullptr;
   CUkernel hold_kernel_ = nullptr;
-  uint32_t* hold_flag_ = nullptr;  // pinned host memory; 0: held
+  uint64_t* hold_flag_ = nullptr;  // pinned host memory: the highest hold released
   CUdeviceptr hold_dev_ = 0;
+  std::atomic<uint64_t> hold_tickets_{0};  // the last hold's ticket
   CUstream capture_ = nullptr;
   std::once_flag word_once_;
   CUlibrary word_lib_ = nullptr;
@@ -1073,7 +1085,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     return;
   }
   CUresult r;
-  const bool after_word = t_after_word;
+  const bool after_word = t_after_word || t_held;
   t_after_word = false;
   if (d.pdl && d.nzero == 0 && dev_.pdl() && !after_word) {
     // The kernel waits for the previous one itself (griddepcontrol.wait): it may be
