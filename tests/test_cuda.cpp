@@ -328,6 +328,16 @@ struct AxpyBuffers {
   }
 };
 
+// axpy (kernels/cuda/axpy.toml) tuned in rt (its worker's timing as rt's options say) on fresh
+// buffers of 4M elements, then its result checked at every step-th element.
+static void expect_axpy_tunes_right(Runtime& rt, uint64_t seed, float alpha, int64_t step) {
+  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
+  AxpyBuffers b(rt.backend("cuda").device(), 1 << 22, seed);
+  Kernel k(rt, s);
+  k(b.px(), b.py(), b.po(), alpha, b.n);
+  b.expect_result(alpha, step);
+}
+
 TEST_F(CudaTest, LaunchesTunesAndDispatchesOnTheDevice) {
   NEEDS_GPU();
   Runtime rt(opts);
@@ -381,11 +391,7 @@ TEST_F(CudaTest, AHeldStreamRunsWhatIsBehindItOnlyOnceReleased) {
   dev.to_host(&got, word.get(), 4, nullptr);
   dev.sync(nullptr);
   EXPECT_EQ(got, 7);
-  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
-  AxpyBuffers b(dev, 1 << 22, 4);
-  Kernel k(rt, s);
-  k(b.px(), b.py(), b.po(), 1.5f, b.n);
-  b.expect_result(1.5f, 991);
+  expect_axpy_tunes_right(rt, 4, 1.5f, 991);
 }
 
 // The L2 prefetch step (l2_prefetch_bf16.toml): its PTX loads and runs, first call and tuning
@@ -436,11 +442,7 @@ TEST_F(CudaTest, TheReadingL2FlushRunsInTheProcessAndInTheWorker) {
   EXPECT_GE(dev.flush_caches(nullptr), static_cast<size_t>(dev.info().l2_bytes) * 2);
   EXPECT_GE(dev.flush_caches(nullptr), static_cast<size_t>(dev.info().l2_bytes) * 2);  // the reading kernel now
   dev.sync(nullptr);
-  KernelSpec s = load_spec(test::kernels() + "/cuda/axpy.toml");
-  AxpyBuffers b(dev, 1 << 22, 2);
-  Kernel k(rt, s);
-  k(b.px(), b.py(), b.po(), 0.5f, b.n);
-  b.expect_result(0.5f, 1009);
+  expect_axpy_tunes_right(rt, 2, 0.5f, 1009);
 }
 
 // A faulting config (an out-of-bounds write, a trap) or one that never ends
