@@ -5,10 +5,12 @@
 //   token i sees keys 0 .. S+i (causal, aligned bottom-right); query head hq reads KV head
 //   hq / (HQ / HKV) (grouped-query attention, without copying the cache).
 // attn_part: program (h, c) takes keys [c CHUNK, (c+1) CHUNK) of KV head h for the query
-//   heads that read it, and writes each (token, query head) row's unnormalised output, its
-//   running max m and its sum l (online softmax): part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}].
-// attn_combine: program r (a token and query head) sums the splits' rows, rescaled to the
-//   largest m, and divides by their sum.
+//   heads that read it, and writes each (token, query head) row's output over those keys
+//   (normalised by its own sum: bounded by the values whatever the chunk's length), its
+//   running max m and its sum l (online softmax): part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}]
+//   (a row that sees none of the chunk's keys: 0, m = -inf, l = 0).
+// attn_combine: program r (a token and query head) sums the splits' rows weighted by their
+//   sums rescaled to the largest m, and divides by the weights' sum.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,7 +44,7 @@ void attn_part(kiln::program_id pid, const float* q, const float* kc, const floa
         for (int64_t d = 0; d < kD; ++d) acc[d] = acc[d] * a + p * vr[d];
         m = mn;
       }
-      for (int64_t d = 0; d < kD; ++d) out[d] = acc[d];
+      for (int64_t d = 0; d < kD; ++d) out[d] = l > 0 ? acc[d] / l : 0.f;
       out[kD] = m;
       out[kD + 1] = l;
     }
@@ -58,8 +60,8 @@ void attn_combine(kiln::program_id pid, const float* part, float* o, int64_t T, 
   for (int64_t c = 0; c < splits; ++c) {
     const float* p = part + (c * rows + r) * (kD + 2);
     if (p[kD + 1] == 0) continue;  // no key of this split is visible to the row
-    const float w = std::exp(p[kD] - M);
-    den += p[kD + 1] * w;
+    const float w = p[kD + 1] * std::exp(p[kD] - M);
+    den += w;
     for (int64_t d = 0; d < kD; ++d) acc[d] += p[d] * w;
   }
   for (int64_t d = 0; d < kD; ++d) o[r * kD + d] = acc[d] / den;

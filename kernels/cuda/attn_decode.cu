@@ -7,9 +7,12 @@
 //   keys, UNROLL at a time (their loads in flight together), 16 bytes a lane, and keeps an
 //   online softmax (max m, sum l, 8 dims of the output a lane) a row. The half-warps' rows
 //   are then merged through shared memory and written as the split's partial rows (fp32:
-//   the output unnormalised, m, l): part[((c T + i) HQ + hq) 130 + ...].
+//   the output over the chunk's keys divided by its own sum, m, l; a row that sees none of
+//   them: 0, -inf, 0): part[((c T + i) HQ + hq) 130 + ...]. Divided, its elements are
+//   bounded by the values whatever the chunk's length, so configs that round differently
+//   are compared at the output's scale, not at the chunk's sum's.
 // attn_combine: block r (a token and query head), a thread a dim: the splits' rows
-//   rescaled to the largest m, summed, and divided by their sum.
+//   weighted by their sums rescaled to the largest m, summed, and divided by the weights' sum.
 // Params: NW warps a block, RB rows a pass (registers: 18 a row a lane), UNROLL keys a
 // half-warp has in flight.
 #include <cuda_bf16.h>
@@ -136,14 +139,18 @@ extern "C" __global__ void __launch_bounds__(NW * 32)
       if (rr >= R) continue;
       float M = AD_NEG_INF;
       for (int uu = 0; uu < NU; ++uu) M = fmaxf(M, sm[uu][r][AD_D]);
-      float v = 0.f;
+      float v = 0.f, L = 0.f;
       if (d == AD_D) {
         v = M;
       } else {
         for (int uu = 0; uu < NU; ++uu) {
           const float mu = sm[uu][r][AD_D];
-          if (mu != AD_NEG_INF) v += sm[uu][r][d] * exp2f(mu - M);
+          if (mu == AD_NEG_INF) continue;
+          const float a = exp2f(mu - M);
+          v += sm[uu][r][d] * a;
+          L += sm[uu][r][AD_D + 1] * a;
         }
+        if (d < AD_D) v = L > 0.f ? v / L : 0.f;  // the output divided by the chunk's sum; l as it is
       }
       const long long i = rr / G, hq = h * G + rr % G;
       part[((c * T + i) * HQ + hq) * (AD_D + 2) + d] = v;
@@ -199,8 +206,9 @@ extern "C" __global__ void __launch_bounds__(AD_D)
       for (int u = 0; u < 8; ++u) {
         if (j0 + u >= n) break;
         const float m = sm_m[j0 + u];
-        const float wgt = m == AD_NEG_INF ? 0.f : exp2f(m - Mn);  // a split no key of which the row sees adds nothing
-        den += sm_l[j0 + u] * wgt;
+        // a split's row divided by its sum is weighted by that sum (a split no key of which the row sees adds nothing)
+        const float wgt = m == AD_NEG_INF ? 0.f : sm_l[j0 + u] * exp2f(m - Mn);
+        den += wgt;
         acc += v[u] * wgt;
       }
     }

@@ -10,7 +10,7 @@
 // next tile in flight while this one is used): scores on the tensor cores, the causal
 // edge masked, an online softmax in registers, P . V on the tensor cores. The warps'
 // rows are then merged through shared memory into the split's partial rows (fp32: the
-// output unnormalised, the max m in log2 units, the sum l):
+// output divided by its sum l, the max m in log2 units, l), as attn_part writes them:
 //   part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}].
 // Params: NW warps a block, BN keys a tile.
 //
@@ -158,7 +158,7 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
     float M = -AP_INF;
 #pragma unroll
     for (int w = 0; w < NW; ++w) M = fmaxf(M, red[(w * 16 + r) * 130 + 128]);
-    float v;
+    float v, L = 0.f;
     if (d == 128) {
       v = M;
     } else {
@@ -166,12 +166,16 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
 #pragma unroll
       for (int w = 0; w < NW; ++w) {
         const float mw = red[(w * 16 + r) * 130 + 128];
-        if (mw != -AP_INF) v += red[(w * 16 + r) * 130 + d] * exp2f(mw - M);
+        if (mw == -AP_INF) continue;
+        const float a = exp2f(mw - M);
+        v += red[(w * 16 + r) * 130 + d] * a;
+        L += red[(w * 16 + r) * 130 + 129] * a;
       }
     }
 #ifdef CL
-    blk[r * 130 + d] = v;
+    blk[r * 130 + d] = v;  // kept undivided: the cluster's combine below weighs the rows by m alone
 #else
+    if (d < 128) v = L > 0.f ? v / L : 0.f;  // divided by the chunk's sum, as attn_part's rows
     const long long tok = r / G, hq = h * G + r % G;
     part[((c * T + tok) * HQ + hq) * 130 + d] = v;
 #endif
