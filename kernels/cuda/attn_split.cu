@@ -23,7 +23,7 @@
 #include "attn_mma.cuh"
 #ifdef CL
 #include "ptx_cluster.cuh"
-static_assert(CL >= 1 && CL <= 8, "CL: 1 to 8 blocks a cluster (the portable cluster size)");
+static_assert(CL >= 1 && CL <= 16, "CL: 1 to 16 blocks a cluster (more than 8 is not portable: kiln allows it at load)");
 #define AS_CLUSTER __cluster_dims__(1, CL, 1)
 #else
 #define AS_CLUSTER

@@ -1465,6 +1465,18 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
            "binary ({}, {}, {}); the cache entry is inconsistent",
            what, bin.meta.registers, bin.meta.static_shared, bin.meta.local_bytes, regs, smem, local);
     }
+    // A kernel compiled for clusters of more than 8 blocks (the portable size) launches only
+    // once it is allowed to; where the GPU cannot place such a cluster, its launch fails and the
+    // config is passed over like any that does not run.
+    const int cluster = std::max(get(FUNC_REQUIRED_CLUSTER_WIDTH), 1) * std::max(get(FUNC_REQUIRED_CLUSTER_HEIGHT), 1) *
+                        std::max(get(FUNC_REQUIRED_CLUSTER_DEPTH), 1);
+    if (cluster > 8) {
+      r = d->cuKernelSetAttribute(FUNC_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k, dev.handle());
+      if (r != CUDA_SUCCESS) {
+        d->cuLibraryUnload(lib);
+        fail(Errc::launch, "{}: allowing its cluster of {} blocks: {}", what, cluster, d->error_text(r));
+      }
+    }
     KernelMeta meta = bin.meta;
     meta.max_threads = get(FUNC_MAX_THREADS_PER_BLOCK);
     log::debug("cuda: {} loaded in {:.2f} ms", what, log::ms_since(t0));
