@@ -152,6 +152,45 @@ TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
   }
 }
 
+// A multi-kernel's spec that declares a buffer or a scratch buffer smaller than a variant's
+// step touches: that variant never runs (it would write past the buffer), the error names the
+// step, the argument and both sizes; a variant that fits is chosen. (Before, the forced
+// variant wrote past its scratch and the process crashed.)
+TEST_F(MultiTest, AVariantWhoseStepReachesPastADeclaredBufferNeverRuns) {
+  const fs::path d = dir.path();
+  std::string text = *read_file(test::kernels() + "/cpu/softmax_multi.toml");
+  const std::string scratch = "size = \"2*M\"";
+  ASSERT_NE(text.find(scratch), std::string::npos);
+  text.replace(text.find(scratch), scratch.size(), "size = \"1\"");
+  for (const auto& e : fs::directory_iterator(test::kernels() + "/cpu"))  // the variants' specs and sources
+    if (e.path().filename().string().rfind("softmax", 0) == 0) fs::copy_file(e.path(), d / e.path().filename());
+  test::write(d / "small.toml", text);
+  MultiKernelSpec ms = load_multi_spec(d / "small.toml");
+  {
+    opts.force_variant = 1;
+    Runtime rt(opts);
+    MultiKernel k(rt, ms);
+    std::vector<float> x(300 * 8, 1.f), y(300 * 8);
+    try {
+      k(x.data(), y.data(), int64_t{300}, int64_t{8});
+      ADD_FAILURE() << "the forced variant ran past its scratch";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::launch) << e.what();
+      for (const char* w : {"variant 1", "'stats' touches 600 elements", "holds 1", "its size '1'"})
+        EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << w << " in: " << e.what();
+    }
+  }
+  opts.force_variant.reset();
+  Runtime rt(opts);
+  MultiKernel k(rt, ms);
+  expect_softmax(k, 300, 8);
+  std::vector<float> x(300 * 8), y(300 * 8);
+  int64_t M = 300, N = 8;
+  float *px = x.data(), *py = y.data();
+  void* params[] = {&px, &py, &M, &N};
+  EXPECT_EQ(k.pick(params).variant, 0u);
+}
+
 // The call path keeps scratch per thread. A multi-kernel that dies, with its
 // runtime, must leave nothing a later one (made where it was, or evicting its
 // slot) reads or frees. The scratch is 2*M floats in 256-byte steps: M = 64r

@@ -178,6 +178,7 @@ struct MultiKernel::Impl {
     std::vector<ArgFrom> from;
     std::vector<CompiledExpr> exprs;  // the computed scalars, over our integer scalars
     CallShape shape;                  // the step kernel's integer scalars
+    std::vector<CompiledExpr> needs;  // per argument: the elements the step kernel reads or writes (buffers)
   };
 
   // The index of our argument `name` (a buffer only, where `buffers`), or -1.
@@ -230,7 +231,9 @@ struct MultiKernel::Impl {
       std::vector<size_t> used;
       for (const auto& st : v.steps) {
         r.backend(spec.backend).check_libraries(st.kernel);
-        StepMap sm{{}, {}, CallShape(st.kernel.name, st.kernel.args, {})};
+        StepMap sm{{}, {}, CallShape(st.kernel.name, st.kernel.args, {}), {}};
+        for (const auto& a : st.kernel.args)
+          sm.needs.push_back(a.pointer ? compile_expr(st.kernel, a.size, nullptr) : CompiledExpr());
         for (size_t j = 0; j < st.args.size(); ++j) {
           const std::string& name = st.args[j];
           ArgFrom f;
@@ -257,6 +260,7 @@ struct MultiKernel::Impl {
       scratch_used.push_back(std::move(used));
     }
     for (const auto& sc : spec.scratch) scratch_sizes.push_back(compile_expr(host, sc.size, nullptr));
+    for (const auto& a : spec.args) our_sizes.push_back(a.pointer ? compile_expr(host, a.size, nullptr) : CompiledExpr());
     if (auto f = r.options().force_variant) {
       if (*f < 0 || static_cast<size_t>(*f) >= spec.variants.size())
         fail(Errc::usage, "KILN_FORCE_VARIANT={} but multi-kernel '{}' has {} variants (0 to {})", *f, spec.name,
@@ -296,6 +300,7 @@ struct MultiKernel::Impl {
   std::vector<std::vector<StepMap>> steps;     // per variant, per step
   std::vector<std::vector<size_t>> scratch_used;  // per variant: the scratch buffers its steps use
   std::vector<CompiledExpr> scratch_sizes;
+  std::vector<CompiledExpr> our_sizes;  // per argument of ours: a buffer's elements, as our spec declares them
   std::optional<size_t> forced;
   const uint64_t id = g_next_owner.fetch_add(1);  // names this multi-kernel's per-thread scratch slots
   std::shared_ptr<ScratchPool> scratch_pool =
@@ -384,6 +389,36 @@ struct MultiKernel::Impl {
     map_params(v, k, params, scratch.slots, scratch.ptrs.data(), out.values.data(), out.ptrs.data());
   }
 
+  // Why variant v cannot run this call without reaching past a buffer, or "": each
+  // step's buffers must hold what its kernel's spec says it touches at this call, as our
+  // spec declares them (ours) or as it sizes our scratch. Checked where a shape is
+  // decided, before any of the variant's steps runs; not on the call path.
+  std::string size_fault(size_t v, void* const* params, Scratch& scratch) const {
+    for (size_t k = 0; k < steps[v].size(); ++k) {
+      const StepMap& sm = steps[v][k];
+      const KernelSpec& ks = spec.variants[v].steps[k].kernel;
+      StepParams sp;
+      step_params(v, k, params, scratch, sp);
+      std::vector<int64_t> vslots(ks.args.size(), 0);
+      read_int_slots(ks, sp.data(), vslots.data());
+      for (size_t j = 0; j < sm.from.size(); ++j) {
+        const ArgFrom& f = sm.from[j];
+        if (f.kind == ArgFrom::computed || !ks.args[j].pointer) continue;
+        const bool ours = f.kind == ArgFrom::ours;
+        const size_t i = static_cast<size_t>(f.index);
+        const int64_t holds = ours ? our_sizes[i].eval(scratch.slots) : scratch_sizes[i].eval(scratch.slots);
+        const int64_t needs = sm.needs[j].eval(vslots.data());
+        if (holds < 0 || needs > holds)
+          return fmt::format("step {} ('{}'): its argument '{}' touches {} elements at this call, but {} '{}' holds {} "
+                             "(its size '{}' in the multi-kernel's spec)",
+                             k, ks.name, ks.args[j].name, needs, ours ? "the buffer" : "the scratch buffer",
+                             ours ? spec.args[i].name : spec.scratch[i].name, holds,
+                             ours ? spec.args[i].size.str() : spec.scratch[i].size.str());
+      }
+    }
+    return "";
+  }
+
   // Launches each step of a chosen variant (the call path and the timing of a
   // multi-launch variant). Allocates nothing.
   void run_chosen(const Chosen& c, void* const* params, const int64_t* slots, void** scratch_ptrs,
@@ -448,10 +483,13 @@ struct MultiKernel::Impl {
   // record where there is one): a step that writes only scratch runs its
   // choice before the next is tuned, so that one is tuned on real data.
   // Returns each step's choice, and fills `runs` (when given) with them
-  // loaded. Throws Error(Errc::tune) when a step has no config that runs.
+  // loaded. Throws Error(Errc::tune) when a step has no config that runs, Error(Errc::launch)
+  // when a step would reach past a buffer at this call (size_fault).
   std::vector<Config> tune_steps(size_t v, void* const* params, Scratch& scratch, Stream stream,
                                  const std::atomic<bool>* cancel, std::vector<Run>* runs) {
     const VariantSpec& var = spec.variants[v];
+    if (std::string why = size_fault(v, params, scratch); !why.empty())
+      fail(Errc::launch, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, v, var.name(), why);
     std::vector<Config> out;
     if (several(v) && !runs && !tune.force) {
       // Every step answered by its record: nothing needs to run.
@@ -625,6 +663,10 @@ struct MultiKernel::Impl {
     for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
       if (several(vi)) continue;
       const VariantStep& v = spec.variants[vi].steps[0];
+      if (std::string why = size_fault(vi, params, scratch); !why.empty()) {
+        *failures += fmt::format("\n variant {} ('{}'): {}", vi, v.kernel.name, why);
+        continue;
+      }
       StepParams vp;
       step_params(vi, 0, params, scratch, vp);
       const CallView call(v.kernel, rt.backend(spec.backend), vp.data());
@@ -693,6 +735,7 @@ struct MultiKernel::Impl {
 
   // Whether every step of a choice made for another call can run this one.
   bool runs_here(const Chosen& c, void* const* params, Scratch& scratch) {
+    if (!size_fault(c.variant, params, scratch).empty()) return false;
     const LaunchLimits limits = rt.backend(spec.backend).limits();
     for (size_t k = 0; k < c.runs.size(); ++k) {
       if (!c.runs[k].config.library.empty()) continue;  // a library checks its own call
