@@ -76,12 +76,13 @@ args = [ { name = "out", type = "i64*", size = "n", intent = "out" },
          { name = "inp", type = "i64*", size = "n", intent = "in" },
          { name = "n", type = "i64" } ]
 [params]
-MODE = [0, 1, 2, 3, 4, 5, 6]
+MODE = [0, 1, 2, 3, 4, 5, 6, 7, 8]
 )SPEC";
 
 // MODE 0 works; 1 dereferences null; 2 loops forever; 3 aborts; 4 writes to
 // its input; 5 forks a child that sleeps (holding the worker's socket), notes
-// its pid in PIDFILE, then dereferences null; 6 works, slowly (0.3 s a run).
+// its pid in PIDFILE, then dereferences null; 6 works, slowly (0.3 s a run); 7 exits the
+// process (code 3); 8 closes every descriptor past stderr (the worker's connection) and goes on.
 const char* kBadSource = R"SRC(#include <cstdlib>
 #include <cstdio>
 #include <unistd.h>
@@ -101,6 +102,10 @@ void bad(kiln::program_id, int64_t* out, int64_t* inp, int64_t n) {
   *static_cast<volatile int64_t*>(nullptr) = 1;
 #elif MODE == 6
   usleep(300000);
+#elif MODE == 7
+  _exit(3);
+#elif MODE == 8
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
 #endif
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * 2;
 }
@@ -184,8 +189,12 @@ TEST_F(WorkerTest, CrashingHangingAndAbortingKernelsAreContainedAndThePoolGoesOn
   expect_error(2, Errc::worker, {"config MODE=2", "timed out after 1s", "not retried"});
   expect_error(3, Errc::worker, {"config MODE=3", "killed by SIGABRT"});
   expect_error(4, Errc::launch, {"wrote to 'inp'"});  // a wrong kernel, not a crash: no retry
+  // A kernel that ends its process, or cuts the worker's connection and goes on, is its own fault
+  // too (before, each was taken for a lost worker, retried, and ended the whole tuning).
+  expect_error(7, Errc::worker, {"config MODE=7", "exited with code 3 while running it", "not retried"});
+  expect_error(8, Errc::worker, {"config MODE=8", "closed its connection to kiln while running it", "not retried"});
   auto c = pool->counters();
-  EXPECT_EQ(c.crashed, 2u);
+  EXPECT_EQ(c.crashed, 4u);
   EXPECT_EQ(c.timed_out, 1u);
   EXPECT_EQ(c.retried, 0u);
   expect_children_are(pool->pids());

@@ -46,6 +46,16 @@ void leave_on_signals() {
   on_stop_signals([](int) { leave(); });
 }
 
+// Where this worker's end of the socket was closed inside it (a kernel being
+// run closed descriptors it does not own): exits with kExitConnectionClosedInside,
+// so the pool tells the request's fault from a lost worker (the pool then kills
+// what the worker's group started).
+[[noreturn]] void leave_closed_inside() {
+  kill_child_groups();
+  remove_registered_temp_dirs();
+  ::_exit(wire::kExitConnectionClosedInside);
+}
+
 // Leaves when the pool's end of the socket closes (its owner exited or was
 // killed), whatever the main thread is doing.
 void watch_parent(int sock) {
@@ -53,7 +63,8 @@ void watch_parent(int sock) {
     pollfd pf{sock, POLLRDHUP, 0};
     int r = ::poll(&pf, 1, -1);
     if (r < 0 && errno == EINTR) continue;
-    if (r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) leave();
+    if (r > 0 && (pf.revents & POLLNVAL)) leave_closed_inside();
+    if (r > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) leave();
   }
 }
 
@@ -187,7 +198,12 @@ int main(int argc, char** argv) {
       std::string msg = reply.value("ok", false) ? fault : reply["error"].value("message", fault);
       reply = {{"ok", false}, {"error", {{"code", "device-fault"}, {"message", msg}}}};
     }
-    if (!wire::send(sock, reply) || stop) leave();
+    if (!wire::send(sock, reply)) {
+      // The request closed this end (kiln never does): its fault, told apart by the exit code.
+      if (::fcntl(sock, F_GETFD) < 0 && errno == EBADF) leave_closed_inside();
+      leave();
+    }
+    if (stop) leave();
   }
 }
 

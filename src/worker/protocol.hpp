@@ -22,6 +22,10 @@ namespace kiln::wire {
 
 constexpr uint32_t kMaxFrame = 1u << 30;
 
+// A worker's exit code when its end of the connection was closed inside it (by the code of
+// the request it ran, since kiln never does): the request's fault, as a crash would be.
+constexpr int kExitConnectionClosedInside = 71;
+
 // Sends one frame (and `fd`, if >= 0). Returns false if the peer is gone.
 bool send(int sock, const nlohmann::json& msg, int fd = -1);
 

@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 #include "worker/worker_pool.hpp"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -203,10 +204,26 @@ bool self_raised(int sig) {
 
 bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerFault& fault, std::string& what) {
   fault = WorkerFault{};
-  auto ended = [&](const char* when, bool running) {
+  // A worker that exits by itself while running a request (the request's code called exit), or
+  // shuts its end of the connection and keeps running (the request's code closed descriptors it
+  // does not own), was ended by that request, as by a crash: the request is not retried.
+  auto by_request = [&](const std::string& how) {
+    fault.kind = WorkerFault::Kind::crash;
+    fault.of_request = r.request_faults;
+    ++counters_.crashed;
+    what = how;
+    return false;
+  };
+  auto ended = [&](const char* when, bool running, bool shut_while_alive = false) {
     int status = 0;
     kill_and_reap(s, &status);
     std::lock_guard<std::mutex> g(m_);
+    if (shut_while_alive)
+      return by_request(fmt::format("closed its connection to kiln {} and was killed", when));
+    if (running && WIFEXITED(status) && WEXITSTATUS(status) == wire::kExitConnectionClosedInside)
+      return by_request(fmt::format("closed its connection to kiln {}", when));
+    if (running && WIFEXITED(status))
+      return by_request(fmt::format("exited with code {} {}", WEXITSTATUS(status), when));
     if (WIFSIGNALED(status)) {
       int sig = WTERMSIG(status);
       fault.signal = sig;
@@ -248,7 +265,14 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
     what = fmt::format("timed out after {:g}s and was killed", r.timeout_s);
     return false;
   }
-  return ended("while running it", true);
+  // The connection shut: a worker that is exiting closes it a moment before it is seen to
+  // exit, so it is given 200 ms to be seen so before it is taken for one that shut it and runs on.
+  bool shut_while_alive = false;
+  if (got == wire::Recv::eof) {
+    pollfd p{s.pidfd.get(), POLLIN, 0};
+    shut_while_alive = s.pidfd.get() >= 0 && ::poll(&p, 1, 200) == 0;
+  }
+  return ended("while running it", true, shut_while_alive);
 }
 
 void WorkerPool::abandon() {

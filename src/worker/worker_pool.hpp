@@ -4,7 +4,8 @@
 // started, and replaced. What happens to the request depends on whose fault
 // it was (see WorkerFault):
 //   - a fault of the request (a kernel's own crash or time-out while
-//     benchmarking, when Request::request_faults is set) is deterministic:
+//     benchmarking, when Request::request_faults is set; its code calling
+//     exit, or closing the worker's connection, counts as a crash) is deterministic:
 //     it is not retried unless the request asks, and the error says so;
 //   - a fault of the machine (a worker killed from outside, a broken socket,
 //     a worker that died before it took the request) is retried once on a
