@@ -84,6 +84,50 @@ TEST_F(CliTest, ArgumentsAreCheckedStrictly) {
   EXPECT_FALSE(fs::exists(dir.path() / "x.kiln"));
 }
 
+// What hostile testing found in the command line: a name set twice was taken silently by
+// some commands (run kept the last, report the first); nan passed the range checks of --slack
+// (and replaced a stored plan with an empty one) and --budget-seconds; --first-only --json
+// printed text; --loop was ignored with --first-only and its errors named --set; tune of a
+// program said its kind was unknown.
+TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
+  const std::string spec = fill_spec(), programs = test::kernels() + "/programs/";
+  const std::string softmax = test::kernels() + "/cpu/softmax.toml";
+  Out twice = kiln("report " + spec + " --set N=10 --set N=11");
+  EXPECT_EQ(twice.code, 2);
+  EXPECT_NE(twice.err.find("--set N=11: 'N' is set twice (N=10 before)"), std::string::npos) << twice.err;
+  Out run_twice = kiln("run " + programs + "mlp_cpu.toml --set T=2 --set T=3");
+  EXPECT_EQ(run_twice.code, 2);
+  EXPECT_NE(run_twice.err.find("'T' is set twice"), std::string::npos) << run_twice.err;
+  for (const char* nan : {"nan", "inf", "1e999"}) {
+    Out slack = kiln("plan " + softmax + " --slack " + nan + " --grid M=8:64:2 --grid N=16:64:2");
+    EXPECT_EQ(slack.code, 2) << nan;
+    EXPECT_NE(slack.err.find("--slack: "), std::string::npos) << slack.err;
+    EXPECT_NE(slack.err.find("expected a finite number, not '" + std::string(nan) + "'"), std::string::npos) << slack.err;
+    Out budget = kiln("tune " + spec + " --set N=10 --budget-seconds " + nan);
+    EXPECT_EQ(budget.code, 2) << nan;
+    EXPECT_NE(budget.err.find("--budget-seconds: "), std::string::npos) << budget.err;
+    EXPECT_NE(budget.err.find("expected a finite number"), std::string::npos) << budget.err;
+  }
+  const std::string decoder = "run " + programs + "decoder_cpu.toml --set T=2 --set S=5 --set CAP=64 --first-only";
+  Out first = kiln(decoder + " --json --show");
+  ASSERT_EQ(first.code, 0) << first.err;
+  nlohmann::json j = nlohmann::json::parse(first.out);  // one object, nothing before it
+  EXPECT_GT(j["first_call_s"].get<double>(), 0);
+  EXPECT_EQ(j["program"], "decoder_cpu");
+  EXPECT_TRUE(j["show"].is_string());
+  Out loop = kiln(decoder + " --loop S=3");
+  EXPECT_EQ(loop.code, 2);
+  EXPECT_NE(loop.err.find("--loop times calls after the first"), std::string::npos) << loop.err;
+  Out loop_text = kiln("run " + programs + "decoder_cpu.toml --set T=2 --set S=5 --set CAP=64 --loop S");
+  EXPECT_EQ(loop_text.code, 2);
+  EXPECT_NE(loop_text.err.find("--loop S: expected NAME=VALUE"), std::string::npos) << loop_text.err;
+  Out program = kiln("tune " + programs + "mlp_cpu.toml --set T=4");
+  EXPECT_NE(program.code, 0);
+  EXPECT_NE(program.err.find("a program (kind = \"program\"), not a kernel spec: run it with `kiln run`"),
+            std::string::npos)
+      << program.err;
+}
+
 TEST_F(CliTest, SettingsAreCheckedStrictly) {
   std::string spec = fill_spec();
   for (const char* bad : {"KILN_COMPILE_TIMEOUT=inf", "KILN_COMPILE_TIMEOUT=1e300", "KILN_BENCH_BUDGET_MS=' 1'",

@@ -1405,9 +1405,11 @@ KernelSpec parse_spec(std::string_view toml_text, const fs::path& spec_path, con
     s.member = std::string(member);
     return s;
   }
+  if (kind == "program")
+    fail(Errc::spec, "{}: a program (kind = \"program\"), not a kernel spec: run it with `kiln run`, or compile "
+         "its kernels with `kiln compile`", spec_path.string());
   if (const toml::node* k = root.get("kind"))
-    r.error(*k, fmt::format("kind: unknown '{}' for a kernel spec (known: family; multi and program are read "
-                                 "as such)", kind));
+    r.error(*k, fmt::format("kind: unknown '{}' for a kernel spec (known: family, multi, program)", kind));
   if (!member.empty())
     fail(Errc::spec, "{}: not a kernel family (kind = \"family\"), so it has no member '{}'", spec_path.string(),
          member);

@@ -299,7 +299,7 @@ void add_plan(CLI::App& app, Globals& g) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--grid", a->grid, "Training shapes on a log2 grid: NAME=LO:HI:COUNT, once per dimension");
   cmd->add_option("--slack", a->slack, "Every training shape gets a kept config within this factor of its best")
-      ->check(CLI::Range(1.0, 10.0))
+      ->check(Finite & CLI::Range(1.0, 10.0))
       ->capture_default_str();
   cmd->add_option("--max-configs", a->max_configs, "Keep at most this many configs")
       ->check(CLI::Range(1, 256))

@@ -35,7 +35,7 @@ void run_program(const RunArgs& a, Globals& g) {
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
   ProgramSpec spec = load_program(a.program);
-  if (a.show) std::fprintf(out(), "%s\n", spec.str().c_str());
+  if (a.show && !a.json) std::fprintf(out(), "%s\n", spec.str().c_str());  // with --json, in the object
   std::map<std::string, int64_t> values;
   const std::vector<std::string> names = spec.all_symbols();
   for (const auto& [n, v] : split_sets(a.sets)) {
@@ -52,6 +52,8 @@ void run_program(const RunArgs& a, Globals& g) {
   std::vector<int64_t> scalars;  // the call's, in the spec's order
   for (const auto& s : spec.scalars) scalars.push_back(values.at(s));
   if (a.check && a.first_only) fail(Errc::usage, "--check needs the inputs --first-only leaves zero: use one or the other");
+  if (!a.loop.empty() && a.first_only)
+    fail(Errc::usage, "--loop times calls after the first; --first-only makes the first alone: use one or the other");
   if (a.check && spec.check.reference.empty())
     fail(Errc::usage, "--check: program '{}' names no reference to check it against ([check] reference = \"file.toml\" "
                       "in {}; docs/program.md)", spec.name, a.program);
@@ -83,8 +85,16 @@ void run_program(const RunArgs& a, Globals& g) {
   const double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (a.first_only) {
     Runtime::Stats rs = rt.stats();
-    std::fprintf(out(), "first call %.4f s: %llu compiled, %llu configs timed\n", first_s,
-                 static_cast<unsigned long long>(rs.compiled - fill_compiled), static_cast<unsigned long long>(rs.configs_timed));
+    if (a.json) {
+      nlohmann::json j = {{"program", spec.name}, {"backend", spec.backend}, {"first_call_s", first_s},
+                          {"compiled", rs.compiled - fill_compiled}, {"configs_timed", rs.configs_timed}};
+      if (a.show) j["show"] = spec.str();
+      std::fprintf(out(), "%s\n", j.dump(2).c_str());
+    } else {
+      std::fprintf(out(), "first call %.4f s: %llu compiled, %llu configs timed\n", first_s,
+                   static_cast<unsigned long long>(rs.compiled - fill_compiled),
+                   static_cast<unsigned long long>(rs.configs_timed));
+    }
     return;  // the runtime drops the tunings the first call queued
   }
   rt.wait_tuned();
@@ -114,7 +124,7 @@ void run_program(const RunArgs& a, Globals& g) {
   };
   std::optional<Loop> loop;
   if (!a.loop.empty()) {
-    auto [n, v] = split_sets({a.loop}).at(0);
+    auto [n, v] = split_sets({a.loop}, "--loop").at(0);
     auto it = std::find(spec.scalars.begin(), spec.scalars.end(), n);
     if (it == spec.scalars.end())
       fail(Errc::usage, "--loop {}: '{}' is not a scalar of program '{}' (scalars: {})", a.loop, n, spec.name,
@@ -186,6 +196,7 @@ void run_program(const RunArgs& a, Globals& g) {
                    {"graph_update_ns_per_call", loop->second.graph_update_ns / static_cast<double>(loop->n)},
                    {"cell_calls", loop->second.cell_calls}, {"cells_refusal", prog.cells_refusal()},
                    {"first_pass_graph_captures", loop->first.graph_captures}};
+    if (a.show) j["show"] = spec.str();
     if (checked) {
       nlohmann::json outs_j = nlohmann::json::array();
       for (const auto& o : checked->outputs)
@@ -254,7 +265,7 @@ void add_program(CLI::App& app, Globals& g) {
                   "NAME=N: then N calls back to back with scalar NAME growing by one a call from its --set value "
                   "(a decode loop), twice: the second pass is timed (host time a call, graphs captured and updated, "
                   "calls sized for their bucket with NAME in a cell, or why not: KILN_PROGRAM_CELLS, docs/program.md)");
-  run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit");
+  run->add_flag("--show", a->show, "Print the program first, its allocations and frees made explicit (with --json: as the object's \"show\")");
   run->add_flag("--first-only", a->first_only,
                 "Make the first call only, say how long it took, and exit (tunings it started are dropped; the "
                 "inputs are left zero: this times loading and the first call, not the kernels)");

@@ -410,7 +410,7 @@ void add_tune(CLI::App& app, Globals& g) {
       ->check(CLI::IsMember({"none", "quick", "full"}));
   cmd->add_option("--budget-seconds", a->budget_seconds,
                   "Stop searching after this long (a budgeted search unless --search or --effort full says otherwise)")
-      ->check(CLI::Range(0.001, 1e6));
+      ->check(Finite & CLI::Range(0.001, 1e6));
   cmd->add_flag("--force", a->force, "Tune again even when a record exists");
   cmd->add_flag("--no-library", a->no_library, "Leave the spec's library choices out: templates only");
   cmd->add_option("--seed", a->seed, "Seed of the random inputs")->check(Seed)->capture_default_str();

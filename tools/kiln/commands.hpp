@@ -49,6 +49,13 @@ struct SeedValidator : CLI::Validator {
 };
 extern const SeedValidator Seed;
 
+// A real number that is a number: not nan nor an infinity (a range check alone lets nan
+// through, since every comparison with it is false).
+struct FiniteValidator : CLI::Validator {
+  FiniteValidator();
+};
+extern const FiniteValidator Finite;
+
 // A fixed-width text table.
 class Table {
  public:
@@ -71,7 +78,9 @@ FILE* out();
 void isolate_stdout();
 
 // NAME=VALUE pairs from --set.
-std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets);
+// NAME=VALUE texts split; refuses a text without '=' and a name given twice (naming `flag`).
+std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets,
+                                                            const char* flag = "--set");
 
 // Times configs of `spec` at one shape side by side: interleaved rounds on
 // the same inputs (in this process), so drift falls on all alike. Median ms per config.

@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -74,6 +76,18 @@ SeedValidator::SeedValidator() : CLI::Validator("UINT64") {
 }
 const SeedValidator Seed;
 
+FiniteValidator::FiniteValidator() : CLI::Validator("NUMBER") {
+  func_ = [](std::string& text) -> std::string {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text.c_str(), &end);
+    return !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) && errno != ERANGE
+               ? ""
+               : "expected a finite number, not '" + text + "'";
+  };
+}
+const FiniteValidator Finite;
+
 FILE* out() { return g_out ? g_out : stdout; }
 
 void isolate_stdout() {
@@ -90,12 +104,17 @@ void isolate_stdout() {
   ::dup2(2, 1);
 }
 
-std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets) {
+std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets, const char* flag) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& s : sets) {
     auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) throw kiln::Error(kiln::Errc::usage, "--set " + s + ": expected NAME=VALUE");
-    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
+    if (eq == std::string::npos || eq == 0)
+      throw kiln::Error(kiln::Errc::usage, std::string(flag) + " " + s + ": expected NAME=VALUE");
+    std::string name = s.substr(0, eq);
+    for (const auto& [n, v] : out)
+      if (n == name)
+        throw kiln::Error(kiln::Errc::usage, fmt::format("{} {}: '{}' is set twice ({}={} before)", flag, s, n, n, v));
+    out.push_back({std::move(name), s.substr(eq + 1)});
   }
   return out;
 }
