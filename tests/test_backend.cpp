@@ -64,6 +64,28 @@ void ids(kiln::program_id p, int64_t* out, int64_t X, int64_t Y, int32_t Z) {
   for (int i = 0; i < 7 * 5 * 3; ++i) ASSERT_EQ(out[i], 1);
 }
 
+// A host buffer larger than the memory the machine has free is refused at once with the
+// figures, not zeroed until the kernel's out-of-memory killer ends the process (as a tuning
+// whose inputs outgrew the machine was, with no word). Twice the machine's memory never fits.
+TEST_F(Fixture, AHostBufferLargerThanTheFreeMemoryIsRefusedWithTheFigures) {
+  Runtime rt(opts);
+  Device& dev = rt.device("cpu");
+  const size_t bytes = static_cast<size_t>(dev.info().memory_bytes) * 2;
+  try {
+    void* p = dev.alloc(bytes);
+    dev.free(p);
+    ADD_FAILURE() << "allocated " << bytes << " bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io);
+    EXPECT_NE(std::string(e.what()).find("cannot allocate " + std::to_string(bytes) + " bytes"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("GiB are available"), std::string::npos) << e.what();
+  }
+  void* small = dev.alloc(1 << 20);  // and what fits is given
+  ASSERT_NE(small, nullptr);
+  dev.free(small);
+}
+
 TEST_F(Fixture, AGridOfOneRunsOnTheCallingThread) {
   KernelSpec s = spec(R"SPEC(name = "who"
 backend = "cpu"
