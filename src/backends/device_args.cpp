@@ -22,7 +22,13 @@ DeviceArgs::DeviceArgs(const KernelSpec& spec, const std::vector<ScalarValue>& s
     const ArgSpec& a = spec.args[i];
     args_.push_back({a.dtype, a.intent, a.pointer});
     if (a.pointer) {
-      int64_t count = compile_expr(spec, a.size, nullptr).eval(slots.data());
+      int64_t count = 0;
+      try {
+        count = compile_expr(spec, a.size, nullptr).eval(slots.data());
+      } catch (const Error& e) {  // the call's values overflow it, say: theirs to mend
+        if (e.code() != Errc::expr) throw;
+        fail(Errc::usage, "kernel '{}': the size of argument '{}' at this call: {}", spec.name, a.name, e.what());
+      }
       if (count < 0)
         fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name, a.size.str(),
              count);

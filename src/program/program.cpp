@@ -705,10 +705,19 @@ struct Program::Impl {
   }
 
   void check_guards(const std::vector<int64_t>& slots) const {
-    for (size_t g = 0; g < guards.size(); ++g)
-      if (guards[g].eval(slots.data()) == 0)
+    for (size_t g = 0; g < guards.size(); ++g) {
+      int64_t holds = 0;
+      try {
+        holds = guards[g].eval(slots.data());
+      } catch (const Error& e) {  // the call's values overflow it, say: theirs to mend
+        if (e.code() != Errc::expr) throw;
+        fail(Errc::usage, "program '{}': guard '{}' cannot be evaluated for {}: {}", spec.name, spec.guards[g].str(),
+             sym_text(slots), e.what());
+      }
+      if (holds == 0)
         fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
              sym_text(slots));
+    }
   }
 
   // Everything a new shape checks, plans and precomputes.
