@@ -121,6 +121,29 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   Out loop_text = kiln("run " + programs + "decoder_cpu.toml --set T=2 --set S=5 --set CAP=64 --loop S");
   EXPECT_EQ(loop_text.code, 2);
   EXPECT_NE(loop_text.err.find("--loop S: expected NAME=VALUE"), std::string::npos) << loop_text.err;
+  // Values that overflow a guard or a size: a usage error naming where.
+  Out guard = kiln("run " + programs + "decoder_cpu.toml --set S=9223372036854775807 --set T=1 --set CAP=64");
+  EXPECT_EQ(guard.code, 2);
+  EXPECT_NE(guard.err.find("program 'decoder_cpu': guard 'S + T <= CAP' cannot be evaluated"), std::string::npos)
+      << guard.err;
+  Out size = kiln("tune " + test::kernels() + "/cpu/matmul.toml --set M=3037000500 --set N=3037000500 --set K=1");
+  EXPECT_EQ(size.code, 2);
+  EXPECT_NE(size.err.find("kernel 'matmul': the size of argument"), std::string::npos) << size.err;
+  // A spec that is not a file, a member named twice, a view of row -1.
+  Out dev_null = kiln("compile /dev/null");
+  EXPECT_NE(dev_null.err.find("/dev/null: not a regular file"), std::string::npos) << dev_null.err;
+  Out member = kiln("compile " + test::kernels() + "/cpu/linear.toml:f32_nt:extra");
+  EXPECT_NE(member.err.find("as FILE:MEMBER, a member of a family in FILE"), std::string::npos) << member.err;
+  std::string model = *read_file(programs + "model_cpu.toml");
+  ASSERT_NE(model.find("\"h[L % 2]\""), std::string::npos);
+  model.replace(model.find("\"h[L % 2]\""), 10, "\"h[-1]\"");
+  for (size_t at; (at = model.find("\"../cpu/")) != std::string::npos;) model.replace(at, 8, "\"" + test::kernels() + "/cpu/");
+  for (const char* f : {"\"decoder_cpu.toml\"", "\"model_reference.toml\""})
+    for (size_t at; (at = model.find(f)) != std::string::npos;) model.replace(at, 1, "\"" + programs);
+  test::write(dir.path() / "model.toml", model);
+  Out row = kiln("run " + (dir.path() / "model.toml").string() + " --set T=2 --set S=5 --set CAP=64");
+  EXPECT_NE(row.code, 0);
+  EXPECT_NE(row.err.find("'h[-1]' is row -1 of 'h'; rows are counted from 0"), std::string::npos) << row.err;
   Out program = kiln("tune " + programs + "mlp_cpu.toml --set T=4");
   EXPECT_NE(program.code, 0);
   EXPECT_NE(program.err.find("a program (kind = \"program\"), not a kernel spec: run it with `kiln run`"),

@@ -240,6 +240,9 @@ void check_program(ProgramSpec& p, const std::function<std::string(size_t)>& whe
                           "a view needs two or more (the first is the row's index)",
                           where(i), j, want.name, st.kernel, a.written(), a.text, t->shape.size()));
         known(*a.index, fmt::format("{}: argument {} ('{}'), the index of '{}'", where(i), j, want.name, a.written()));
+        if (const std::optional<int64_t> r = constant_row(*a.index); r && *r < 0)
+          err(fmt::format("{}: argument {} ('{}' of kernel '{}'): '{}' is row {} of '{}'; rows are counted from 0",
+                          where(i), j, want.name, st.kernel, a.written(), *r, a.text));
       }
       if (want.pointer) {
         if (!t)

@@ -60,7 +60,12 @@ SpecFileValidator::SpecFileValidator() : CLI::Validator("FILE") {
   func_ = [](std::string& text) -> std::string {
     const std::filesystem::path file = split_member(text).first;  // a family's file, for a member
     std::error_code ec;
-    return std::filesystem::is_regular_file(file, ec) ? "" : "File does not exist: " + file.string();
+    if (std::filesystem::is_regular_file(file, ec)) return "";
+    if (std::filesystem::exists(file, ec)) return file.string() + ": not a regular file (a spec is a .toml file)";
+    if (file.string() != text)  // FILE.toml:MEMBER, split at its last ':'
+      return "File does not exist: " + file.string() + " (read from '" + text +
+             "' as FILE:MEMBER, a member of a family in FILE)";
+    return "File does not exist: " + file.string();
   };
 }
 const SpecFileValidator SpecFile;
