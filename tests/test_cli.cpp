@@ -144,6 +144,16 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   Out row = kiln("run " + (dir.path() / "model.toml").string() + " --set T=2 --set S=5 --set CAP=64");
   EXPECT_NE(row.code, 0);
   EXPECT_NE(row.err.find("'h[-1]' is row -1 of 'h'; rows are counted from 0"), std::string::npos) << row.err;
+  // A step's program's guard that fails names that step and program (it read as the outer program's own).
+  const std::string bound = "bind    = { x = \"x\",";
+  ASSERT_NE(model.find(bound), std::string::npos);
+  model.replace(model.find("\"h[-1]\""), 7, "\"h[L % 2]\"");
+  model.replace(model.find(bound), bound.size(), "bind    = { x = \"w_lm\",");
+  test::write(dir.path() / "model.toml", model);
+  Out bind = kiln("run " + (dir.path() / "model.toml").string() + " --set T=2 --set S=5 --set CAP=64");
+  EXPECT_EQ(bind.code, 2);
+  EXPECT_NE(bind.err.find("(steps[0]: program 'decoder_cpu' guards 'S + T <= CAP') does not hold"), std::string::npos)
+      << bind.err;
   Out program = kiln("tune " + programs + "mlp_cpu.toml --set T=4");
   EXPECT_NE(program.code, 0);
   EXPECT_NE(program.err.find("a program (kind = \"program\"), not a kernel spec: run it with `kiln run`"),

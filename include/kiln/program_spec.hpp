@@ -125,6 +125,9 @@ struct ProgramSpec {
   // to each call's S in place (docs/program.md).
   std::vector<std::string> pow2;
   std::vector<Expr> guards;
+  // Per guard, where one came from when it is not the program's own (a step's program's
+  // guard, or the shape a bound tensor must have); shorter than guards where the rest are own.
+  std::vector<std::string> guard_from;
   std::vector<ProgramTensor> inputs, outputs, buffers;  // buffers: the intermediates
   std::vector<ProgramKernel> kernels;
   std::vector<ProgramStep> steps;  // launches (and returns) as written

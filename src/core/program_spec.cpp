@@ -792,7 +792,11 @@ void expand_program_step(Reader& r, const toml::table& t, const toml::node& at, 
       if (*v == 0) r.error(at, fmt::format("{}: {} ({} does not hold)", where, why, e.str()));
       return;
     }
-    if (have.insert(e.str()).second) p.guards.push_back(e);
+    if (have.insert(e.str()).second) {
+      p.guard_from.resize(p.guards.size());
+      p.guards.push_back(e);
+      p.guard_from.push_back(fmt::format("{}: {}", where, why));
+    }
   };
   for (const auto& g : sub.guards)
     guard(substitute(g.str(), m), fmt::format("program '{}' guards '{}'", sub.name, g.str()));

@@ -714,8 +714,10 @@ struct Program::Impl {
         fail(Errc::usage, "program '{}': guard '{}' cannot be evaluated for {}: {}", spec.name, spec.guards[g].str(),
              sym_text(slots), e.what());
       }
+      const std::string from =
+          g < spec.guard_from.size() && !spec.guard_from[g].empty() ? " (" + spec.guard_from[g] + ")" : "";
       if (holds == 0)
-        fail(Errc::usage, "program '{}': guard '{}' does not hold for {}", spec.name, spec.guards[g].str(),
+        fail(Errc::usage, "program '{}': guard '{}'{} does not hold for {}", spec.name, spec.guards[g].str(), from,
              sym_text(slots));
     }
   }
