@@ -584,7 +584,9 @@ struct MultiKernel::Impl {
       try {
         configs = tune_steps(variant, params, scratch, stream, nullptr, nullptr);
       } catch (const Error& e) {
-        if (e.code() != Errc::tune) throw;
+        // (Errc::launch: a step would reach past a buffer at this call, size_fault; its message is whole.)
+        if (e.code() != Errc::tune && e.code() != Errc::launch) throw;
+        if (source != ChoiceSource::cache && e.code() == Errc::launch) throw;
         if (source != ChoiceSource::cache)
           fail(Errc::tune, "multi-kernel '{}', variant {} ('{}'): {}", spec.name, variant,
                spec.variants[variant].name(), e.what());
@@ -631,7 +633,7 @@ struct MultiKernel::Impl {
     std::optional<std::pair<Config, double>> best;
     size_t best_vi = 0;
     for (size_t vi = 0; vi < spec.variants.size(); ++vi) {
-      if (several(vi)) continue;
+      if (several(vi) || !size_fault(vi, params, scratch).empty()) continue;
       StepParams vp;
       step_params(vi, 0, params, scratch, vp);
       const CallView call(spec.variants[vi].steps[0].kernel, rt.backend(spec.backend), vp.data());

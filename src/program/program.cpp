@@ -714,11 +714,12 @@ struct Program::Impl {
         fail(Errc::usage, "program '{}': guard '{}' cannot be evaluated for {}: {}", spec.name, spec.guards[g].str(),
              sym_text(slots), e.what());
       }
-      const std::string from =
-          g < spec.guard_from.size() && !spec.guard_from[g].empty() ? " (" + spec.guard_from[g] + ")" : "";
-      if (holds == 0)
+      if (holds == 0) {  // (the message built only then: this runs on every call of a bucket)
+        const std::string from =
+            g < spec.guard_from.size() && !spec.guard_from[g].empty() ? " (" + spec.guard_from[g] + ")" : "";
         fail(Errc::usage, "program '{}': guard '{}'{} does not hold for {}", spec.name, spec.guards[g].str(), from,
              sym_text(slots));
+      }
     }
   }
 

@@ -170,6 +170,9 @@ int main(int argc, char** argv) {
   leave_on_signals();
   std::thread(watch_parent, sock).detach();
   Worker w;
+  // Started: said once, so that the pool tells a worker that could not start from one that a
+  // request ended.
+  if (!wire::send(sock, {{"ready", true}})) leave();
   for (;;) {
     json req;
     int fd = -1;

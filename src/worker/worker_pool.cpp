@@ -74,6 +74,7 @@ void WorkerPool::spawn(Slot& s) {
   }
   SpawnedChild c = spawn_with_socket(argv, env);
   s.tmp = std::move(tmp);
+  s.ready = false;
   s.pid = c.pid;
   s.sock = std::move(c.sock);
   s.pidfd = std::move(c.pidfd);
@@ -214,6 +215,8 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
     what = how;
     return false;
   };
+  // (A worker blamed below has said it started: an exit or a shut connection while it runs
+  // the request is then the request's doing.)
   auto ended = [&](const char* when, bool running, bool shut_while_alive = false) {
     int status = 0;
     kill_and_reap(s, &status);
@@ -244,6 +247,20 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
     }
     return false;
   };
+  if (!s.ready) {
+    // Its first frame says it started: a worker that cannot start (a library it lacks, a bad
+    // descriptor) ends before it, and is the machine's fault, never the request's.
+    nlohmann::json hello;
+    wire::Recv h = wire::Recv::eof;
+    try {
+      h = wire::recv(s.sock.get(), hello, nullptr, 30000, s.pidfd.get());
+    } catch (const Error&) {
+    }
+    if (h != wire::Recv::ok || !hello.is_object() || !hello.value("ready", false)) {
+      return ended(h == wire::Recv::timeout ? "before it started (30 s)" : "before it started", false);
+    }
+    s.ready = true;
+  }
   if (!wire::send(s.sock.get(), r.msg, r.fd)) return ended("before it took the request", false);
   int timeout_ms = static_cast<int>(std::min(r.timeout_s * 1000.0, 2.0e9));
   wire::Recv got;

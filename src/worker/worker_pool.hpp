@@ -93,6 +93,7 @@ class WorkerPool {
     // reaped: the compile folders of a worker killed mid-compile go with it.
     std::unique_ptr<TempDir> tmp;
     bool busy = false;
+    bool ready = false;  // its first frame (it started) has been read
   };
   void spawn(Slot& s);
   void stop(Slot& s, bool polite);  // ends and reaps the worker

@@ -105,7 +105,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   }
   // The shapes: each symbol's values (--set T=1,64 or --set T=1 --set T=64), every combination.
   std::map<std::string, std::vector<int64_t>> values;
-  for (const auto& [n, v] : split_sets(a.sets)) {
+  for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true)) {
     const std::vector<std::string> all = ps.all_symbols();
     if (std::find(all.begin(), all.end(), n) == all.end()) continue;
     std::stringstream ss(v);
@@ -214,7 +214,7 @@ void run_pack(Globals& g, const PackArgs& a) {
           if (!arg.pointer) known.insert(arg.name);
       }
     }
-    for (const auto& [n, v] : split_sets(a.sets))
+    for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true))
       if (!known.count(n))
         fail(Errc::usage, "--set {}={}: no spec or program given has a scalar or symbol '{}' (they have: {})", n, v, n,
              fmt::join(known, ", "));

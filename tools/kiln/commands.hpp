@@ -78,9 +78,10 @@ FILE* out();
 void isolate_stdout();
 
 // NAME=VALUE pairs from --set.
-// NAME=VALUE texts split; refuses a text without '=' and a name given twice (naming `flag`).
+// NAME=VALUE texts split; refuses a text without '=' and, unless `repeats` (kiln pack: a
+// program's values listed one --set at a time), a name given twice (naming `flag`).
 std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets,
-                                                            const char* flag = "--set");
+                                                            const char* flag = "--set", bool repeats = false);
 
 // Times configs of `spec` at one shape side by side: interleaved rounds on
 // the same inputs (in this process), so drift falls on all alike. Median ms per config.

@@ -109,7 +109,8 @@ void isolate_stdout() {
   ::dup2(2, 1);
 }
 
-std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets, const char* flag) {
+std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets, const char* flag,
+                                                            bool repeats) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& s : sets) {
     auto eq = s.find('=');
@@ -117,7 +118,7 @@ std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<st
       throw kiln::Error(kiln::Errc::usage, std::string(flag) + " " + s + ": expected NAME=VALUE");
     std::string name = s.substr(0, eq);
     for (const auto& [n, v] : out)
-      if (n == name)
+      if (n == name && !repeats)
         throw kiln::Error(kiln::Errc::usage, fmt::format("{} {}: '{}' is set twice ({}={} before)", flag, s, n, n, v));
     out.push_back({std::move(name), s.substr(eq + 1)});
   }
