@@ -1,5 +1,6 @@
 // The kiln tool as a user meets it: settings, arguments, output, signals.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -154,6 +155,14 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   EXPECT_EQ(bind.code, 2);
   EXPECT_NE(bind.err.find("(steps[0]: program 'decoder_cpu' guards 'S + T <= CAP') does not hold"), std::string::npos)
       << bind.err;
+  // kiln pack -o over a device, a pipe or a link: refused before anything is tuned, the path left
+  // as it was (it was replaced by a regular file: as root, -o /dev/null replaced /dev/null).
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  Out pack = kiln("pack " + spec + " --set N=10 -o " + fifo.string());
+  EXPECT_EQ(pack.code, 2);
+  EXPECT_NE(pack.err.find("exists and is not a regular file"), std::string::npos) << pack.err;
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
   Out program = kiln("tune " + programs + "mlp_cpu.toml --set T=4");
   EXPECT_NE(program.code, 0);
   EXPECT_NE(program.err.find("a program (kind = \"program\"), not a kernel spec: run it with `kiln run`"),

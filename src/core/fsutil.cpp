@@ -8,6 +8,7 @@
 #include <dirent.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -104,12 +105,24 @@ std::optional<std::string> read_entry(const fs::path& dir, std::string_view rel,
   }
 }
 
-void write_file_atomic(const fs::path& p, std::string_view data) {
+unsigned shared_file_mode() {
+  // The umask read from /proc (umask(2) would set it, racing other threads); 022 where it cannot be.
+  unsigned mask = 022;
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[128];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    std::fclose(f);
+  }
+  return 0666u & ~mask;
+}
+
+void write_file_atomic(const fs::path& p, std::string_view data, unsigned mode) {
   std::string tmpl = (p.parent_path() / (".tmp-" + p.filename().string() + "-XXXXXX")).string();
   int fd = ::mkstemp(tmpl.data());
   if (fd < 0) fail(Errc::io, "cannot create a temporary file beside '{}': {}", p.string(), errno_text(errno));
   UniqueFd f(fd);
-  ::fchmod(fd, 0600);
+  ::fchmod(fd, static_cast<mode_t>(mode));
   const char* d = data.data();
   size_t left = data.size();
   while (left > 0) {

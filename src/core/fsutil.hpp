@@ -30,7 +30,10 @@ std::optional<std::string> read_regular_file(const std::filesystem::path& p, siz
 std::optional<std::string> read_entry(const std::filesystem::path& dir, std::string_view rel, size_t max_bytes);
 // Writes `data` to a temporary file beside `p`, then renames it over `p`.
 // Readers see the old file or the new one, never a part. Throws Error(Errc::io).
-void write_file_atomic(const std::filesystem::path& p, std::string_view data);
+// `mode`: the new file's permissions (0600: kiln's own cache files).
+void write_file_atomic(const std::filesystem::path& p, std::string_view data, unsigned mode = 0600);
+// A file kiln writes for others to read (an artifact): 0666 less the process's umask.
+unsigned shared_file_mode();
 
 // An exclusive flock on a file, held until destruction.
 class FileLock {

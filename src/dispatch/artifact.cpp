@@ -249,7 +249,14 @@ void Artifact::write(const fs::path& file) const {
     if (n != "manifest.json") put(n, d);
   std::string head = fmt::format("{} {} {:016x} {}\n", kMagic, ArtifactManifest::kFormat,
                                  hash64(body.data(), body.size()), body.size());
-  write_file_atomic(file, head + body);
+  // The file is written beside the path and renamed over it: whatever is there is replaced, so
+  // only a regular file or nothing may be (a device, a pipe or a link would be replaced by a file).
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(file, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    fail(Errc::io, "'{}' exists and is not a regular file (a {}): an artifact is written only to a regular file or a "
+         "new path", file.string(), fs::is_symlink(st) ? "symbolic link" : fs::is_directory(st) ? "folder" : "device, pipe or socket");
+  write_file_atomic(file, head + body, shared_file_mode());
 }
 
 void Artifact::write_dir(const fs::path& dir) const {
@@ -257,9 +264,9 @@ void Artifact::write_dir(const fs::path& dir) const {
   for (const auto& [n, d] : entries_)
     if (n != "manifest.json") {
       fs::create_directories((dir / n).parent_path());
-      write_file_atomic(dir / n, d);
+      write_file_atomic(dir / n, d, shared_file_mode());
     }
-  write_file_atomic(dir / "manifest.json", manifest_text(manifest_, entries_));
+  write_file_atomic(dir / "manifest.json", manifest_text(manifest_, entries_), shared_file_mode());
 }
 
 std::string Artifact::mismatch(Runtime& rt) const {

@@ -189,6 +189,13 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
 void run_pack(Globals& g, const PackArgs& a) {
   if (!a.hints && a.sets.empty()) fail(Errc::usage, "kiln pack: give the shapes to pack, with --set NAME=V ... or --hints");
   if (a.out.empty() && a.unpacked.empty()) fail(Errc::usage, "kiln pack: give -o FILE, --unpacked DIR, or both");
+  if (!a.out.empty()) {  // refused before anything is tuned (Artifact::write refuses it too)
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::symlink_status(a.out, ec);
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      fail(Errc::usage, "-o {}: exists and is not a regular file: an artifact is written only to a regular file or a "
+           "new path (it is written beside it and renamed over it)", a.out);
+  }
   isolate_stdout();
   Options opts = Options::from_env();
   opts.quiet = opts.quiet || g.quiet;
