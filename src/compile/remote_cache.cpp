@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <mutex>
 
 #include "core/format.hpp"
 #include "core/log.hpp"
@@ -98,6 +99,31 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+// hiredis makes a list reply's array when it reads its header, as long as the header says, and
+// walks all of it when the reply is freed: a server that answers "*2147483647" would cost 16 GB
+// of address space and seconds of freeing. Lists longer than any kiln asks for (a kernel's
+// records, field and value each) are refused as they are read, by a reader whose list maker
+// says no past kMaxListElements (hiredis then reports the reply as unreadable).
+constexpr long long kMaxListElements = 1 << 20;
+template <class F>
+struct ListLimit;
+template <class R, class Task, class N>
+struct ListLimit<R (*)(Task, N)> {
+  static inline R (*original)(Task, N) = nullptr;
+  static R make(Task t, N n) { return static_cast<long long>(n) > kMaxListElements ? nullptr : original(t, n); }
+};
+using Limited = ListLimit<decltype(redisReplyObjectFunctions{}.createArray)>;
+void limit_lists(redisContext* c) {
+  static redisReplyObjectFunctions fns;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    fns = *c->reader->fn;
+    Limited::original = fns.createArray;
+    fns.createArray = &Limited::make;
+  });
+  c->reader->fn = &fns;
+}
+
 RemoteCache::Reply convert(const redisReply* r) {
   RemoteCache::Reply out;
   switch (r->type) {
@@ -124,6 +150,7 @@ bool RemoteCache::connect_locked(Clock::time_point deadline) {
     return false;
   }
   ctx_ = c;
+  limit_lists(c);
   if (!wait_fd(c->fd, POLLOUT, deadline)) {
     fail_locked(fmt::format("no connection within {:g} ms", s_.timeout_s * 1000));
     return false;
@@ -181,6 +208,13 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
   }
   std::optional<Reply> out;
   while (pending > 0) {
+    // The deadline holds however the answer comes: a server that keeps sending (a reply that
+    // never ends, or a list of two billion elements, one at a time) is cut off at it, as one
+    // that sends nothing is. (Past it, poll would still say "ready" while bytes arrive.)
+    if (Clock::now() >= deadline) {
+      fail_locked(fmt::format("no whole answer within {:g} ms", s_.timeout_s * 1000));
+      return std::nullopt;
+    }
     void* raw = nullptr;
     if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
       fail_locked(fmt::format("answered something that is not Redis's protocol ({})", ctx_->errstr));
@@ -215,7 +249,18 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
     log::info("remote cache {}: reachable again", url_.text);
   }
   backoff_ = std::chrono::milliseconds(0);
-  if (out->kind == Reply::error) log::debug("remote cache {}: {} answered an error: {}", url_.text, argv[0], out->str);
+  if (out->kind == Reply::error) {
+    log::debug("remote cache {}: {} answered an error: {}", url_.text, argv[0], out->str);
+    // A server that wants a password (or refuses this user) answers every command so: nothing
+    // is shared. Said once, as an outage is.
+    const bool refused = out->str.rfind("NOAUTH", 0) == 0 || out->str.rfind("WRONGPASS", 0) == 0 ||
+                         out->str.rfind("NOPERM", 0) == 0;
+    if (refused && !refused_said_) {
+      refused_said_ = true;
+      log::warn("remote cache {}: the server refuses kiln's commands ({}); kiln sends no password, so nothing is "
+                "shared through it: going on with the local cache", url_.text, out->str);
+    }
+  }
   return out;
 }
 

@@ -94,6 +94,7 @@ class RemoteCache {
   std::chrono::steady_clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};
   bool down_ = false;  // an outage has been reported and not yet ended
+  bool refused_said_ = false;  // a refusal of its commands (a password it wants) has been reported
   Stats stats_;
 };
 
