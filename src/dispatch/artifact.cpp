@@ -2,6 +2,7 @@
 #include "kiln/artifact.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <exception>
 #include <set>
@@ -148,6 +149,15 @@ void read_checked(const fs::path& path, std::map<std::string, std::string>& entr
     }
     verify(manifest, entries);
     return;
+  }
+  // The header first: a large file that is not an artifact is refused before it is read whole.
+  if (fs::is_regular_file(path, ec)) {
+    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+      char head[64] = {};
+      const size_t got = std::fread(head, 1, kMagic.size() + 1, f);
+      std::fclose(f);
+      if (std::string_view(head, got) != std::string(kMagic) + " ") throw bad("it is not a kiln artifact");
+    }
   }
   std::optional<std::string> text;
   try {
