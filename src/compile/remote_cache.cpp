@@ -208,16 +208,11 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
   }
   std::optional<Reply> out;
   while (pending > 0) {
-    // The deadline holds however the answer comes: a server that keeps sending (a reply that
-    // never ends, or a list of two billion elements, one at a time) is cut off at it, as one
-    // that sends nothing is. (Past it, poll would still say "ready" while bytes arrive.)
-    if (Clock::now() >= deadline) {
-      fail_locked(fmt::format("no whole answer within {:g} ms", s_.timeout_s * 1000));
-      return std::nullopt;
-    }
     void* raw = nullptr;
     if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
-      fail_locked(fmt::format("answered something that is not Redis's protocol ({})", ctx_->errstr));
+      fail_locked(ctx_->err == REDIS_ERR_OOM
+                      ? fmt::format("sent a list longer than {} elements", kMaxListElements)
+                      : fmt::format("answered something that is not Redis's protocol ({})", ctx_->errstr));
       return std::nullopt;
     }
     if (raw) {
@@ -233,6 +228,14 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
     }
     if (ctx_->reader && ctx_->reader->len > s_.max_reply_bytes) {
       fail_locked(fmt::format("sent a reply longer than {} bytes", s_.max_reply_bytes));
+      return std::nullopt;
+    }
+    // What has arrived is used whatever the time; no more is read past the deadline, so a server
+    // that keeps sending (a reply that never ends, or a list of two billion elements, one at a
+    // time) is cut off at it as one that sends nothing is. (Past it, poll still says "ready"
+    // while bytes arrive.)
+    if (Clock::now() >= deadline) {
+      fail_locked(fmt::format("no whole answer within {:g} ms", s_.timeout_s * 1000));
       return std::nullopt;
     }
     if (!wait_fd(ctx_->fd, POLLIN, deadline)) {

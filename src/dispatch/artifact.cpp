@@ -152,7 +152,7 @@ void read_checked(const fs::path& path, std::map<std::string, std::string>& entr
   }
   // The header first: a large file that is not an artifact is refused before it is read whole.
   if (fs::is_regular_file(path, ec)) {
-    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    if (std::FILE* f = std::fopen(path.c_str(), "rbe")) {
       char head[64] = {};
       const size_t got = std::fread(head, 1, kMagic.size() + 1, f);
       std::fclose(f);
@@ -266,7 +266,9 @@ void Artifact::write(const fs::path& file) const {
   if (!ec && fs::exists(st) && !fs::is_regular_file(st))
     fail(Errc::io, "'{}' exists and is not a regular file (a {}): an artifact is written only to a regular file or a "
          "new path", file.string(), fs::is_symlink(st) ? "symbolic link" : fs::is_directory(st) ? "folder" : "device, pipe or socket");
-  write_file_atomic(file, head + body, shared_file_mode());
+  // A file written again keeps its permissions; a new one is readable as the umask allows.
+  write_file_atomic(file, head + body,
+                    fs::is_regular_file(st) ? static_cast<unsigned>(st.permissions()) & 0777u : shared_file_mode());
 }
 
 void Artifact::write_dir(const fs::path& dir) const {
