@@ -43,6 +43,14 @@ void expect_softmax(MultiKernel& k, int64_t M, int64_t N) {
   for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(y[i], ref[i], 1e-5) << i;
 }
 
+// The multi-kernel's choice for a softmax call of M x N (its buffers made for the call).
+MultiKernel::Pick pick_at(MultiKernel& k, int64_t M, int64_t N) {
+  std::vector<float> x(static_cast<size_t>(M * N)), y(static_cast<size_t>(M * N));
+  float *px = x.data(), *py = y.data();
+  void* params[] = {&px, &py, &M, &N};
+  return k.pick(params);
+}
+
 // x (inout) is doubled: variant 0 copies src → dst (passed x twice), variant 1 works in place,
 // variant 2 (only in the "wrong" spec) triples.
 void write_scale_specs(const fs::path& d, bool with_wrong) {
@@ -101,28 +109,17 @@ TEST_F(MultiTest, SoftmaxVariantsAreBenchmarkedOnceAKeyAndRemembered) {
     Runtime rt(opts);
     MultiKernel k(rt, ms);
     expect_softmax(k, 64, 256);
-    std::vector<float> x(64 * 256), y(64 * 256);
-    int64_t M = 64, N = 256;
-    float *px = x.data(), *py = y.data();
-    void* params[] = {&px, &py, &M, &N};
-    MultiKernel::Pick p = k.pick(params);
+    MultiKernel::Pick p = pick_at(k, 64, 256);
     EXPECT_EQ(p.source, ChoiceSource::benchmarked);
     expect_softmax(k, 64, 256);  // memoised
     expect_softmax(k, 3, 5000);
     // Rows longer than 16384 rule the whole-row variant out (its constraint): the two-pass one runs.
     expect_softmax(k, 2, 20000);
-    M = 2, N = 20000;
-    x.resize(M * N), y.resize(M * N);
-    px = x.data(), py = y.data();
-    EXPECT_EQ(k.pick(params).variant, 1u);
+    EXPECT_EQ(pick_at(k, 2, 20000).variant, 1u);
   }
   Runtime rt2(opts);
   MultiKernel k2(rt2, ms);
-  std::vector<float> x(64 * 256), y(64 * 256);
-  int64_t M = 64, N = 256;
-  float *px = x.data(), *py = y.data();
-  void* params[] = {&px, &py, &M, &N};
-  EXPECT_EQ(k2.pick(params).source, ChoiceSource::cache);
+  EXPECT_EQ(pick_at(k2, 64, 256).source, ChoiceSource::cache);
 }
 
 TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
@@ -132,11 +129,7 @@ TEST_F(MultiTest, ForcingAVariantAndItsScratchBuffer) {
     Runtime rt(opts);
     MultiKernel k(rt, ms);
     expect_softmax(k, 33, 1000);
-    std::vector<float> x(33 * 1000), y(33 * 1000);
-    int64_t M = 33, N = 1000;
-    float *px = x.data(), *py = y.data();
-    void* params[] = {&px, &py, &M, &N};
-    MultiKernel::Pick p = k.pick(params);
+    MultiKernel::Pick p = pick_at(k, 33, 1000);
     EXPECT_EQ(p.variant, static_cast<size_t>(v));
     EXPECT_EQ(p.source, ChoiceSource::forced);
   }
@@ -184,11 +177,7 @@ TEST_F(MultiTest, AVariantWhoseStepReachesPastADeclaredBufferNeverRuns) {
   Runtime rt(opts);
   MultiKernel k(rt, ms);
   expect_softmax(k, 300, 8);
-  std::vector<float> x(300 * 8), y(300 * 8);
-  int64_t M = 300, N = 8;
-  float *px = x.data(), *py = y.data();
-  void* params[] = {&px, &py, &M, &N};
-  EXPECT_EQ(k.pick(params).variant, 0u);
+  EXPECT_EQ(pick_at(k, 300, 8).variant, 0u);
 }
 
 // The call path keeps scratch per thread. A multi-kernel that dies, with its

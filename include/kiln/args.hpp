@@ -48,6 +48,11 @@ int64_t pointer_alignment(const void* p);
 // Error(Errc::usage) naming `what` when that overflows or is negative.
 size_t buffer_bytes(DType t, int64_t elements, const std::string& what);
 
+// The element count of each buffer argument of `spec` at a call whose integer scalars are
+// `slots` (0 for scalars), all evaluated before anything is made of them: Error(Errc::usage)
+// names the argument whose size overflows, is negative, or whose bytes overflow.
+std::vector<int64_t> buffer_elements(const KernelSpec& spec, const int64_t* slots);
+
 // f16 and bf16 values and their 16-bit encodings (round to nearest even).
 uint16_t f32_to_f16_bits(float f);
 float f16_bits_to_f32(uint16_t h);

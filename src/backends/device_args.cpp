@@ -14,37 +14,18 @@ DeviceArgs::DeviceArgs(const KernelSpec& spec, const std::vector<ScalarValue>& s
   for (size_t i = 0; i < n; ++i)
     if (!spec.args[i].pointer) slots[i] = scalars[i].i;
   ptrs_.assign(n, nullptr);
-  elements_.assign(n, 0);
   scalar_.assign(n, 0);
   params_.assign(n, nullptr);
   buffers_.reserve(n);
   // Every buffer's size first: one the call's values make wrong is refused before any is allocated.
-  std::vector<size_t> bytes_of(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const ArgSpec& a = spec.args[i];
-    if (!a.pointer) continue;
-    int64_t count = 0;
-    try {
-      count = compile_expr(spec, a.size, nullptr).eval(slots.data());
-    } catch (const Error& e) {  // the call's values overflow it, say: theirs to mend
-      if (e.code() != Errc::expr) throw;
-      fail(Errc::usage, "kernel '{}': the size of argument '{}' at this call: {}", spec.name, a.name, e.what());
-    }
-    if (count < 0)
-      fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name, a.size.str(),
-           count);
-    elements_[i] = count;
-    bytes_of[i] = buffer_bytes(a.dtype, count, fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
-  }
+  elements_ = buffer_elements(spec, slots.data());
   for (size_t i = 0; i < n; ++i) {
     const ArgSpec& a = spec.args[i];
     args_.push_back({a.dtype, a.intent, a.pointer});
     if (a.pointer) {
-      const int64_t count = elements_[i];
-      const size_t bytes = bytes_of[i];
-      buffers_.emplace_back(dev, bytes);
+      // (the bytes checked by buffer_elements)
+      buffers_.emplace_back(dev, static_cast<size_t>(elements_[i]) * dtype_size(a.dtype));
       ptrs_[i] = buffers_.back().get();
-      elements_[i] = count;
       params_[i] = &ptrs_[i];
     } else {
       switch (a.dtype) {

@@ -114,6 +114,25 @@ size_t buffer_bytes(DType t, int64_t elements, const std::string& what) {
   return bytes;
 }
 
+std::vector<int64_t> buffer_elements(const KernelSpec& spec, const int64_t* slots) {
+  std::vector<int64_t> out(spec.args.size(), 0);
+  for (size_t i = 0; i < spec.args.size(); ++i) {
+    const ArgSpec& a = spec.args[i];
+    if (!a.pointer) continue;
+    try {
+      out[i] = compile_expr(spec, a.size, nullptr).eval(slots);
+    } catch (const Error& e) {  // the call's values overflow it, say: theirs to mend
+      if (e.code() != Errc::expr) throw;
+      fail(Errc::usage, "kernel '{}': the size of argument '{}' at this call: {}", spec.name, a.name, e.what());
+    }
+    if (out[i] < 0)
+      fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name, a.size.str(),
+           out[i]);
+    buffer_bytes(a.dtype, out[i], fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
+  }
+  return out;
+}
+
 uint16_t f32_to_f16_bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -249,15 +268,13 @@ HostArgs::HostArgs(const KernelSpec& spec, const std::vector<ScalarValue>& scala
   std::vector<int64_t> slots(n, 0);
   for (size_t i = 0; i < n; ++i)
     if (!spec.args[i].pointer) slots[i] = scalars[i].i;
+  const std::vector<int64_t> counts = buffer_elements(spec, slots.data());
   try {
     for (size_t i = 0; i < n; ++i) {
       const ArgSpec& a = spec.args[i];
       if (a.pointer) {
-        int64_t count = compile_expr(spec, a.size, nullptr).eval(slots.data());
-        if (count < 0)
-          fail(Errc::usage, "kernel '{}': argument '{}' has size {} = {} (negative)", spec.name, a.name,
-               a.size.str(), count);
-        size_t bytes = buffer_bytes(a.dtype, count, fmt::format("kernel '{}': argument '{}'", spec.name, a.name));
+        const int64_t count = counts[i];
+        const size_t bytes = static_cast<size_t>(count) * dtype_size(a.dtype);  // checked by buffer_elements
         size_t alloc = (bytes + 63) / 64 * 64;
         if (alloc == 0) alloc = 64;
         buffers_[i] = std::aligned_alloc(64, alloc);
