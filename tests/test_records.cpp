@@ -138,6 +138,7 @@ TEST_F(RecordTest, ANewConfigIsTimedAloneAndARemovedOneCostsNothing) {
   // MODE 3 does what 1 and 2 do: it races the leaders side by side, unless a
   // loaded machine timed it clearly slower (out of the 15% window by median
   // and by minimum), when nothing is re-timed: the record's own times show it was.
+  // (Timed clearly faster than the record's older times, it races the runner-up.)
   if (added.retimed_now == 0) {
     const ConfigResult* fresh = added.record.find(four.space.at(3));
     ASSERT_TRUE(fresh && fresh->ok());

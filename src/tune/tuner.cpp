@@ -598,20 +598,27 @@ void Tuning::retime_contenders() {
     if (r.ok()) ok.push_back(&r);
   std::vector<ConfigResult*> contenders = contenders_of(ok);
   // A noisy record is re-measured; a lone contender whose own timings
-  // spread past the bound is no clear winner either: each is re-timed
+  // spread past the bound is no clear winner either, nor is a new config
+  // that leads the record's older timings alone (timed at another moment:
+  // a machine less busy now makes it look faster): each is re-timed
   // beside the runner-up.
   const bool remeasure =
       existing_ && existing_->noisy && o_.remeasure_noisy && !o_.force && existing_->remeasured < Tuner::kMaxRemeasures;
+  auto is_fresh = [&](const ConfigResult* r) {
+    for (size_t f : fresh_)
+      if (candidate(spec_, f) == r->config) return true;
+    return false;
+  };
   if (contenders.size() == 1 && ok.size() > 1 &&
-      (remeasure || s_->spread_of(contenders[0]->binary) > p_.opts.noise_bound)) {
+      (remeasure || s_->spread_of(contenders[0]->binary) > p_.opts.noise_bound ||
+       (existing_ && is_fresh(contenders[0])))) {
     std::vector<ConfigResult*> rest;
     for (ConfigResult* r : ok)
       if (r != contenders[0]) rest.push_back(r);
     contenders.push_back(contenders_of(rest)[0]);
   }
   bool any_fresh = false;
-  for (ConfigResult* r : contenders)
-    for (size_t f : fresh_) any_fresh = any_fresh || candidate(spec_, f) == r->config;
+  for (ConfigResult* r : contenders) any_fresh = any_fresh || is_fresh(r);
   rec_.noise = existing_ ? existing_->noise : 0;
   rec_.noisy = existing_ && existing_->noisy;
   rec_.remeasured = existing_ ? existing_->remeasured : 0;
