@@ -133,7 +133,7 @@ TEST_F(RemoteTest, ALeaseLeftByADeadTunerExpiresAndAnotherTunes) {
   Runtime rt(o);
   TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 512}});
   RemoteCache raw({redis.url()});
-  ASSERT_EQ(raw.try_lease(fmt::format("kiln:t{}:lease:{}/{}", TuningKey::kFormatVersion, key.base_hex(), key.values_hex()),
+  ASSERT_EQ(raw.try_lease(remote_key_prefix() + fmt::format("lease:{}/{}", key.base_hex(), key.values_hex()),
                           "a-dead-process", 1200),
             RemoteCache::Lease::acquired);
   TuneOutcome out = tune(rt, 512);
@@ -170,7 +170,7 @@ TEST_F(RemoteTest, AMissedReplyWhileWaitingOnALeaseIsAskedAgain) {
   o.lease_ttl_s = 4;
   Runtime rt(o);
   RemoteCache raw({redis.url(), 5});
-  const std::string prefix = fmt::format("kiln:t{}:", TuningKey::kFormatVersion);
+  const std::string prefix = remote_key_prefix();
   const std::string lease = prefix + "lease:" + key.base_hex() + "/" + key.values_hex();
   ASSERT_EQ(raw.try_lease(lease, "the-other-process", 8000), RemoteCache::Lease::acquired);
   std::thread other([&] {
@@ -214,7 +214,7 @@ TEST_F(RemoteTest, RedisStoppedMidRunCostsOneTimeOutAndIsUsedAgainWhenBack) {
   EXPECT_EQ(remote->stats().failures, 1u);
   RemoteCache raw({redis->url()});
   TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 400}});
-  EXPECT_TRUE(raw.hget(fmt::format("kiln:t{}:rec:{}", TuningKey::kFormatVersion, key.base_hex()), key.values_hex()));
+  EXPECT_TRUE(raw.hget(remote_key_prefix() + "rec:" + key.base_hex(), key.values_hex()));
 }
 
 // Servers that answer garbage, an endless reply, a list of two billion elements, or nothing:
@@ -252,7 +252,7 @@ TEST_F(RemoteTest, RemoteValuesThatDoNotValidateAreNeverTrusted) {
   ASSERT_TRUE(tuned.choice);
   RemoteCache raw({redis.url()});
   TuningKey key = make_tuning_key(spec, first.backend("cpu"), {{"n", 256}});
-  const std::string hash = fmt::format("kiln:t{}:rec:{}", TuningKey::kFormatVersion, key.base_hex());
+  const std::string hash = remote_key_prefix() + "rec:" + key.base_hex();
   std::string good = *raw.hget(hash, key.values_hex());
 
   // A flipped byte.
@@ -294,6 +294,53 @@ TEST_F(RemoteTest, RemoteValuesThatDoNotValidateAreNeverTrusted) {
   }
 }
 
+// A field longer than the reader takes (written by hand, or by something else) in a kernel's
+// hash: the kernel's other records still come back in the one round trip, and the connection is
+// not dropped for it.
+TEST_F(RemoteTest, AnOversizedFieldHidesNoneOfAKernelsOtherRecords) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  {
+    Runtime first(options("a", redis.url()));
+    ASSERT_TRUE(tune(first, 256).choice);
+    ASSERT_TRUE(tune(first, 512).choice);
+  }
+  Runtime rt(options("b", redis.url()));
+  RemoteCache raw({redis.url(), 5});
+  TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 256}});
+  const std::string hash = remote_key_prefix() + "rec:" + key.base_hex();
+  ASSERT_TRUE(raw.hset(hash, "0000-a-field-of-17-MiB", std::string(17u << 20, 'x')));
+  TuneOutcome at256 = tune(rt, 256), at512 = tune(rt, 512);
+  EXPECT_EQ(at256.timed_now, 0u) << "the record of n=256 was hidden";
+  EXPECT_EQ(at512.timed_now, 0u) << "the record of n=512 was hidden";
+  EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 2u);
+  EXPECT_EQ(rt.remote_cache()->stats().failures, 0u) << "the long field cost the connection";
+}
+
+// Kilns that would reject each other's records (another release, a fleet in a rolling upgrade)
+// keep them under other keys: neither overwrites what the other tuned.
+TEST_F(RemoteTest, KilnsOfAnotherReleaseKeepTheirRecordsApart) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  Runtime rt(options("a", redis.url()));
+  TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 256}});
+  const std::string ours = remote_key_prefix();
+  EXPECT_NE(ours.find(fmt::format(":t{}:", TuningKey::kFormatVersion)), std::string::npos) << ours;
+  const std::string theirs = fmt::format("kiln:t{}:v0.999:", TuningKey::kFormatVersion);
+  ASSERT_NE(ours, theirs);
+  RemoteCache raw({redis.url(), 5});
+  ASSERT_TRUE(raw.hset(theirs + "rec:" + key.base_hex(), key.values_hex(), "a record of release 0.999"));
+  TuneOutcome out = tune(rt, 256);
+  ASSERT_TRUE(out.choice);
+  EXPECT_GT(out.timed_now, 0u);
+  EXPECT_EQ(raw.hget(theirs + "rec:" + key.base_hex(), key.values_hex()), "a record of release 0.999");
+  std::optional<std::string> mine = raw.hget(ours + "rec:" + key.base_hex(), key.values_hex());
+  ASSERT_TRUE(mine);
+  std::optional<TuningRecord> r = record_from_text(*mine, key);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kiln_version, kiln_version());
+}
+
 // A named bundle: the records a process used, fetched by the next process
 // in one round trip before it asks for any single one.
 TEST_F(RemoteTest, ABundleCarriesTheRecordsAProcessUsed) {
@@ -306,7 +353,7 @@ TEST_F(RemoteTest, ABundleCarriesTheRecordsAProcessUsed) {
     for (int64_t n : {64, 128, 256}) tune(rt, n);
   }
   RemoteCache raw({redis.url()});
-  EXPECT_EQ(raw.hgetall(fmt::format("kiln:t{}:bundle:app-1", TuningKey::kFormatVersion)).size(), 3u);
+  EXPECT_EQ(raw.hgetall(remote_key_prefix() + "bundle:app-1").size(), 3u);
   Options o = options("b", redis.url());
   o.bundle = "app-1";
   Runtime rt(o);

@@ -176,6 +176,9 @@ class TuningCache {
   static constexpr size_t kMaxRecordBytes = 64u << 20;
   // The largest record shared through Redis (a larger one stays local).
   static constexpr size_t kMaxRemoteRecordBytes = 4u << 20;
+  // The most record bytes one fetch of many records (a kernel's, a bundle's) brings back;
+  // under the remote cache's longest reply. What it leaves out is asked for one by one.
+  static constexpr size_t kRemoteFetchBudget = 12u << 20;
 
   // A remote layer (docs/fleet.md): get() reads the local disk, then
   // records already fetched this process (a kernel's records come in one
@@ -231,6 +234,11 @@ class TuningCache {
 // major version (for 0.x, another minor version) is a miss.
 bool kiln_version_compatible(const std::string& recorded);
 const char* kiln_version();
+// The prefix of every key kiln writes in Redis: the record format and this kiln's
+// compatibility class ("kiln:t4:v0.1:"; for 1.x and later the major version alone),
+// so kilns that would reject each other's records (a fleet in a rolling upgrade)
+// keep them under different keys instead of overwriting them in turn.
+std::string remote_key_prefix();
 std::string utc_now();  // "2026-11-22T10:00:00Z"
 
 }  // namespace kiln

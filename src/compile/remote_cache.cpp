@@ -290,6 +290,35 @@ std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall(const std:
   return out;
 }
 
+namespace {
+// Runs in the server: the wanted field first, then the others while they fit.
+constexpr const char* kBoundedGetAll =
+    "local maxv, budget, want = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] "
+    "local out, used = {}, 0 "
+    "local v = redis.call('HGET', KEYS[1], want) "
+    "if v and #v <= maxv and #v <= budget then out[1] = want; out[2] = v; used = #v end "
+    "local all = redis.call('HGETALL', KEYS[1]) "
+    "for i = 1, #all, 2 do "
+    "  local f, x = all[i], all[i + 1] "
+    "  if f ~= want and #x <= maxv and used + #x <= budget then "
+    "    out[#out + 1] = f; out[#out + 1] = x; used = used + #x end "
+    "end "
+    "return out";
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall_bounded(const std::string& key,
+                                                                              const std::string& first,
+                                                                              size_t max_value, size_t budget) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto r = command({"EVAL", kBoundedGetAll, "1", key, std::to_string(max_value), std::to_string(budget), first});
+  if (!r || r->kind != Reply::list || r->elements.size() % 2 != 0) return out;
+  for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
+    if (r->elements[i].kind != Reply::text || r->elements[i + 1].kind != Reply::text) continue;
+    out.emplace_back(std::move(r->elements[i].str), std::move(r->elements[i + 1].str));
+  }
+  return out;
+}
+
 bool RemoteCache::set(const std::string& key, std::string_view value) {
   auto r = command({"SET", key, std::string(value)});
   return r && r->kind == Reply::status;

@@ -66,6 +66,12 @@ class RemoteCache {
   std::optional<std::string> get(const std::string& key);
   std::optional<std::string> hget(const std::string& key, const std::string& field);
   std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key);
+  // A hash's fields in one round trip, as HGETALL, but only values of at most max_value bytes,
+  // and no more than `budget` bytes of values in all: `first`'s value (when it fits) comes
+  // before any other. A field too long for the reader (one that someone wrote by hand, or many
+  // records together) so never costs the others, nor the connection.
+  std::vector<std::pair<std::string, std::string>> hgetall_bounded(const std::string& key, const std::string& first,
+                                                                   size_t max_value, size_t budget);
   bool set(const std::string& key, std::string_view value);
   bool hset(const std::string& key, const std::string& field, std::string_view value);
 

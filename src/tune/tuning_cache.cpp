@@ -30,16 +30,25 @@ using nlohmann::json;
 
 const char* kiln_version() { return KILN_VERSION; }
 
+namespace {
+std::pair<int, int> version_parts(const std::string& v) {
+  int major = -1, minor = -1;
+  std::sscanf(v.c_str(), "%d.%d", &major, &minor);
+  return {major, minor};
+}
+}  // namespace
+
 bool kiln_version_compatible(const std::string& recorded) {
-  auto parts = [](const std::string& v) {
-    int major = -1, minor = -1;
-    std::sscanf(v.c_str(), "%d.%d", &major, &minor);
-    return std::pair<int, int>{major, minor};
-  };
-  auto [rm, rn] = parts(recorded);
-  auto [om, on] = parts(KILN_VERSION);
+  auto [rm, rn] = version_parts(recorded);
+  auto [om, on] = version_parts(KILN_VERSION);
   if (rm < 0 || rm != om) return false;
   return om != 0 || rn == on;
+}
+
+std::string remote_key_prefix() {
+  auto [major, minor] = version_parts(KILN_VERSION);
+  return major == 0 ? fmt::format("kiln:t{}:v0.{}:", TuningKey::kFormatVersion, minor)
+                    : fmt::format("kiln:t{}:v{}:", TuningKey::kFormatVersion, major);
 }
 
 const char* fail_kind_name(FailKind k) noexcept {
@@ -494,7 +503,7 @@ std::optional<TuningKey> stated_key(std::string_view text) {
 
 std::string slot_of(const TuningKey& k) { return k.base_hex() + "/" + k.values_hex(); }
 
-std::string remote_prefix() { return fmt::format("kiln:t{}:", TuningKey::kFormatVersion); }
+std::string remote_prefix() { return remote_key_prefix(); }
 
 std::string random_token() {
   std::random_device rd;
@@ -639,7 +648,8 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       d.bundle_fetched = true;
     }
     if (!bundle.empty()) {
-      auto entries = remote->hgetall(remote_prefix() + "bundle:" + bundle);
+      auto entries = remote->hgetall_bounded(remote_prefix() + "bundle:" + bundle, slot, kMaxRemoteRecordBytes,
+                                             kRemoteFetchBudget);
       std::lock_guard<std::mutex> g(d.m);
       for (auto& [field, value] : entries) {
         d.in_bundle.insert(field);
@@ -653,7 +663,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       whole = !d.fetched.count(slot) && d.kernels_fetched.insert(key.base_hex()).second;
     }
     if (whole) {
-      auto entries = remote->hgetall(hash);
+      auto entries = remote->hgetall_bounded(hash, key.values_hex(), kMaxRemoteRecordBytes, kRemoteFetchBudget);
       std::lock_guard<std::mutex> g(d.m);
       for (auto& [field, value] : entries) d.fetched[key.base_hex() + "/" + field] = std::move(value);
     }
