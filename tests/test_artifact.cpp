@@ -161,6 +161,11 @@ TEST_F(ArtifactTest, AFlippedByteATruncationOrAnotherFormatLoadsNothing) {
   other.replace(other.find(" 1 "), 3, " 9 ");
   write_file_atomic(o.artifact, other);
   EXPECT_NE(error_of(o).find("format 9"), std::string::npos) << error_of(o);
+  // A format number past int's range is named as written (it read as another number).
+  other = good;
+  other.replace(other.find(" 1 "), 3, " 99999999999 ");
+  write_file_atomic(o.artifact, other);
+  EXPECT_NE(error_of(o).find("it is of artifact format 99999999999;"), std::string::npos) << error_of(o);
   write_file_atomic(o.artifact, "not an artifact at all\n");
   EXPECT_NE(error_of(o).find("not a kiln artifact"), std::string::npos) << error_of(o);
   // An unpacked folder with an edited file.

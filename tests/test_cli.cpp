@@ -109,6 +109,36 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
     EXPECT_NE(budget.err.find("--budget-seconds: "), std::string::npos) << budget.err;
     EXPECT_NE(budget.err.find("expected a finite number"), std::string::npos) << budget.err;
   }
+  // --grid takes whole numbers only ("2.5" read as 2), and a grid up to 2^63-1 stays within it.
+  for (const char* g : {"M=8:64:2.5", "M=8:64:2x", "=8:64:2", "M=8:64:", "M=8.5:64:2"}) {
+    Out grid = kiln("plan " + softmax + " --grid " + g + " --grid N=16:16:1");
+    EXPECT_EQ(grid.code, 2) << g;
+    EXPECT_NE(grid.err.find("--grid " + std::string(g) + ": write NAME=LO:HI:COUNT, whole numbers"), std::string::npos)
+        << grid.err;
+  }
+  Out huge = kiln("plan " + softmax + " --grid M=9223372036854775807:9223372036854775807:1 --grid N=16:16:1");
+  EXPECT_EQ(huge.code, 2);
+  EXPECT_NE(huge.err.find("evaluating 'M * N': overflow"), std::string::npos) << huge.err;  // not a wrapped, negative M
+  // A shapes file with a NUL: named by line and byte (the message quoting the value was cut at it).
+  test::write(dir.path() / "nul.shapes", std::string("M=8 N=16\nM=3\0 N=5\n", 18));
+  Out nul = kiln("plan " + softmax + " --shapes " + (dir.path() / "nul.shapes").string());
+  EXPECT_EQ(nul.code, 2);
+  EXPECT_NE(nul.err.find("nul.shapes:2: byte 4 (0x00) is not text"), std::string::npos) << nul.err;
+  // A link inside the cache is refused by name (it read "Not a directory").
+  fs::create_directories(dir.path() / "linked" / "real-tune");
+  fs::create_directories(dir.path() / "linked" / "cache");
+  fs::create_directory_symlink(dir.path() / "linked" / "real-tune", dir.path() / "linked" / "cache" / "tune");
+  Out link = kiln("tune " + softmax + " --set M=8 --set N=16", "KILN_CACHE_DIR=" + (dir.path() / "linked" / "cache").string());
+  EXPECT_EQ(link.code, 1) << link.err;
+  EXPECT_NE(link.err.find("/cache/tune' is a symbolic link: kiln follows no link inside its cache"), std::string::npos)
+      << link.err;
+  // A kernel spec's --set takes lists as a program's does; a shape given twice is packed once.
+  Out listed = kiln("pack " + softmax + " --set M=8,16 --set N=16 --set M=8 -o " + (dir.path() / "l.kiln").string());
+  EXPECT_EQ(listed.code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("packed 1 kernels, 2 records"), std::string::npos) << listed.out;
+  Out empty_item = kiln("pack " + softmax + " --set M=8, --set N=16 -o " + (dir.path() / "e.kiln").string());
+  EXPECT_EQ(empty_item.code, 2);
+  EXPECT_NE(empty_item.err.find("--set M=8,: an empty value in the list"), std::string::npos) << empty_item.err;
   const std::string decoder = "run " + programs + "decoder_cpu.toml --set T=2 --set S=5 --set CAP=64 --first-only";
   Out first = kiln(decoder + " --json --show");
   ASSERT_EQ(first.code, 0) << first.err;

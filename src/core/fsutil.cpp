@@ -339,14 +339,30 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
     fail(Errc::internal, "SafeDir::sub: bad name '{}'", n);
   UniqueFd f(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)) {
-    if (errno != ENOENT) log::warn("cache folder '{}' is not a folder; ignored", (path_ / n).string());
+    struct stat ls;
+    if (errno != ENOENT)
+      log::warn("cache folder '{}' is {}; ignored", (path_ / n).string(),
+                ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode)
+                    ? "a symbolic link (kiln follows none inside its cache)"
+                    : "not a folder");
     return SafeDir();
   }
   if (!f && errno == ENOENT) {
     if (::mkdirat(fd(), n.c_str(), 0700) != 0 && errno != EEXIST) cannot_create(path_ / n, errno);
     f.reset(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   }
-  if (!f) fail(Errc::cache, "cannot open folder '{}': {}", (path_ / n).string(), errno_text(errno));
+  if (!f) {
+    const int err = errno;
+    struct stat ls;
+    if ((err == ENOTDIR || err == ELOOP) && ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(ls.st_mode))
+      fail(Errc::cache,
+           "cache folder '{}' is a symbolic link: kiln follows no link inside its cache (one could lead it to code "
+           "someone else wrote); make it a folder, or link the whole cache instead (KILN_CACHE_DIR may be a link)",
+           (path_ / n).string());
+    if (err == ENOTDIR) fail(Errc::cache, "cache folder '{}' is not a folder", (path_ / n).string());
+    fail(Errc::cache, "cannot open folder '{}': {}", (path_ / n).string(), errno_text(err));
+  }
   struct stat st;
   if (::fstat(f.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", (path_ / n).string(), errno_text(errno));
   std::string why = unsafe(st, true);

@@ -2,12 +2,14 @@
 #include "kiln/artifact.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <chrono>
 #include <exception>
 #include <set>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -174,15 +176,25 @@ void parse_checked(std::string_view all, std::map<std::string, std::string>& ent
   auto bad = [](const std::string& why) { return Error(Errc::artifact, why); };
   size_t eol = all.find('\n');
   if (eol == std::string_view::npos || eol > 200) throw bad("it is not a kiln artifact (no header)");
-  char magic[32] = {};
+  // "MAGIC FORMAT SUM LEN", each read whole: a number too long for its type is named as written.
+  std::vector<std::string_view> f;
+  for (std::string_view h = all.substr(0, eol); !h.empty();) {
+    size_t sp = h.find(' ');
+    if (sp != 0) f.push_back(h.substr(0, sp));
+    h = sp == std::string_view::npos ? std::string_view() : h.substr(sp + 1);
+  }
+  if (f.size() != 4 || f[0] != kMagic) throw bad("it is not a kiln artifact");
+  auto number = [](std::string_view t, auto& v, int base) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, base);
+    return ec == std::errc() && p == t.data() + t.size();
+  };
   int format = 0;
   unsigned long long sum = 0, len = 0;
-  std::string head(all.substr(0, eol));
-  if (std::sscanf(head.c_str(), "%31s %d %16llx %llu", magic, &format, &sum, &len) != 4 || kMagic != magic)
-    throw bad("it is not a kiln artifact");
-  if (format != ArtifactManifest::kFormat)
-    throw bad(fmt::format("it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)", format,
-                          ArtifactManifest::kFormat));
+  if (!number(f[1], format, 10) || format != ArtifactManifest::kFormat)
+    throw bad(fmt::format("it is of artifact format {}; this kiln reads format {} (pack it again with this kiln)",
+                          f[1].substr(0, 24), ArtifactManifest::kFormat));
+  if (f[2].size() > 16 || !number(f[2], sum, 16) || !number(f[3], len, 10))
+    throw bad("it is not a kiln artifact (its header is damaged)");
   std::string_view body = all.substr(eol + 1);
   if (body.size() < len) throw bad(fmt::format("it is truncated ({} of {} bytes)", body.size(), len));
   if (body.size() > len) throw bad("it has bytes past its end");

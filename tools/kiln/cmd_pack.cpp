@@ -1,5 +1,7 @@
 // kiln pack, unpack, inspect: packed artifacts (docs/fleet.md).
+#include <algorithm>
 #include <charconv>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -36,22 +38,49 @@ struct PackArgs {
 
 // The tuning-key assignments to pack for one spec.
 std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const KernelSpec& spec, const PackArgs& a) {
-  std::vector<std::vector<std::pair<std::string, std::string>>> out;
+  using Shape = std::vector<std::pair<std::string, std::string>>;
+  std::vector<Shape> out;
+  // A shape given twice (by --set and again as a size hint, or twice in a list) is packed once.
+  std::set<std::map<std::string, std::string>> seen;
+  auto add = [&](Shape s) {
+    if (seen.insert(std::map<std::string, std::string>(s.begin(), s.end())).second) out.push_back(std::move(s));
+  };
   if (!a.sets.empty()) {
-    std::vector<std::pair<std::string, std::string>> mine;
-    for (const auto& [n, v] : split_sets(a.sets))
-      for (const auto& arg : spec.args)
-        if (arg.name == n && !arg.pointer) mine.push_back({n, v});
-    out.push_back(std::move(mine));
+    // Each scalar's values (--set M=64,128 or --set M=64 --set M=128), every combination, as for a program.
+    std::vector<std::pair<std::string, std::vector<std::string>>> values;
+    for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true))
+      for (const auto& arg : spec.args) {
+        if (arg.name != n || arg.pointer) continue;
+        auto it = std::find_if(values.begin(), values.end(), [&](const auto& e) { return e.first == n; });
+        if (it == values.end()) it = values.insert(values.end(), {n, {}});
+        std::stringstream ss(v);
+        for (std::string item; std::getline(ss, item, ',');) {
+          if (item.empty()) fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
+          it->second.push_back(item);
+        }
+        if (v.empty() || v.back() == ',') fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
+      }
+    std::vector<Shape> combos = {{}};
+    for (const auto& [n, vs] : values) {
+      std::vector<Shape> next;
+      for (const auto& c : combos)
+        for (const auto& v : vs) {
+          Shape t = c;
+          t.push_back({n, v});
+          next.push_back(std::move(t));
+        }
+      combos = std::move(next);
+    }
+    for (auto& c : combos) add(std::move(c));
   }
   if (a.hints) {
     if (spec.tuning.hints.empty())
       fail(Errc::usage, "kernel '{}' ({}) declares no size hints; give its shape with --set", spec.name,
            spec.path_text());
     for (const auto& point : spec.tuning.hint_point_list()) {
-      std::vector<std::pair<std::string, std::string>> s;
+      Shape s;
       for (size_t i = 0; i < point.size(); ++i) s.push_back({spec.tuning.key[i], std::to_string(point[i])});
-      out.push_back(std::move(s));
+      add(std::move(s));
     }
   }
   return out;
@@ -113,7 +142,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
       int64_t x = 0;
       auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
       if (ec != std::errc() || p != item.data() + item.size()) fail(Errc::usage, "--set {}={}: not integers", n, v);
-      values[n].push_back(x);
+      if (std::find(values[n].begin(), values[n].end(), x) == values[n].end()) values[n].push_back(x);  // once each
     }
   }
   for (const auto& s : ps.all_symbols())
@@ -326,7 +355,9 @@ void add_pack(CLI::App& app, Globals& g) {
                                          "into one checksummed artifact an application loads at start");
   auto a = std::make_shared<PackArgs>();
   cmd->add_option("specs", a->specs, "Spec files (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
-  cmd->add_option("--set", a->sets, "A shape to pack, NAME=VALUE for each scalar (applied to every spec that has it)");
+  cmd->add_option("--set", a->sets,
+                  "A shape to pack, NAME=VALUE for each scalar or symbol (applied to every spec and program that has it); "
+                  "NAME=V1,V2 or NAME given again: each value, every combination");
   cmd->add_flag("--hints", a->hints, "Pack every spec's size-hint points");
   cmd->add_option("-o,--output", a->out, "The artifact file to write");
   cmd->add_option("--unpacked", a->unpacked, "Also (or instead) write the same entries into this folder");

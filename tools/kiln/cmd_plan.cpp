@@ -1,5 +1,6 @@
 // kiln plan: a dispatch plan from measurements, and its evaluation on shapes
 // it never saw (docs/plan.md).
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,8 +44,13 @@ std::vector<Shape> read_shapes(const std::string& file) {
   while (std::getline(in, line)) {
     ++no;
     if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
-    for (char& c : line)
-      if (c == ',' || c == '\t') c = ' ';
+    for (char& c : line) {
+      if (c == ',' || c == '\t' || c == '\r') c = ' ';
+      // A NUL (or another control byte) would cut the messages that quote the line short.
+      if (static_cast<unsigned char>(c) < 0x20)
+        fail(Errc::usage, "{}:{}: byte {} (0x{:02x}) is not text: a shapes file holds NAME=VALUE lines", file, no,
+             &c - line.data() + 1, static_cast<unsigned char>(c));
+    }
     std::istringstream ls(line);
     std::string tok;
     Shape s;
@@ -67,14 +73,27 @@ std::vector<Shape> grid_shapes(const std::vector<std::string>& dims) {
   for (const auto& d : dims) {
     long long lo = 0, hi = 0, n = 0;
     auto eq = d.find('=');
-    if (eq == std::string::npos || std::sscanf(d.c_str() + eq + 1, "%lld:%lld:%lld", &lo, &hi, &n) != 3 || lo < 1 ||
-        hi < lo || n < 1 || n > 64)
-      fail(Errc::usage, "--grid {}: write NAME=LO:HI:COUNT (1 <= LO <= HI, 1 <= COUNT <= 64)", d);
+    // Three whole numbers and nothing else: "2.5" or "8k" is refused, not read as 2 or 8.
+    bool ok = eq != std::string::npos && eq > 0;
+    if (ok) {
+      const char* p = d.c_str() + eq + 1;
+      const char* end = d.c_str() + d.size();
+      long long* fields[] = {&lo, &hi, &n};
+      for (int i = 0; i < 3 && ok; ++i) {
+        auto [q, ec] = std::from_chars(p, end, *fields[i]);
+        ok = ec == std::errc() && q != p && (i == 2 ? q == end : q < end && *q == ':');
+        p = q + 1;
+      }
+    }
+    if (!ok || lo < 1 || hi < lo || n < 1 || n > 64)
+      fail(Errc::usage, "--grid {}: write NAME=LO:HI:COUNT, whole numbers (1 <= LO <= HI, 1 <= COUNT <= 64)", d);
     std::string name = d.substr(0, eq);
     std::vector<int64_t> values;
     for (long long i = 0; i < n; ++i) {
       double l = n == 1 ? std::log2(double(lo)) : std::log2(double(lo)) + i * (std::log2(double(hi)) - std::log2(double(lo))) / double(n - 1);
-      int64_t v = std::llround(std::exp2(l));
+      // Kept within [LO, HI]: near 2^63 the rounded power would not fit an int64_t.
+      const double r = std::exp2(l);
+      int64_t v = r >= static_cast<double>(hi) ? hi : r <= static_cast<double>(lo) ? lo : std::llround(r);
       if (values.empty() || values.back() != v) values.push_back(v);
     }
     std::vector<Shape> next;
