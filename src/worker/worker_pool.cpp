@@ -224,7 +224,9 @@ bool WorkerPool::attempt(Slot& s, const Request& r, nlohmann::json& out, WorkerF
     if (shut_while_alive)
       return by_request(fmt::format("closed its connection to kiln {} and was killed", when));
     if (running && WIFEXITED(status) && WEXITSTATUS(status) == wire::kExitConnectionClosedInside)
-      return by_request(fmt::format("closed its connection to kiln {}", when));
+      // (The code the worker leaves with then; a kernel that called exit(71) itself reads the same.)
+      return by_request(fmt::format("closed its connection to kiln {} (or exited with code {})", when,
+                                    wire::kExitConnectionClosedInside));
     if (running && WIFEXITED(status))
       return by_request(fmt::format("exited with code {} {}", WEXITSTATUS(status), when));
     if (WIFSIGNALED(status)) {

@@ -1,4 +1,5 @@
 #include "backends/cpu/cpu_backend.hpp"
+#include "core/memory.hpp"
 #include "backends/cpu/cpu_libraries.hpp"
 
 #include <dlfcn.h>
@@ -352,27 +353,13 @@ CpuDevice::CpuDevice(int threads) {
   info_.limits.multiprocessors = threads;
 }
 
-namespace {
-// The memory the kernel says can be had now without swapping (MemAvailable), or -1.
-int64_t available_bytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb < 0 ? -1 : static_cast<int64_t>(kb) * 1024;
-}
-}  // namespace
-
 void* CpuDevice::alloc(size_t bytes) {
   size_t n = (bytes + 255) / 256 * 256;
   if (n == 0) n = 256;
   // The buffer is zeroed at once, so all of it is touched: past what the machine has free, that
   // would end this process by the kernel's out-of-memory killer, with no word of why.
   // (Only a buffer of 64 MiB or more asks: a smaller one is no such risk, and allocations are many.)
-  if (const int64_t avail = n < (size_t{64} << 20) ? -1 : available_bytes(); avail >= 0 && n > static_cast<uint64_t>(avail))
+  if (const int64_t avail = n < (size_t{64} << 20) ? -1 : available_memory_bytes(); avail >= 0 && n > static_cast<uint64_t>(avail))
     fail(Errc::io, "cannot allocate {} bytes ({:.1f} GiB) of host memory: {:.1f} GiB are available", bytes,
          static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30));
   void* p = std::aligned_alloc(256, n);
