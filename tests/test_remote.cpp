@@ -41,6 +41,9 @@ struct RemoteTest : ::testing::Test {
     o.workers = 1;
     o.remote_cache = url;
     o.remote_timeout_s = 5;  // a loaded test machine can stall a command past the 50 ms default
+    // A record timed on a busy machine would be re-measured by the next process (not what is
+    // tested here): the noise bound is wide, as for kiln_tune below.
+    o.noise_bound = 10;
     return o;
   }
   TuneOutcome tune(Runtime& rt, int64_t n) {
@@ -315,6 +318,24 @@ TEST_F(RemoteTest, AnOversizedFieldHidesNoneOfAKernelsOtherRecords) {
   EXPECT_EQ(at512.timed_now, 0u) << "the record of n=512 was hidden";
   EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 2u);
   EXPECT_EQ(rt.remote_cache()->stats().failures, 0u) << "the long field cost the connection";
+}
+
+// A server that runs no scripts (an ACL, a proxy): a kernel's records still come back, by the
+// plain fetch.
+TEST_F(RemoteTest, AServerThatRunsNoScriptsStillSharesRecords) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  RemoteCache raw({redis.url(), 5});
+  std::optional<RemoteCache::Reply> acl = raw.command({"ACL", "SETUSER", "default", "-eval", "-evalsha"});
+  if (!acl || acl->kind != RemoteCache::Reply::status) GTEST_SKIP() << "this redis-server has no ACLs";
+  ASSERT_EQ(raw.command({"EVAL", "return 1", "0"})->kind, RemoteCache::Reply::error);
+  {
+    Runtime first(options("a", redis.url()));
+    ASSERT_GT(tune(first, 256).timed_now, 0u);
+  }
+  Runtime second(options("b", redis.url()));
+  EXPECT_EQ(tune(second, 256).timed_now, 0u);
+  EXPECT_EQ(second.tuning_cache()->stats().remote_hits, 1u);
 }
 
 // Kilns that would reject each other's records (another release, a fleet in a rolling upgrade)

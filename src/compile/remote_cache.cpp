@@ -256,13 +256,16 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
     log::debug("remote cache {}: {} answered an error: {}", url_.text, argv[0], out->str);
     // A server that wants a password (or refuses this user) answers every command so: nothing
     // is shared. Said once, as an outage is.
-    const bool refused = out->str.rfind("NOAUTH", 0) == 0 || out->str.rfind("WRONGPASS", 0) == 0 ||
-                         out->str.rfind("NOPERM", 0) == 0;
+    const bool refused = out->str.rfind("NOAUTH", 0) == 0 || out->str.rfind("WRONGPASS", 0) == 0;
     if (refused && !refused_said_) {
       refused_said_ = true;
       log::warn("remote cache {}: the server refuses kiln's commands ({}); kiln sends no password, so nothing is "
                 "shared through it: going on with the local cache", url_.text, out->str);
     }
+    // A user the server lets run some commands and not others (an ACL): said once a command.
+    if (out->str.rfind("NOPERM", 0) == 0 && !argv.empty() && refused_commands_.insert(argv[0]).second)
+      log::warn("remote cache {}: the server refuses kiln's {} command ({}); kiln goes on without it", url_.text,
+                argv[0], out->str);
   }
   return out;
 }
@@ -311,6 +314,8 @@ std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall_bounded(co
                                                                               size_t max_value, size_t budget) {
   std::vector<std::pair<std::string, std::string>> out;
   auto r = command({"EVAL", kBoundedGetAll, "1", key, std::to_string(max_value), std::to_string(budget), first});
+  // A server (or a proxy) that runs no scripts: the plain fetch, unbounded.
+  if (r && r->kind == Reply::error) return hgetall(key);
   if (!r || r->kind != Reply::list || r->elements.size() % 2 != 0) return out;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
     if (r->elements[i].kind != Reply::text || r->elements[i + 1].kind != Reply::text) continue;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -101,6 +102,7 @@ class RemoteCache {
   std::chrono::milliseconds backoff_{0};
   bool down_ = false;  // an outage has been reported and not yet ended
   bool refused_said_ = false;  // a refusal of its commands (a password it wants) has been reported
+  std::set<std::string> refused_commands_;  // the commands an ACL refused, reported once each
   Stats stats_;
 };
 
