@@ -312,12 +312,54 @@ TEST_F(RemoteTest, AnOversizedFieldHidesNoneOfAKernelsOtherRecords) {
   RemoteCache raw({redis.url(), 5});
   TuningKey key = make_tuning_key(spec, rt.backend("cpu"), {{"n", 256}});
   const std::string hash = remote_key_prefix() + "rec:" + key.base_hex();
+  // 17 MiB is past the longest reply read; 64 MiB copied into the server's script took it past
+  // the 50 ms time-out.
   ASSERT_TRUE(raw.hset(hash, "0000-a-field-of-17-MiB", std::string(17u << 20, 'x')));
+  ASSERT_TRUE(raw.hset(hash, "0001-a-field-of-64-MiB", std::string(64u << 20, 'y')));
   TuneOutcome at256 = tune(rt, 256), at512 = tune(rt, 512);
   EXPECT_EQ(at256.timed_now, 0u) << "the record of n=256 was hidden";
   EXPECT_EQ(at512.timed_now, 0u) << "the record of n=512 was hidden";
   EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 2u);
   EXPECT_EQ(rt.remote_cache()->stats().failures, 0u) << "the long field cost the connection";
+  // A hash crowded past what one fetch walks: the record asked for still comes back.
+  std::vector<std::string> hset = {"HSET", hash};
+  for (size_t i = 0; i <= RemoteCache::kMaxFetchedFields; ++i) {
+    hset.push_back(fmt::format("crowd-{}", i));
+    hset.push_back("not a record");
+  }
+  ASSERT_TRUE(raw.command(hset));
+  Runtime crowded(options("c", redis.url()));
+  EXPECT_EQ(tune(crowded, 256).timed_now, 0u) << "the record of n=256 was hidden in a crowded hash";
+  EXPECT_EQ(crowded.remote_cache()->stats().failures, 0u);
+}
+
+// A bundle's copy of a record that does not validate: the kernel's own record answers, and the
+// bundle's copy is written again with it.
+TEST_F(RemoteTest, ADamagedRecordInABundleIsAnsweredByTheKernelsAndRepaired) {
+  test::RedisServer redis;
+  NEED_REDIS(redis);
+  {
+    Options o = options("a", redis.url());
+    o.bundle = "app-2";
+    Runtime rt(o);
+    ASSERT_TRUE(tune(rt, 256).choice);
+  }
+  RemoteCache raw({redis.url(), 5});
+  const std::string bundle = remote_key_prefix() + "bundle:app-2";
+  auto entries = raw.hgetall(bundle);
+  ASSERT_EQ(entries.size(), 1u);
+  const std::string field = entries[0].first, good = entries[0].second;
+  std::string damaged = good;
+  damaged[damaged.size() / 2] ^= 0x20;
+  ASSERT_TRUE(raw.hset(bundle, field, damaged));
+  Options o = options("b", redis.url());
+  o.bundle = "app-2";
+  {
+    Runtime rt(o);
+    EXPECT_EQ(tune(rt, 256).timed_now, 0u) << "a damaged bundle copy hid the kernel's record";
+    EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 1u);
+  }
+  EXPECT_EQ(raw.hget(bundle, field), good) << "the bundle's copy was not repaired";
 }
 
 // A server that runs no scripts (an ACL, a proxy): a kernel's records still come back, by the

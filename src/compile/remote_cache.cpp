@@ -262,6 +262,12 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
       log::warn("remote cache {}: the server refuses kiln's commands ({}); kiln sends no password, so nothing is "
                 "shared through it: going on with the local cache", url_.text, out->str);
     }
+    // A key of kiln's that holds another type than kiln writes there (a hash): nothing is read
+    // from it or written to it until someone deletes it. Said once a key.
+    const std::string& key_of = argv.size() > 3 && argv[0] == "EVAL" ? argv[3] : argv.size() > 1 ? argv[1] : argv[0];
+    if (out->str.find("WRONGTYPE") != std::string::npos && wrong_type_keys_.insert(key_of).second)
+      log::warn("remote cache {}: key '{}' holds another type than kiln writes there; nothing is shared through it "
+                "until it is deleted (redis-cli del '{}')", url_.text, key_of, key_of);
     // A user the server lets run some commands and not others (an ACL): said once a command.
     if (out->str.rfind("NOPERM", 0) == 0 && !argv.empty() && refused_commands_.insert(argv[0]).second)
       log::warn("remote cache {}: the server refuses kiln's {} command ({}); kiln goes on without it", url_.text,
@@ -294,17 +300,22 @@ std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall(const std:
 }
 
 namespace {
-// Runs in the server: the wanted field first, then the others while they fit.
+// Runs in the server: the wanted field first, then the others while they fit. Only the
+// lengths of fields are looked at before a value is copied (HSTRLEN), so a huge field costs
+// nothing, and a hash of more than ARGV[4] fields (no kernel has so many shapes) is not
+// walked: the wanted field alone comes back. A server blocked on one long script would time
+// out every client.
 constexpr const char* kBoundedGetAll =
-    "local maxv, budget, want = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] "
+    "local maxv, budget, want, maxf = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]) "
     "local out, used = {}, 0 "
-    "local v = redis.call('HGET', KEYS[1], want) "
-    "if v and #v <= maxv and #v <= budget then out[1] = want; out[2] = v; used = #v end "
-    "local all = redis.call('HGETALL', KEYS[1]) "
-    "for i = 1, #all, 2 do "
-    "  local f, x = all[i], all[i + 1] "
-    "  if f ~= want and #x <= maxv and used + #x <= budget then "
-    "    out[#out + 1] = f; out[#out + 1] = x; used = used + #x end "
+    "local function take(f) "
+    "  local n = redis.call('HSTRLEN', KEYS[1], f) "
+    "  if n > 0 and n <= maxv and used + n <= budget then "
+    "    out[#out + 1] = f; out[#out + 1] = redis.call('HGET', KEYS[1], f); used = used + n end "
+    "end "
+    "take(want) "
+    "if redis.call('HLEN', KEYS[1]) <= maxf then "
+    "  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do if f ~= want then take(f) end end "
     "end "
     "return out";
 }  // namespace
@@ -313,9 +324,10 @@ std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall_bounded(co
                                                                               const std::string& first,
                                                                               size_t max_value, size_t budget) {
   std::vector<std::pair<std::string, std::string>> out;
-  auto r = command({"EVAL", kBoundedGetAll, "1", key, std::to_string(max_value), std::to_string(budget), first});
+  auto r = command({"EVAL", kBoundedGetAll, "1", key, std::to_string(max_value), std::to_string(budget), first,
+                    std::to_string(kMaxFetchedFields)});
   // A server (or a proxy) that runs no scripts: the plain fetch, unbounded.
-  if (r && r->kind == Reply::error) return hgetall(key);
+  if (r && r->kind == Reply::error && r->str.find("WRONGTYPE") == std::string::npos) return hgetall(key);
   if (!r || r->kind != Reply::list || r->elements.size() % 2 != 0) return out;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
     if (r->elements[i].kind != Reply::text || r->elements[i + 1].kind != Reply::text) continue;

@@ -71,8 +71,10 @@ class RemoteCache {
   // and no more than `budget` bytes of values in all: `first`'s value (when it fits) comes
   // before any other. A field too long for the reader (one that someone wrote by hand, or many
   // records together) so never costs the others, nor the connection.
+  // A hash of more than kMaxFetchedFields fields is not walked (`first` alone comes back).
   std::vector<std::pair<std::string, std::string>> hgetall_bounded(const std::string& key, const std::string& first,
                                                                    size_t max_value, size_t budget);
+  static constexpr size_t kMaxFetchedFields = 4096;
   bool set(const std::string& key, std::string_view value);
   bool hset(const std::string& key, const std::string& field, std::string_view value);
 
@@ -103,6 +105,7 @@ class RemoteCache {
   bool down_ = false;  // an outage has been reported and not yet ended
   bool refused_said_ = false;  // a refusal of its commands (a password it wants) has been reported
   std::set<std::string> refused_commands_;  // the commands an ACL refused, reported once each
+  std::set<std::string> wrong_type_keys_;   // keys holding another type than kiln's, reported once each
   Stats stats_;
 };
 

@@ -667,11 +667,28 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       std::lock_guard<std::mutex> g(d.m);
       for (auto& [field, value] : entries) d.fetched[key.base_hex() + "/" + field] = std::move(value);
     }
+    bool from_bundle = false;
     {
       std::lock_guard<std::mutex> g(d.m);
-      if (auto it = d.fetched.find(slot); it != d.fetched.end()) text = it->second;
+      if (auto it = d.fetched.find(slot); it != d.fetched.end()) {
+        text = it->second;
+        from_bundle = d.in_bundle.count(slot) > 0;
+      }
     }
     if (!text && !whole) text = remote->hget(hash, key.values_hex());
+    // A bundle's copy that does not validate: the kernel's own record is asked for, and the
+    // bundle's copy is written again once a good record is used (note_used) or tuned (put).
+    if (text && from_bundle && !record_from_text(*text, key)) {
+      {
+        std::lock_guard<std::mutex> g(d.m);
+        ++d.stats.remote_rejected;
+        d.fetched.erase(slot);
+        d.in_bundle.erase(slot);
+      }
+      log::info("remote cache: the bundle's record of {} at {} does not validate; asking for the kernel's own",
+                key.base_hex().substr(0, 12), key.values_text());
+      text = remote->hget(hash, key.values_hex());
+    }
   }
   if (text) {
     std::optional<TuningRecord> r = record_from_text(*text, key);
@@ -682,6 +699,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     } else {
       ++d.stats.remote_rejected;
       d.fetched.erase(slot);
+      d.in_bundle.erase(slot);  // rewritten into the bundle once a good record is had
       log::info("remote cache: the record of {} at {} does not validate (damaged, oversized, or from another kiln "
                 "or config space); a miss",
                 key.base_hex().substr(0, 12), key.values_text());
