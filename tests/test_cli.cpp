@@ -136,6 +136,32 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   Out listed = kiln("pack " + softmax + " --set M=8,16 --set N=16 --set M=8 -o " + (dir.path() / "l.kiln").string());
   EXPECT_EQ(listed.code, 0) << listed.err;
   EXPECT_NE(listed.out.find("packed 1 kernels, 2 records"), std::string::npos) << listed.out;
+  // A program and a kernel spec with --hints: the spec at its hint points (it was asked for T's values).
+  Out mixed = kiln("pack " + programs + "mlp_cpu.toml " + softmax + " --set T=1 --hints -o " +
+                   (dir.path() / "m.kiln").string());
+  EXPECT_EQ(mixed.code, 0) << mixed.err;
+  EXPECT_NE(mixed.err.find("softmax at M="), std::string::npos) << mixed.err;
+  // Refused before anything is tuned: a bad value in a list, a spec twice, a folder for -o not there.
+  for (const std::string& bad : {std::string("--set M=8 --set N=16,x -o ") + (dir.path() / "b.kiln").string(),
+                                 std::string("--set M=8 --set N=16 -o ") + (dir.path() / "nowhere" / "b.kiln").string()}) {
+    Out o = kiln("pack " + softmax + " " + bad);
+    EXPECT_EQ(o.code, 2) << bad << "\n" << o.err;
+    EXPECT_EQ(o.err.find("softmax at "), std::string::npos) << "tuned before the refusal: " << o.err;
+  }
+  Out twice_spec = kiln("pack " + softmax + " " + softmax + " --set M=8 --set N=16 -o " + (dir.path() / "t.kiln").string());
+  EXPECT_NE(twice_spec.err.find("two specs name the kernel 'softmax'"), std::string::npos) << twice_spec.err;
+  EXPECT_EQ(twice_spec.err.find("softmax at "), std::string::npos) << twice_spec.err;
+  // Shapes files: a byte-order mark and CR line ends read; a bad value named by its line, before tuning.
+  test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rM=8 N=16\r");
+  Out cr = kiln("plan " + softmax + " --shapes " + (dir.path() / "cr.shapes").string());
+  EXPECT_EQ(cr.code, 0) << cr.err;
+  EXPECT_NE(cr.out.find("2 training shapes"), std::string::npos) << cr.out;
+  test::write(dir.path() / "bad.shapes", "M=8 N=16\n\nM=+16 N=16\n");
+  Out bad_value = kiln("plan " + softmax + " --shapes " + (dir.path() / "cr.shapes").string() + " --eval " +
+                       (dir.path() / "bad.shapes").string());
+  EXPECT_EQ(bad_value.code, 2);
+  EXPECT_NE(bad_value.err.find("bad.shapes:3: M=+16: not a whole number"), std::string::npos) << bad_value.err;
+  EXPECT_EQ(bad_value.err.find("[1/"), std::string::npos) << "tuned before the refusal: " << bad_value.err;
   Out empty_item = kiln("pack " + softmax + " --set M=8, --set N=16 -o " + (dir.path() / "e.kiln").string());
   EXPECT_EQ(empty_item.code, 2);
   EXPECT_NE(empty_item.err.find("--set M=8,: an empty value in the list"), std::string::npos) << empty_item.err;

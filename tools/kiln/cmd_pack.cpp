@@ -61,6 +61,9 @@ std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const Kerne
         if (v.empty() || v.back() == ',') fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
       }
     std::vector<Shape> combos = {{}};
+    // No --set names this spec's scalars (they were for another spec or a program): with
+    // --hints, its hint points alone are packed.
+    if (values.empty() && a.hints) combos.clear();
     for (const auto& [n, vs] : values) {
       std::vector<Shape> next;
       for (const auto& c : combos)
@@ -254,6 +257,22 @@ void run_pack(Globals& g, const PackArgs& a) {
       if (!known.count(n))
         fail(Errc::usage, "--set {}={}: no spec or program given has a scalar or symbol '{}' (they have: {})", n, v, n,
              fmt::join(known, ", "));
+    // Each kernel spec's shapes read as its scalars, two specs of one name, a folder for -o
+    // that is not there: refused now, not after the specs before them were tuned.
+    std::set<std::string> names;
+    for (const auto& path : a.specs) {
+      if (is_program_file(path)) continue;
+      KernelSpec spec = load_spec(path);
+      if (!names.insert(spec.name).second)
+        fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);
+      for (const auto& shape : shapes(spec, a)) parse_scalars(spec, shape);
+    }
+    if (!a.out.empty()) {
+      const fs::path parent = fs::absolute(a.out).parent_path();
+      std::error_code ec;
+      if (!fs::is_directory(parent, ec))
+        fail(Errc::usage, "-o {}: the folder {} is not there", a.out, parent.string());
+    }
   }
   for (const auto& path : a.specs) {
     if (is_program_file(path)) {

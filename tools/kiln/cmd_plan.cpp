@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "backends/serialize.hpp"
@@ -34,18 +35,28 @@ struct PlanArgs {
   uint64_t seed = 1;
 };
 
-// "M=64 N=128 K=4096" (spaces or commas between), one shape per line; # comments.
-std::vector<Shape> read_shapes(const std::string& file) {
-  std::ifstream in(file);
+// "M=64 N=128 K=4096" (spaces or commas between), one shape per line; # comments. Lines end
+// in LF, CRLF or CR; a UTF-8 byte-order mark is skipped. Each line's values are read as the
+// spec's scalars here, so a bad one is named by its line; a line given twice counts once.
+std::vector<Shape> read_shapes(const std::string& file, const KernelSpec& spec) {
+  std::ifstream in(file, std::ios::binary);
   if (!in) fail(Errc::usage, "cannot read the shapes file {}", file);
+  std::stringstream whole;
+  whole << in.rdbuf();
+  std::string text = whole.str();
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   std::vector<Shape> out;
-  std::string line;
+  std::set<Shape> seen;
   int no = 0;
-  while (std::getline(in, line)) {
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find_first_of("\r\n", at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + (end < text.size() && text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n' ? 2 : 1);
     ++no;
     if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
     for (char& c : line) {
-      if (c == ',' || c == '\t' || c == '\r') c = ' ';
+      if (c == ',' || c == '\t') c = ' ';
       // A NUL (or another control byte) would cut the messages that quote the line short.
       if (static_cast<unsigned char>(c) < 0x20)
         fail(Errc::usage, "{}:{}: byte {} (0x{:02x}) is not text: a shapes file holds NAME=VALUE lines", file, no,
@@ -60,7 +71,13 @@ std::vector<Shape> read_shapes(const std::string& file) {
         fail(Errc::usage, "{}:{}: '{}' is not NAME=VALUE", file, no, tok);
       s.push_back({tok.substr(0, eq), tok.substr(eq + 1)});
     }
-    if (!s.empty()) out.push_back(std::move(s));
+    if (s.empty()) continue;
+    try {
+      parse_scalars(spec, s);
+    } catch (const Error& e) {
+      fail(Errc::usage, "{}:{}: {}", file, no, e.what());
+    }
+    if (seen.insert(s).second) out.push_back(std::move(s));
   }
   if (out.empty()) fail(Errc::usage, "{} holds no shapes", file);
   return out;
@@ -162,11 +179,14 @@ void run_plan(Globals& g, const PlanArgs& a) {
   Legend legend;
   auto t0 = std::chrono::steady_clock::now();
 
-  std::vector<Shape> train;
-  if (!a.shapes.empty()) train = read_shapes(a.shapes);
+  // Both files are read (and their values checked) before anything is tuned.
+  std::vector<Shape> train, eval_shapes;
+  if (!a.shapes.empty()) train = read_shapes(a.shapes, spec);
+  if (!a.eval.empty()) eval_shapes = read_shapes(a.eval, spec);
   if (!a.grid.empty()) {
-    auto gs = grid_shapes(a.grid);
-    train.insert(train.end(), gs.begin(), gs.end());
+    std::set<Shape> seen(train.begin(), train.end());
+    for (auto& g : grid_shapes(a.grid))
+      if (seen.insert(g).second) train.push_back(std::move(g));  // a shape of the file too is tuned once
   }
   std::optional<DispatchPlan> plan;
   if (!train.empty()) {
@@ -247,7 +267,7 @@ void run_plan(Globals& g, const PlanArgs& a) {
       hint_rule.points.push_back({pt, hint_rule.configs.size() - 1, 0, 0, {}});
       hint_rule.kept = hint_rule.configs.size();
     }
-    std::vector<Shape> eval = read_shapes(a.eval);
+    const std::vector<Shape>& eval = eval_shapes;
     std::vector<double> rp, rh;
     Table t({"evaluation shape", "oracle ms", "oracle", "plan", "plan / oracle", "hint", "hint / oracle", "timings"},
             {false, true, true, true, true, true, true, false});
