@@ -141,6 +141,18 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
                    (dir.path() / "m.kiln").string());
   EXPECT_EQ(mixed.code, 0) << mixed.err;
   EXPECT_NE(mixed.err.find("softmax at M="), std::string::npos) << mixed.err;
+  // A program's kernels list the keys and choices packed (they were empty); the same program
+  // twice packs its records once.
+  const std::string p_kiln = (dir.path() / "p.kiln").string();
+  Out prog_twice = kiln("pack " + programs + "mlp_cpu.toml " + programs + "mlp_cpu.toml --set T=1 -o " + p_kiln);
+  EXPECT_EQ(prog_twice.code, 0) << prog_twice.err;
+  EXPECT_NE(prog_twice.out.find("packed 3 kernels, 3 records"), std::string::npos) << prog_twice.out;
+  Out inspect = kiln("inspect " + p_kiln + " --json");
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  for (const auto& k : nlohmann::json::parse(inspect.out)["kernels"]) {
+    EXPECT_EQ(k["keys"].size(), 1u) << k.dump();
+    EXPECT_EQ(k["choices"].size(), 1u) << k.dump();
+  }
   // Refused before anything is tuned: a bad value in a list, a spec twice, a folder for -o not there.
   for (const std::string& bad : {std::string("--set M=8 --set N=16,x -o ") + (dir.path() / "b.kiln").string(),
                                  std::string("--set M=8 --set N=16 -o ") + (dir.path() / "nowhere" / "b.kiln").string()}) {

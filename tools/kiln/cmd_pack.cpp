@@ -196,9 +196,12 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   // with kiln::InputFiller from this artifact compiles nothing either.
   if (std::shared_ptr<const Binary> b = filler.binary(); b && binaries.insert(b->key).second)
     art.add("binaries/" + b->key + ".kbin", CodeCache::encode(*b));
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> chosen;  // kernel -> (key, choice)
   for (const TuningRecord& r : cache->journaled()) {
-    art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
-    ++records;
+    const std::string entry = "records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec";
+    records += !art.entries().count(entry);  // (the same program given twice packs its records once)
+    art.add(entry, record_to_text(r));
+    if (r.best) chosen[r.kernel].push_back({r.key.values_text(), r.best->str()});
     if (r.noisy)
       std::fprintf(stderr, "%s at %s: timed on a busy machine, packed as it is (`kiln tune` re-measures it)\n",
                    r.kernel.c_str(), r.key.values_text().c_str());
@@ -210,9 +213,18 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     }
   }
   for (const auto& [name, spec] : specs) {
-    ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
-    add_sources(art, spec, be, entry.spec);
-    m.kernels.push_back(std::move(entry));
+    auto it = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; });
+    if (it == m.kernels.end()) {
+      ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
+      add_sources(art, spec, be, entry.spec);
+      it = m.kernels.insert(m.kernels.end(), std::move(entry));
+    }
+    // The keys and choices the program's runs used (as a kernel spec's entry lists them).
+    for (const auto& [key, choice] : chosen[spec.name])
+      if (std::find(it->keys.begin(), it->keys.end(), key) == it->keys.end()) {
+        it->keys.push_back(key);
+        it->choices.push_back(choice);
+      }
   }
   std::optional<std::string> text = read_file(path);
   if (text) art.add("sources/programs/" + fs::path(path).filename().string(), std::move(*text));
