@@ -132,6 +132,12 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   EXPECT_EQ(link.code, 1) << link.err;
   EXPECT_NE(link.err.find("/cache/tune' is a symbolic link: kiln follows no link inside its cache"), std::string::npos)
       << link.err;
+  fs::create_symlink(dir.path() / "not-there", dir.path() / "dangling");
+  Out dangling = kiln("tune " + softmax + " --set M=8 --set N=16", "KILN_CACHE_DIR=" + (dir.path() / "dangling").string());
+  EXPECT_NE(dangling.err.find("/dangling' is a symbolic link to '" + (dir.path() / "not-there").string() +
+                              "', which is not there"),
+            std::string::npos)
+      << dangling.err;
   // A kernel spec's --set takes lists as a program's does; a shape given twice is packed once.
   Out listed = kiln("pack " + softmax + " --set M=8,16 --set N=16 --set M=8 -o " + (dir.path() / "l.kiln").string());
   EXPECT_EQ(listed.code, 0) << listed.err;

@@ -310,6 +310,10 @@ SafeDir SafeDir::open(const fs::path& path, bool create) {
     }
     if (!next) {
       int err = errno;
+      std::error_code lec;
+      if ((err == ELOOP || err == ENOTDIR) && fs::is_symlink(fs::symlink_status(walked, lec)) && !fs::exists(walked, lec))
+        fail(Errc::cache, "cache folder '{}': '{}' is a symbolic link to '{}', which is not there", path.string(),
+             walked.string(), fs::read_symlink(walked, lec).string());
       if (err == ELOOP || err == ENOTDIR)
         fail(Errc::cache, "cache folder '{}': '{}' is not a folder (or was replaced by a link while kiln opened it)",
              path.string(), walked.string());
@@ -338,9 +342,11 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
   if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
     fail(Errc::internal, "SafeDir::sub: bad name '{}'", n);
   UniqueFd f(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)) {
+  if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES)) {
     struct stat ls;
-    if (errno != ENOENT)
+    if (errno == EACCES)
+      log::warn("cache folder '{}' cannot be read (permission denied); ignored", (path_ / n).string());
+    else if (errno != ENOENT)
       log::warn("cache folder '{}' is {}; ignored", (path_ / n).string(),
                 ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode)
                     ? "a symbolic link (kiln follows none inside its cache)"
@@ -366,7 +372,11 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
   struct stat st;
   if (::fstat(f.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", (path_ / n).string(), errno_text(errno));
   std::string why = unsafe(st, true);
-  if (!why.empty()) fail(Errc::cache, "cache folder '{}' {}; kiln refuses it", (path_ / n).string(), why);
+  if (!why.empty())
+    fail(Errc::cache,
+         "cache folder '{}' {}; kiln refuses it, since anyone who could write it could plant code in it: run "
+         "'chmod 700 {}' or set KILN_CACHE_DIR",
+         (path_ / n).string(), why, (path_ / n).string());
   SafeDir d;
   d.fd_ = std::make_shared<UniqueFd>(std::move(f));
   d.path_ = path_ / n;
