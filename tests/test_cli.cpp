@@ -170,7 +170,7 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   EXPECT_NE(twice_spec.err.find("two specs name the kernel 'softmax'"), std::string::npos) << twice_spec.err;
   EXPECT_EQ(twice_spec.err.find("softmax at "), std::string::npos) << twice_spec.err;
   // Shapes files: a byte-order mark and CR line ends read; a bad value named by its line, before tuning.
-  test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rM=8 N=16\r");
+  test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rN=16, M=08\r");  // the third is the first
   Out cr = kiln("plan " + softmax + " --shapes " + (dir.path() / "cr.shapes").string());
   EXPECT_EQ(cr.code, 0) << cr.err;
   EXPECT_NE(cr.out.find("2 training shapes"), std::string::npos) << cr.out;

@@ -323,11 +323,16 @@ TEST_F(RemoteTest, AnOversizedFieldHidesNoneOfAKernelsOtherRecords) {
   EXPECT_EQ(rt.remote_cache()->stats().failures, 0u) << "the long field cost the connection";
   // A hash crowded past what one fetch walks: the record asked for still comes back.
   std::vector<std::string> hset = {"HSET", hash};
-  for (size_t i = 0; i <= RemoteCache::kMaxFetchedFields; ++i) {
+  for (size_t i = 0; i <= TuningCache::kRemoteFetchFields; ++i) {
     hset.push_back(fmt::format("crowd-{}", i));
     hset.push_back("not a record");
   }
   ASSERT_TRUE(raw.command(hset));
+  // (Not walked: the record asked for comes back alone.)
+  auto alone = raw.hgetall_bounded(hash, key.values_hex(), TuningCache::kMaxRemoteRecordBytes,
+                                   TuningCache::kRemoteFetchBudget, TuningCache::kRemoteFetchFields);
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].first, key.values_hex());
   Runtime crowded(options("c", redis.url()));
   EXPECT_EQ(tune(crowded, 256).timed_now, 0u) << "the record of n=256 was hidden in a crowded hash";
   EXPECT_EQ(crowded.remote_cache()->stats().failures, 0u);

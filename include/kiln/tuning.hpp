@@ -179,6 +179,9 @@ class TuningCache {
   // The most record bytes one fetch of many records (a kernel's, a bundle's) brings back;
   // under the remote cache's longest reply. What it leaves out is asked for one by one.
   static constexpr size_t kRemoteFetchBudget = 12u << 20;
+  // The most fields such a fetch walks: a kernel's hash (one field a shape), a bundle's (one a
+  // record an application used). A larger hash answers the record asked for alone.
+  static constexpr size_t kRemoteFetchFields = 4096, kRemoteBundleFields = 16384;
 
   // A remote layer (docs/fleet.md): get() reads the local disk, then
   // records already fetched this process (a kernel's records come in one

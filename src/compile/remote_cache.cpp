@@ -270,8 +270,8 @@ std::optional<RemoteCache::Reply> RemoteCache::command(const std::vector<std::st
                 "until it is deleted (redis-cli del '{}')", url_.text, key_of, key_of);
     // A user the server lets run some commands and not others (an ACL): said once a command.
     if (out->str.rfind("NOPERM", 0) == 0 && !argv.empty() && refused_commands_.insert(argv[0]).second)
-      log::warn("remote cache {}: the server refuses kiln's {} command ({}); kiln goes on without it", url_.text,
-                argv[0], out->str);
+      log::warn("remote cache {}: the server refuses kiln's {} command or the key it names (\"{}\"); kiln goes on "
+                "without it", url_.text, argv[0], out->str);
   }
   return out;
 }
@@ -302,9 +302,9 @@ std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall(const std:
 namespace {
 // Runs in the server: the wanted field first, then the others while they fit. Only the
 // lengths of fields are looked at before a value is copied (HSTRLEN), so a huge field costs
-// nothing, and a hash of more than ARGV[4] fields (no kernel has so many shapes) is not
-// walked: the wanted field alone comes back. A server blocked on one long script would time
-// out every client.
+// nothing, and a hash of more than ARGV[4] fields is not
+// walked: the wanted field alone comes back. (A server blocked on one long script would time
+// out every client.)
 constexpr const char* kBoundedGetAll =
     "local maxv, budget, want, maxf = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]) "
     "local out, used = {}, 0 "
@@ -322,12 +322,33 @@ constexpr const char* kBoundedGetAll =
 
 std::vector<std::pair<std::string, std::string>> RemoteCache::hgetall_bounded(const std::string& key,
                                                                               const std::string& first,
-                                                                              size_t max_value, size_t budget) {
+                                                                              size_t max_value, size_t budget,
+                                                                              size_t max_fields) {
   std::vector<std::pair<std::string, std::string>> out;
+  // A server (or a proxy) that runs no scripts: the field asked for alone, in one round trip,
+  // the others one key at a time when they are asked for (a plain HGETALL is unbounded: one long
+  // field would cost the connection). Scripts are not tried again on this connection's server.
+  auto one = [&] {
+    if (auto v = hget(key, first); v && v->size() <= max_value) out.emplace_back(first, std::move(*v));
+    return out;
+  };
+  bool refused;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    refused = scripts_refused_;
+  }
+  if (refused) return one();
   auto r = command({"EVAL", kBoundedGetAll, "1", key, std::to_string(max_value), std::to_string(budget), first,
-                    std::to_string(kMaxFetchedFields)});
-  // A server (or a proxy) that runs no scripts: the plain fetch, unbounded.
-  if (r && r->kind == Reply::error && r->str.find("WRONGTYPE") == std::string::npos) return hgetall(key);
+                    std::to_string(max_fields)});
+  if (r && r->kind == Reply::error && r->str.find("WRONGTYPE") == std::string::npos) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      scripts_refused_ = true;
+    }
+    log::info("remote cache {}: the server runs no scripts ({}); records are fetched one key at a time", url_.text,
+              r->str);
+    return one();
+  }
   if (!r || r->kind != Reply::list || r->elements.size() % 2 != 0) return out;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
     if (r->elements[i].kind != Reply::text || r->elements[i + 1].kind != Reply::text) continue;

@@ -71,10 +71,11 @@ class RemoteCache {
   // and no more than `budget` bytes of values in all: `first`'s value (when it fits) comes
   // before any other. A field too long for the reader (one that someone wrote by hand, or many
   // records together) so never costs the others, nor the connection.
-  // A hash of more than kMaxFetchedFields fields is not walked (`first` alone comes back).
+  // A hash of more than `max_fields` fields is not walked (`first` alone comes back); nor is any
+  // on a server that runs no scripts.
   std::vector<std::pair<std::string, std::string>> hgetall_bounded(const std::string& key, const std::string& first,
-                                                                   size_t max_value, size_t budget);
-  static constexpr size_t kMaxFetchedFields = 4096;
+                                                                   size_t max_value, size_t budget,
+                                                                   size_t max_fields);
   bool set(const std::string& key, std::string_view value);
   bool hset(const std::string& key, const std::string& field, std::string_view value);
 
@@ -106,6 +107,7 @@ class RemoteCache {
   bool refused_said_ = false;  // a refusal of its commands (a password it wants) has been reported
   std::set<std::string> refused_commands_;  // the commands an ACL refused, reported once each
   std::set<std::string> wrong_type_keys_;   // keys holding another type than kiln's, reported once each
+  bool scripts_refused_ = false;            // the server answered a script with an error: none is sent again
   Stats stats_;
 };
 

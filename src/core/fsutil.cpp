@@ -344,8 +344,14 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
   UniqueFd f(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES)) {
     struct stat ls;
-    if (errno == EACCES)
-      log::warn("cache folder '{}' cannot be read (permission denied); ignored", (path_ / n).string());
+    if (errno == EACCES) {
+      // Said once a folder: every lookup of its kernel comes here.
+      static std::mutex said_m;
+      static std::set<std::string> said;
+      std::lock_guard<std::mutex> g(said_m);
+      if (said.insert((path_ / n).string()).second)
+        log::warn("cache folder '{}' cannot be read (permission denied); ignored", (path_ / n).string());
+    }
     else if (errno != ENOENT)
       log::warn("cache folder '{}' is {}; ignored", (path_ / n).string(),
                 ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode)
@@ -373,10 +379,10 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
   if (::fstat(f.get(), &st) != 0) fail(Errc::cache, "cannot read '{}': {}", (path_ / n).string(), errno_text(errno));
   std::string why = unsafe(st, true);
   if (!why.empty())
-    fail(Errc::cache,
-         "cache folder '{}' {}; kiln refuses it, since anyone who could write it could plant code in it: run "
-         "'chmod 700 {}' or set KILN_CACHE_DIR",
-         (path_ / n).string(), why, (path_ / n).string());
+    fail(Errc::cache, "cache folder '{}' {}; kiln refuses it, since anyone who could write it could plant code in it{}",
+         (path_ / n).string(), why,
+         st.st_uid == ::geteuid() ? fmt::format(": run 'chmod 700 {}' or set KILN_CACHE_DIR", (path_ / n).string())
+                                  : std::string(": set KILN_CACHE_DIR to a folder of your own"));
   SafeDir d;
   d.fd_ = std::make_shared<UniqueFd>(std::move(f));
   d.path_ = path_ / n;

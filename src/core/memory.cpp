@@ -50,7 +50,8 @@ std::optional<int64_t> room_of(const fs::path& dir, bool v2) {
   std::optional<std::string> usage_text = first_line(dir / (v2 ? "memory.current" : "memory.usage_in_bytes"));
   std::optional<int64_t> usage = usage_text ? number(*usage_text) : std::nullopt;
   if (!usage) return std::nullopt;
-  const int64_t reclaimable = stat_value(dir / "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+  // The page cache is given back under pressure before anything is killed: not counted as held.
+  const int64_t reclaimable = stat_value(dir / "memory.stat", v2 ? "file" : "total_cache");
   const int64_t held = std::max<int64_t>(0, *usage - reclaimable);
   return std::max<int64_t>(0, *limit - held);
 }
@@ -87,7 +88,8 @@ int64_t cgroup_memory_room(std::string_view proc_self_cgroup, const fs::path& cg
   return best;
 }
 
-int64_t available_memory_bytes() {
+int64_t available_memory_bytes(bool* by_cgroup) {
+  if (by_cgroup) *by_cgroup = false;
   int64_t avail = -1;
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
     char line[256];
@@ -101,7 +103,10 @@ int64_t available_memory_bytes() {
   std::stringstream text;
   text << in.rdbuf();
   const int64_t room = cgroup_memory_room(text.str(), "/sys/fs/cgroup");
-  if (room >= 0) avail = avail < 0 ? room : std::min(avail, room);
+  if (room >= 0 && (avail < 0 || room < avail)) {
+    avail = room;
+    if (by_cgroup) *by_cgroup = true;
+  }
   return avail;
 }
 

@@ -125,7 +125,7 @@ Options Options::from_env() {
     for (char c : b) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
     if (!ok)
       fail(Errc::usage, "KILN_BUNDLE={} is not a name (letters, digits, - _ ., at most 128)",
-           b.size() > 64 ? fmt::format("'{}...' ({} bytes)", b.substr(0, 64), b.size()) : fmt::format("'{}'", b));
+           b.size() > 128 ? fmt::format("'{}...' ({} bytes)", b.substr(0, 128), b.size()) : fmt::format("'{}'", b));
     o.bundle = v;
   }
   o.serving = env_bool("KILN_SERVING");

@@ -641,13 +641,16 @@ void Tuning::retime_contenders() {
     }
     rec_.noisy = rec_.noise > p_.opts.noise_bound;
     if (rec_.noisy) {
-      // One decimal where whole percents would print the spread equal to the bound it passed.
-      const bool close = std::lround(rec_.noise * 100) == std::lround(p_.opts.noise_bound * 100);
+      // As many decimals (up to 3) as it takes for the spread not to print equal to the bound it passed.
+      int digits = 0;
+      while (digits < 3 && fmt::format("{:.{}f}", rec_.noise * 100, digits) ==
+                               fmt::format("{:.{}f}", p_.opts.noise_bound * 100, digits))
+        ++digits;
       log::warn("kernel '{}' at {}: the fastest configs' timings spread {:.{}f}% (more than KILN_NOISE_BOUND, "
                 "{:.{}f}%) after re-timing them {}: the machine is busy; stored flagged as noisy, to be re-measured "
                 "by the next tuning of this key",
-                spec_.name, call_.key.values_text(), rec_.noise * 100, close ? 1 : 0, p_.opts.noise_bound * 100,
-                close ? 1 : 0, remeasure ? "again" : "three times");
+                spec_.name, call_.key.values_text(), rec_.noise * 100, digits, p_.opts.noise_bound * 100, digits,
+                remeasure ? "again" : "three times");
     }
   } else if (contenders.size() == 1 && any_fresh) {
     rec_.noise = s_->spread_of(contenders[0]->binary);

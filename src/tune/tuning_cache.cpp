@@ -638,6 +638,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
   // 3. Redis: what this process fetched already, else the kernel's records
   //    (all of them, once per process, in one round trip), else the one key.
   std::optional<std::string> text;
+  std::optional<TuningRecord> parsed;  // `text` parsed, where it was already
   if (remote) {
     const std::string hash = remote_prefix() + "rec:" + key.base_hex();
     bool whole = false;
@@ -649,7 +650,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     }
     if (!bundle.empty()) {
       auto entries = remote->hgetall_bounded(remote_prefix() + "bundle:" + bundle, slot, kMaxRemoteRecordBytes,
-                                             kRemoteFetchBudget);
+                                             kRemoteFetchBudget, kRemoteBundleFields);
       std::lock_guard<std::mutex> g(d.m);
       for (auto& [field, value] : entries) {
         d.in_bundle.insert(field);
@@ -663,9 +664,11 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       whole = !d.fetched.count(slot) && d.kernels_fetched.insert(key.base_hex()).second;
     }
     if (whole) {
-      auto entries = remote->hgetall_bounded(hash, key.values_hex(), kMaxRemoteRecordBytes, kRemoteFetchBudget);
+      auto entries = remote->hgetall_bounded(hash, key.values_hex(), kMaxRemoteRecordBytes, kRemoteFetchBudget,
+                                             kRemoteFetchFields);
       std::lock_guard<std::mutex> g(d.m);
-      for (auto& [field, value] : entries) d.fetched[key.base_hex() + "/" + field] = std::move(value);
+      // (A bundle's copy fetched before stays: it is the one checked, and repaired, first.)
+      for (auto& [field, value] : entries) d.fetched.emplace(key.base_hex() + "/" + field, std::move(value));
     }
     bool from_bundle = false;
     {
@@ -678,7 +681,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     if (!text && !whole) text = remote->hget(hash, key.values_hex());
     // A bundle's copy that does not validate: the kernel's own record is asked for, and the
     // bundle's copy is written again once a good record is used (note_used) or tuned (put).
-    if (text && from_bundle && !record_from_text(*text, key)) {
+    if (text && from_bundle && !(parsed = record_from_text(*text, key))) {
       {
         std::lock_guard<std::mutex> g(d.m);
         ++d.stats.remote_rejected;
@@ -688,10 +691,12 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       log::info("remote cache: the bundle's record of {} at {} does not validate; asking for the kernel's own",
                 key.base_hex().substr(0, 12), key.values_text());
       text = remote->hget(hash, key.values_hex());
+      parsed.reset();
     }
   }
   if (text) {
-    std::optional<TuningRecord> r = record_from_text(*text, key);
+    // (Parsed once: a large record's parse is on the first call's path.)
+    std::optional<TuningRecord> r = parsed ? std::move(parsed) : record_from_text(*text, key);
     std::lock_guard<std::mutex> g(d.m);
     if (r) {
       ++d.stats.remote_hits;

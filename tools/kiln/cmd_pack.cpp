@@ -41,9 +41,9 @@ std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const Kerne
   using Shape = std::vector<std::pair<std::string, std::string>>;
   std::vector<Shape> out;
   // A shape given twice (by --set and again as a size hint, or twice in a list) is packed once.
-  std::set<std::map<std::string, std::string>> seen;
+  std::set<std::string> seen;
   auto add = [&](Shape s) {
-    if (seen.insert(std::map<std::string, std::string>(s.begin(), s.end())).second) out.push_back(std::move(s));
+    if (seen.insert(canonical_shape(s)).second) out.push_back(std::move(s));
   };
   if (!a.sets.empty()) {
     // Each scalar's values (--set M=64,128 or --set M=64 --set M=128), every combination, as for a program.

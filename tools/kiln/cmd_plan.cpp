@@ -41,12 +41,16 @@ struct PlanArgs {
 std::vector<Shape> read_shapes(const std::string& file, const KernelSpec& spec) {
   std::ifstream in(file, std::ios::binary);
   if (!in) fail(Errc::usage, "cannot read the shapes file {}", file);
-  std::stringstream whole;
-  whole << in.rdbuf();
-  std::string text = whole.str();
+  std::string text;  // read in pieces, so that /dev/zero is refused rather than read forever
+  char piece[1 << 16];
+  while (in.read(piece, sizeof piece) || in.gcount() > 0) {
+    text.append(piece, static_cast<size_t>(in.gcount()));
+    if (text.size() > (size_t{64} << 20))
+      fail(Errc::usage, "{}: more than 64 MiB; a shapes file holds lines of NAME=VALUE", file);
+  }
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   std::vector<Shape> out;
-  std::set<Shape> seen;
+  std::set<std::string> seen;
   int no = 0;
   for (size_t at = 0; at < text.size();) {
     size_t end = text.find_first_of("\r\n", at);
@@ -77,7 +81,7 @@ std::vector<Shape> read_shapes(const std::string& file, const KernelSpec& spec) 
     } catch (const Error& e) {
       fail(Errc::usage, "{}:{}: {}", file, no, e.what());
     }
-    if (seen.insert(s).second) out.push_back(std::move(s));
+    if (seen.insert(canonical_shape(s)).second) out.push_back(std::move(s));
   }
   if (out.empty()) fail(Errc::usage, "{} holds no shapes", file);
   return out;
@@ -184,9 +188,10 @@ void run_plan(Globals& g, const PlanArgs& a) {
   if (!a.shapes.empty()) train = read_shapes(a.shapes, spec);
   if (!a.eval.empty()) eval_shapes = read_shapes(a.eval, spec);
   if (!a.grid.empty()) {
-    std::set<Shape> seen(train.begin(), train.end());
-    for (auto& g : grid_shapes(a.grid))
-      if (seen.insert(g).second) train.push_back(std::move(g));  // a shape of the file too is tuned once
+    std::set<std::string> seen;
+    for (const auto& t : train) seen.insert(canonical_shape(t));
+    for (auto& gs : grid_shapes(a.grid))
+      if (seen.insert(canonical_shape(gs)).second) train.push_back(std::move(gs));  // a shape of the file too: once
   }
   std::optional<DispatchPlan> plan;
   if (!train.empty()) {

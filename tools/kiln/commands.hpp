@@ -82,6 +82,10 @@ void isolate_stdout();
 // program's values listed one --set at a time), a name given twice (naming `flag`).
 std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets,
                                                             const char* flag = "--set", bool repeats = false);
+// A shape's NAME=VALUE pairs as one text that is the same for the same shape however it was
+// written (names in order, whole numbers without signs or leading zeros): "M=8 N=16" for
+// "N=16, M=08". For telling shapes given twice apart.
+std::string canonical_shape(const std::vector<std::pair<std::string, std::string>>& shape);
 
 // Times configs of `spec` at one shape side by side: interleaved rounds on
 // the same inputs (in this process), so drift falls on all alike. Median ms per config.

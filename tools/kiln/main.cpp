@@ -1,11 +1,12 @@
-#include <charconv>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "commands.hpp"
 #include "core/log.hpp"
@@ -107,6 +108,19 @@ void isolate_stdout() {
   }
   g_out = f;
   ::dup2(2, 1);
+}
+
+std::string canonical_shape(const std::vector<std::pair<std::string, std::string>>& shape) {
+  std::map<std::string, std::string> sorted;
+  for (const auto& [n, v] : shape) {
+    int64_t x = 0;
+    const char* b = v.data() + (v.size() > 1 && v[0] == '+' ? 1 : 0);
+    auto [p, ec] = std::from_chars(b, v.data() + v.size(), x);
+    sorted[n] = ec == std::errc() && p == v.data() + v.size() ? std::to_string(x) : v;
+  }
+  std::string t;
+  for (const auto& [n, v] : sorted) t += (t.empty() ? "" : " ") + n + "=" + v;
+  return t;
 }
 
 std::vector<std::pair<std::string, std::string>> split_sets(const std::vector<std::string>& sets, const char* flag,

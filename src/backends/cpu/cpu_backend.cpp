@@ -359,9 +359,12 @@ void* CpuDevice::alloc(size_t bytes) {
   // The buffer is zeroed at once, so all of it is touched: past what the machine has free, that
   // would end this process by the kernel's out-of-memory killer, with no word of why.
   // (Only a buffer of 64 MiB or more asks: a smaller one is no such risk, and allocations are many.)
-  if (const int64_t avail = n < (size_t{64} << 20) ? -1 : available_memory_bytes(); avail >= 0 && n > static_cast<uint64_t>(avail))
-    fail(Errc::io, "cannot allocate {} bytes ({:.1f} GiB) of host memory: {:.1f} GiB are available", bytes,
-         static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30));
+  bool by_cgroup = false;
+  if (const int64_t avail = n < (size_t{64} << 20) ? -1 : available_memory_bytes(&by_cgroup);
+      avail >= 0 && n > static_cast<uint64_t>(avail))
+    fail(Errc::io, "cannot allocate {} bytes ({:.1f} GiB) of host memory: {:.1f} GiB are available{}", bytes,
+         static_cast<double>(bytes) / (1 << 30), static_cast<double>(avail) / (1 << 30),
+         by_cgroup ? " under this process's control group's memory limit" : "");
   void* p = std::aligned_alloc(256, n);
   if (!p) fail(Errc::io, "cannot allocate {} bytes of host memory", bytes);
   std::memset(p, 0, n);
