@@ -155,7 +155,8 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   EXPECT_NE(prog_twice.out.find("packed 3 kernels, 3 records"), std::string::npos) << prog_twice.out;
   Out inspect = kiln("inspect " + p_kiln + " --json");
   ASSERT_EQ(inspect.code, 0) << inspect.err;
-  for (const auto& k : nlohmann::json::parse(inspect.out)["kernels"]) {
+  const nlohmann::json manifest = nlohmann::json::parse(inspect.out);  // (a temporary would end before the loop)
+  for (const auto& k : manifest["kernels"]) {
     EXPECT_EQ(k["keys"].size(), 1u) << k.dump();
     EXPECT_EQ(k["choices"].size(), 1u) << k.dump();
   }
