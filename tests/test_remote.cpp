@@ -35,8 +35,9 @@ const char* kSource = test::kTwiceSource;
 struct RemoteTest : ::testing::Test {
   TempDir dir{"kiln-test"};
   KernelSpec spec = test::spec_in(dir.path(), kSpec, "twice.cpp", kSource);
-  Options options(const std::string& cache, const std::string& url) {
+  Options options(const std::string& cache, const std::string& url, const std::string& bundle = "") {
     Options o = test::options_in(dir.path() / cache);
+    o.bundle = bundle;
     o.bench_budget_ms = 2;
     o.workers = 1;
     o.remote_cache = url;
@@ -344,9 +345,7 @@ TEST_F(RemoteTest, ADamagedRecordInABundleIsAnsweredByTheKernelsAndRepaired) {
   test::RedisServer redis;
   NEED_REDIS(redis);
   {
-    Options o = options("a", redis.url());
-    o.bundle = "app-2";
-    Runtime rt(o);
+    Runtime rt(options("a", redis.url(), "app-2"));
     ASSERT_TRUE(tune(rt, 256).choice);
   }
   RemoteCache raw({redis.url(), 5});
@@ -357,10 +356,8 @@ TEST_F(RemoteTest, ADamagedRecordInABundleIsAnsweredByTheKernelsAndRepaired) {
   std::string damaged = good;
   damaged[damaged.size() / 2] ^= 0x20;
   ASSERT_TRUE(raw.hset(bundle, field, damaged));
-  Options o = options("b", redis.url());
-  o.bundle = "app-2";
   {
-    Runtime rt(o);
+    Runtime rt(options("b", redis.url(), "app-2"));
     EXPECT_EQ(tune(rt, 256).timed_now, 0u) << "a damaged bundle copy hid the kernel's record";
     EXPECT_EQ(rt.tuning_cache()->stats().remote_hits, 1u);
   }
@@ -415,16 +412,12 @@ TEST_F(RemoteTest, ABundleCarriesTheRecordsAProcessUsed) {
   test::RedisServer redis;
   NEED_REDIS(redis);
   {
-    Options o = options("a", redis.url());
-    o.bundle = "app-1";
-    Runtime rt(o);
+    Runtime rt(options("a", redis.url(), "app-1"));
     for (int64_t n : {64, 128, 256}) tune(rt, n);
   }
   RemoteCache raw({redis.url()});
   EXPECT_EQ(raw.hgetall(remote_key_prefix() + "bundle:app-1").size(), 3u);
-  Options o = options("b", redis.url());
-  o.bundle = "app-1";
-  Runtime rt(o);
+  Runtime rt(options("b", redis.url(), "app-1"));
   for (int64_t n : {64, 128, 256}) EXPECT_EQ(tune(rt, n).timed_now, 0u);
   auto cmds = rt.remote_cache()->stats().commands;
   // One HGETALL for the bundle, which holds every record: no other round trip.

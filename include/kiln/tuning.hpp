@@ -241,7 +241,7 @@ const char* kiln_version();
 // compatibility class ("kiln:t4:v0.1:"; for 1.x and later the major version alone),
 // so kilns that would reject each other's records (a fleet in a rolling upgrade)
 // keep them under different keys instead of overwriting them in turn.
-std::string remote_key_prefix();
+const std::string& remote_key_prefix();
 std::string utc_now();  // "2026-11-22T10:00:00Z"
 
 }  // namespace kiln

@@ -337,13 +337,20 @@ SafeDir SafeDir::open(const fs::path& path, bool create) {
   return d;
 }
 
+namespace {
+// Whether `name` in the folder `dir` is a symbolic link (not followed).
+bool is_link_at(int dir, const std::string& name) {
+  struct stat st;
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+}  // namespace
+
 SafeDir SafeDir::sub(std::string_view name, bool create) const {
   std::string n(name);
   if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
     fail(Errc::internal, "SafeDir::sub: bad name '{}'", n);
   UniqueFd f(::openat(fd(), n.c_str(), O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!f && !create && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES)) {
-    struct stat ls;
     if (errno == EACCES) {
       // Said once a folder: every lookup of its kernel comes here.
       static std::mutex said_m;
@@ -354,9 +361,7 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
     }
     else if (errno != ENOENT)
       log::warn("cache folder '{}' is {}; ignored", (path_ / n).string(),
-                ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode)
-                    ? "a symbolic link (kiln follows none inside its cache)"
-                    : "not a folder");
+                is_link_at(fd(), n) ? "a symbolic link (kiln follows none inside its cache)" : "not a folder");
     return SafeDir();
   }
   if (!f && errno == ENOENT) {
@@ -365,9 +370,7 @@ SafeDir SafeDir::sub(std::string_view name, bool create) const {
   }
   if (!f) {
     const int err = errno;
-    struct stat ls;
-    if ((err == ENOTDIR || err == ELOOP) && ::fstatat(fd(), n.c_str(), &ls, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISLNK(ls.st_mode))
+    if ((err == ENOTDIR || err == ELOOP) && is_link_at(fd(), n))
       fail(Errc::cache,
            "cache folder '{}' is a symbolic link: kiln follows no link inside its cache (one could lead it to code "
            "someone else wrote); make it a folder, or link the whole cache instead (KILN_CACHE_DIR may be a link)",

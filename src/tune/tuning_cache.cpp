@@ -45,10 +45,13 @@ bool kiln_version_compatible(const std::string& recorded) {
   return om != 0 || rn == on;
 }
 
-std::string remote_key_prefix() {
-  auto [major, minor] = version_parts(KILN_VERSION);
-  return major == 0 ? fmt::format("kiln:t{}:v0.{}:", TuningKey::kFormatVersion, minor)
-                    : fmt::format("kiln:t{}:v{}:", TuningKey::kFormatVersion, major);
+const std::string& remote_key_prefix() {
+  static const std::string prefix = [] {
+    auto [major, minor] = version_parts(KILN_VERSION);
+    return major == 0 ? fmt::format("kiln:t{}:v0.{}:", TuningKey::kFormatVersion, minor)
+                      : fmt::format("kiln:t{}:v{}:", TuningKey::kFormatVersion, major);
+  }();
+  return prefix;
 }
 
 const char* fail_kind_name(FailKind k) noexcept {
@@ -503,8 +506,6 @@ std::optional<TuningKey> stated_key(std::string_view text) {
 
 std::string slot_of(const TuningKey& k) { return k.base_hex() + "/" + k.values_hex(); }
 
-std::string remote_prefix() { return remote_key_prefix(); }
-
 std::string random_token() {
   std::random_device rd;
   char host[64] = {};
@@ -639,8 +640,16 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
   //    (all of them, once per process, in one round trip), else the one key.
   std::optional<std::string> text;
   std::optional<TuningRecord> parsed;  // `text` parsed, where it was already
+  // A remote copy that does not validate: counted, and dropped from what this process holds (and
+  // from what it takes the bundle to hold, so a good record is written into it again).
+  auto forget_rejected = [&] {
+    std::lock_guard<std::mutex> g(d.m);
+    ++d.stats.remote_rejected;
+    d.fetched.erase(slot);
+    d.in_bundle.erase(slot);
+  };
   if (remote) {
-    const std::string hash = remote_prefix() + "rec:" + key.base_hex();
+    const std::string hash = remote_key_prefix() + "rec:" + key.base_hex();
     bool whole = false;
     std::string bundle;
     {
@@ -649,7 +658,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
       d.bundle_fetched = true;
     }
     if (!bundle.empty()) {
-      auto entries = remote->hgetall_bounded(remote_prefix() + "bundle:" + bundle, slot, kMaxRemoteRecordBytes,
+      auto entries = remote->hgetall_bounded(remote_key_prefix() + "bundle:" + bundle, slot, kMaxRemoteRecordBytes,
                                              kRemoteFetchBudget, kRemoteBundleFields);
       std::lock_guard<std::mutex> g(d.m);
       for (auto& [field, value] : entries) {
@@ -682,12 +691,7 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
     // A bundle's copy that does not validate: the kernel's own record is asked for, and the
     // bundle's copy is written again once a good record is used (note_used) or tuned (put).
     if (text && from_bundle && !(parsed = record_from_text(*text, key))) {
-      {
-        std::lock_guard<std::mutex> g(d.m);
-        ++d.stats.remote_rejected;
-        d.fetched.erase(slot);
-        d.in_bundle.erase(slot);
-      }
+      forget_rejected();
       log::info("remote cache: the bundle's record of {} at {} does not validate; asking for the kernel's own",
                 key.base_hex().substr(0, 12), key.values_text());
       text = remote->hget(hash, key.values_hex());
@@ -697,19 +701,17 @@ std::optional<TuningRecord> TuningCache::get(const TuningKey& key) const {
   if (text) {
     // (Parsed once: a large record's parse is on the first call's path.)
     std::optional<TuningRecord> r = parsed ? std::move(parsed) : record_from_text(*text, key);
-    std::lock_guard<std::mutex> g(d.m);
-    if (r) {
-      ++d.stats.remote_hits;
-      d.fetched[slot] = *text;
-    } else {
-      ++d.stats.remote_rejected;
-      d.fetched.erase(slot);
-      d.in_bundle.erase(slot);  // rewritten into the bundle once a good record is had
+    if (!r) {
+      forget_rejected();
       log::info("remote cache: the record of {} at {} does not validate (damaged, oversized, or from another kiln "
                 "or config space); a miss",
                 key.base_hex().substr(0, 12), key.values_text());
-    }
-    if (r) {
+    } else {
+      {
+        std::lock_guard<std::mutex> g(d.m);
+        ++d.stats.remote_hits;
+        d.fetched[slot] = *text;
+      }
       // Kept locally, so the next process on this machine needs no round trip.
       if (d.tune) {
         try {
@@ -744,8 +746,8 @@ void TuningCache::put(const TuningRecord& r) {
               text.size());
     return;
   }
-  bool wrote = remote->hset(remote_prefix() + "rec:" + r.key.base_hex(), r.key.values_hex(), text);
-  if (wrote && !bundle.empty()) remote->hset(remote_prefix() + "bundle:" + bundle, slot_of(r.key), text);
+  bool wrote = remote->hset(remote_key_prefix() + "rec:" + r.key.base_hex(), r.key.values_hex(), text);
+  if (wrote && !bundle.empty()) remote->hset(remote_key_prefix() + "bundle:" + bundle, slot_of(r.key), text);
   std::lock_guard<std::mutex> g(dirs_->m);
   if (wrote) {
     ++dirs_->stats.remote_writes;
@@ -778,7 +780,7 @@ void TuningCache::note_used(const TuningRecord& r) {
     bundle = dirs_->remote.bundle;
   }
   text = record_to_text(r);
-  if (text.size() <= kMaxRemoteRecordBytes) remote->hset(remote_prefix() + "bundle:" + bundle, slot, text);
+  if (text.size() <= kMaxRemoteRecordBytes) remote->hset(remote_key_prefix() + "bundle:" + bundle, slot, text);
 }
 
 std::vector<TuningRecord> TuningCache::all(const TuningKey& base) const {
@@ -837,8 +839,8 @@ void TuningCache::with_lock(const TuningKey& key, const std::function<void()>& f
   // One process of the fleet tunes: the one holding the lease. The others
   // wait for its record, a lease that ends without one (its holder died and
   // it expired, or it failed), or their patience.
-  const std::string lease = remote_prefix() + "lease:" + slot_of(key);
-  const std::string hash = remote_prefix() + "rec:" + key.base_hex();
+  const std::string lease = remote_key_prefix() + "lease:" + slot_of(key);
+  const std::string hash = remote_key_prefix() + "rec:" + key.base_hex();
   const std::string token = random_token();
   const int64_t ttl_ms = std::max<int64_t>(100, static_cast<int64_t>(rs.lease_ttl_s * 1000));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(rs.lease_wait_s * 1e6));

@@ -1,6 +1,7 @@
 // kiln pack, unpack, inspect: packed artifacts (docs/fleet.md).
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -36,9 +37,40 @@ struct PackArgs {
   int runners_up = 3;
 };
 
+using Shape = std::vector<std::pair<std::string, std::string>>;
+
+// Every combination of the --set values of the names `has` accepts (--set M=64,128 or --set M=64
+// --set M=128: each value once), for a kernel spec's scalars and a program's symbols alike.
+// One empty shape when no name is accepted.
+std::vector<Shape> set_combinations(const PackArgs& a, const std::function<bool(const std::string&)>& has) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> values;
+  for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true)) {
+    if (!has(n)) continue;
+    if (v.empty() || v.back() == ',') fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
+    auto it = std::find_if(values.begin(), values.end(), [&](const auto& e) { return e.first == n; });
+    if (it == values.end()) it = values.insert(values.end(), {n, {}});
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');) {
+      if (item.empty()) fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
+      if (std::find(it->second.begin(), it->second.end(), item) == it->second.end()) it->second.push_back(item);
+    }
+  }
+  std::vector<Shape> combos = {{}};
+  for (const auto& [n, vs] : values) {
+    std::vector<Shape> next;
+    for (const auto& c : combos)
+      for (const auto& v : vs) {
+        Shape t = c;
+        t.push_back({n, v});
+        next.push_back(std::move(t));
+      }
+    combos = std::move(next);
+  }
+  return combos;
+}
+
 // The tuning-key assignments to pack for one spec.
 std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const KernelSpec& spec, const PackArgs& a) {
-  using Shape = std::vector<std::pair<std::string, std::string>>;
   std::vector<Shape> out;
   // A shape given twice (by --set and again as a size hint, or twice in a list) is packed once.
   std::set<std::string> seen;
@@ -46,34 +78,13 @@ std::vector<std::vector<std::pair<std::string, std::string>>> shapes(const Kerne
     if (seen.insert(canonical_shape(s)).second) out.push_back(std::move(s));
   };
   if (!a.sets.empty()) {
-    // Each scalar's values (--set M=64,128 or --set M=64 --set M=128), every combination, as for a program.
-    std::vector<std::pair<std::string, std::vector<std::string>>> values;
-    for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true))
-      for (const auto& arg : spec.args) {
-        if (arg.name != n || arg.pointer) continue;
-        auto it = std::find_if(values.begin(), values.end(), [&](const auto& e) { return e.first == n; });
-        if (it == values.end()) it = values.insert(values.end(), {n, {}});
-        std::stringstream ss(v);
-        for (std::string item; std::getline(ss, item, ',');) {
-          if (item.empty()) fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
-          it->second.push_back(item);
-        }
-        if (v.empty() || v.back() == ',') fail(Errc::usage, "--set {}={}: an empty value in the list", n, v);
-      }
-    std::vector<Shape> combos = {{}};
+    const auto scalar = [&](const std::string& n) {
+      return std::any_of(spec.args.begin(), spec.args.end(), [&](const ArgSpec& x) { return x.name == n && !x.pointer; });
+    };
+    std::vector<Shape> combos = set_combinations(a, scalar);
     // No --set names this spec's scalars (they were for another spec or a program): with
     // --hints, its hint points alone are packed.
-    if (values.empty() && a.hints) combos.clear();
-    for (const auto& [n, vs] : values) {
-      std::vector<Shape> next;
-      for (const auto& c : combos)
-        for (const auto& v : vs) {
-          Shape t = c;
-          t.push_back({n, v});
-          next.push_back(std::move(t));
-        }
-      combos = std::move(next);
-    }
+    if (combos.size() == 1 && combos[0].empty() && a.hints) combos.clear();
     for (auto& c : combos) add(std::move(c));
   }
   if (a.hints) {
@@ -135,31 +146,21 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     else
       specs.emplace(k.kernel.name, k.kernel);
   }
-  // The shapes: each symbol's values (--set T=1,64 or --set T=1 --set T=64), every combination.
-  std::map<std::string, std::vector<int64_t>> values;
-  for (const auto& [n, v] : split_sets(a.sets, "--set", /*repeats=*/true)) {
-    const std::vector<std::string> all = ps.all_symbols();
-    if (std::find(all.begin(), all.end(), n) == all.end()) continue;
-    std::stringstream ss(v);
-    for (std::string item; std::getline(ss, item, ',');) {
-      int64_t x = 0;
-      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
-      if (ec != std::errc() || p != item.data() + item.size()) fail(Errc::usage, "--set {}={}: not integers", n, v);
-      if (std::find(values[n].begin(), values[n].end(), x) == values[n].end()) values[n].push_back(x);  // once each
+  // The shapes: each symbol's values, every combination.
+  const std::vector<std::string> symbols = ps.all_symbols();
+  std::vector<std::map<std::string, int64_t>> shapes_;
+  for (const Shape& c : set_combinations(a, [&](const std::string& n) {
+         return std::find(symbols.begin(), symbols.end(), n) != symbols.end();
+       })) {
+    std::map<std::string, int64_t> shape;
+    for (const auto& [n, v] : c) {
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), shape[n]);
+      if (ec != std::errc() || p != v.data() + v.size()) fail(Errc::usage, "--set {}={}: not an integer", n, v);
     }
-  }
-  for (const auto& s : ps.all_symbols())
-    if (!values.count(s)) fail(Errc::usage, "program '{}': give symbol '{}' its values to pack (--set {}=...)", ps.name, s, s);
-  std::vector<std::map<std::string, int64_t>> shapes_ = {{}};
-  for (const auto& [n, vs] : values) {
-    std::vector<std::map<std::string, int64_t>> next;
-    for (const auto& s : shapes_)
-      for (int64_t v : vs) {
-        auto t = s;
-        t[n] = v;
-        next.push_back(t);
-      }
-    shapes_ = next;
+    for (const auto& sym : symbols)
+      if (!shape.count(sym))
+        fail(Errc::usage, "program '{}': give symbol '{}' its values to pack (--set {}=...)", ps.name, sym, sym);
+    shapes_.push_back(std::move(shape));
   }
   auto cache = rt.tuning_cache();
   if (!cache) fail(Errc::usage, "kiln pack needs the tuning cache (KILN_NO_CACHE is set)");
