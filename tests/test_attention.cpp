@@ -6,6 +6,8 @@
 #include <cmath>
 #include <functional>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
@@ -153,6 +155,39 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
   }
 }
 
+// One call of an attention handle (the arguments q, k_cache, v_cache, o, T, S, CAP, HQ, HKV)
+// in bf16 on the GPU, against the double-precision computation on its bf16 inputs.
+void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const std::vector<ArgSpec>& spec_args,
+                    const Shape& sh) {
+  KernelSpec shape;
+  shape.name = name;
+  shape.args = spec_args;
+  std::vector<ScalarValue> scalars(spec_args.size());
+  const int64_t vals[] = {sh.T, sh.S, sh.S + sh.T + 5, sh.HQ, sh.HKV};
+  for (size_t i = 4; i < spec_args.size(); ++i) scalars[i].i = vals[i - 4];
+  DeviceArgs args(shape, scalars, dev);
+  args.fill_random(static_cast<uint64_t>(sh.S * 11 + sh.T));
+  k.launch(args.params());
+  dev.sync(nullptr);
+  auto host = [&](size_t i) {
+    std::vector<std::byte> b = args.read(i);
+    std::vector<double> v(b.size() / 2);
+    for (size_t j = 0; j < v.size(); ++j) {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * j, 2);
+      v[j] = bf16_bits_to_f32(h);
+    }
+    return v;
+  };
+  const std::vector<double> want = attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV);
+  const std::vector<double> got = host(3);
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
+      ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
+  EXPECT_EQ(bad, 0u);
+}
+
 // The bf16 cuda forms, each variant forced, against the double-precision computation on
 // the bf16 inputs. `runs(v, shape)`: whether variant v takes the shape (those that do not
 // are passed over when forced).
@@ -169,33 +204,7 @@ void check_gpu_attention(const Options& opts, const std::string& spec, const std
       if (forced >= 0 && !runs(static_cast<size_t>(forced), sh)) continue;
       SCOPED_TRACE(testing::Message() << spec << " variant " << forced << " T=" << sh.T << " S=" << sh.S
                                       << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
-      KernelSpec shape;
-      shape.name = ms.name;
-      shape.args = ms.args;
-      std::vector<ScalarValue> scalars(ms.args.size());
-      const int64_t vals[] = {sh.T, sh.S, sh.S + sh.T + 5, sh.HQ, sh.HKV};
-      for (size_t i = 4; i < ms.args.size(); ++i) scalars[i].i = vals[i - 4];
-      DeviceArgs args(shape, scalars, dev);
-      args.fill_random(static_cast<uint64_t>(sh.S * 11 + sh.T));
-      k.launch(args.params());
-      dev.sync(nullptr);
-      auto host = [&](size_t i) {
-        std::vector<std::byte> b = args.read(i);
-        std::vector<double> v(b.size() / 2);
-        for (size_t j = 0; j < v.size(); ++j) {
-          uint16_t h;
-          std::memcpy(&h, b.data() + 2 * j, 2);
-          v[j] = bf16_bits_to_f32(h);
-        }
-        return v;
-      };
-      const std::vector<double> want = attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV);
-      const std::vector<double> got = host(3);
-      size_t bad = 0;
-      for (size_t i = 0; i < want.size(); ++i)
-        if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
-          ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
-      EXPECT_EQ(bad, 0u);
+      check_gpu_call(dev, k, ms.name, ms.args, sh);
     }
   }
 }
@@ -229,4 +238,45 @@ TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount)
                       [](size_t v, const Shape& sh) {
                         return v < 5 ? sh.T <= 16 : v < 10 ? sh.T * (sh.HQ / sh.HKV) <= 16 : true;
                       });
+}
+
+// The tensor-core split in one launch with its products transposed (TR = 1: the rows on the
+// mma's n8 side, for T HQ / HKV <= 8), each config alone (the spec's space narrowed to it, so
+// no tuning can pass it over), against the double-precision computation: one token over an
+// empty, a short and a long cache, 8 rows (2 tokens of 4 heads; 1 token of 8 heads a KV
+// head), one query head a KV head, and keys not a whole number of tiles.
+TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  const std::string dir = test::kernels() + "/cuda/";
+  std::ifstream in(dir + "attn_split_cluster_bf16.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = text.str();
+  auto reader = [](const std::filesystem::path& p) -> std::optional<std::string> {
+    std::ifstream f(p);
+    if (!f) return std::nullopt;
+    std::stringstream b;
+    b << f.rdbuf();
+    return b.str();
+  };
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  for (const char* cfg : {"NW = [2]\nBN = [32]\nTR = [1]\nCL = [8]", "NW = [4]\nBN = [16]\nTR = [1]\nCL = [16]",
+                          "NW = [8]\nBN = [16]\nTR = [1]\nCL = [2]", "NW = [4]\nBN = [32]\nTR = [1]\nCL = [4]"}) {
+    std::string t = base;
+    const size_t a = t.find("NW = ["), b = t.find("[tuning]");
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
+    t.replace(a, b - a, std::string(cfg) + "\n");
+    const size_t d = t.find("default = {");
+    ASSERT_NE(d, std::string::npos);
+    t.erase(d, t.find('\n', d) - d);  // the one config is the default
+    KernelSpec spec = parse_spec(t, dir + "attn_split_cluster_tr_test.toml", reader);
+    Kernel k(rt, spec);
+    for (const Shape& sh : std::vector<Shape>{{1, 0, 32, 8}, {1, 5000, 32, 8}, {2, 63, 8, 2}, {1, 777, 8, 1},
+                                              {1, 100, 4, 4}, {1, 8192, 32, 8}}) {
+      SCOPED_TRACE(testing::Message() << cfg << " T=" << sh.T << " S=" << sh.S << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
+      check_gpu_call(dev, k, spec.name, spec.args, sh);
+    }
+  }
 }

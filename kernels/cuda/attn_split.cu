@@ -12,7 +12,7 @@
 // rows are then merged through shared memory into the split's partial rows (fp32: the
 // output divided by its sum l, the max m in log2 units, l), as attn_part writes them:
 //   part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}].
-// Params: NW warps a block, BN keys a tile.
+// Params: NW warps a block, BN keys a tile, TR 1 for the products transposed (R <= 8; below).
 //
 // With CL (attn_split_cluster_bf16.toml) the kernel is the whole attention in one launch: the
 // CL splits of a KV head are one thread-block cluster (grid HKV x CL, CHUNK = cdiv(S + T, CL)),
@@ -34,6 +34,172 @@ static_assert(CL >= 1 && CL <= 16, "CL: 1 to 16 blocks a cluster (more than 8 is
 #endif
 #ifndef BN
 #define BN 32
+#endif
+
+#ifndef TR
+#define TR 0
+#endif
+
+#if TR
+// movmatrix: the transpose of an 8 x 8 matrix of b16 held as one register a lane (lane g t
+// holds row g, columns 2t, 2t + 1); sm_75 and newer.
+__device__ __forceinline__ unsigned as_trans8(unsigned x) {
+  unsigned y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// TR = 1, for R = T G <= 8 rows (decode: one token, up to 8 query heads a KV head): the
+// products transposed, so the rows fill the mma's n8 side instead of a quarter of its m16:
+//   S^T (16 keys x 8 rows) = K (16 keys x 128 dims, A from ldmatrix) . Q^T (B fragments)
+//   O^T (128 dims x 8 rows) += V^T (A from ldmatrix.trans) . P^T (B: S^T's accumulator as
+//                              bf16, transposed in registers by movmatrix)
+// Half the mma and half the softmax of TR = 0 a key, and half its registers for the outputs
+// and Q (32 + 16 instead of 64 + 32). Lane (g, t) holds keys g, g + 8 of a 16-key group and
+// rows 2t, 2t + 1 of the scores, and dims 16 j + g (+ 8), rows 2t, 2t + 1 of the outputs; a
+// row's max and sum are reduced over g (lanes xor 4, 8, 16). Same loads, buffers and causal
+// rule as TR = 0; on return acc, mx and sum are the warp's (sum reduced over the warp).
+__device__ __forceinline__ void attn_split_warp_tr(float (&acc)[8][4], float (&mx)[2], float (&sum)[2],
+                                                   const __nv_bfloat16* __restrict__ q,
+                                                   const __nv_bfloat16* __restrict__ kc,
+                                                   const __nv_bfloat16* __restrict__ vc, unsigned char* smem,
+                                                   long long S, long long HQ, long long HKV, long long h,
+                                                   long long G, long long R, long long w0, long long w1, int tiles,
+                                                   int lane, int warp) {
+  const unsigned sq = ap_smem(smem);                        // Q: 8 rows (16 reserved)
+  const unsigned sw = sq + 16 * 256 + warp * 4 * BN * 256;  // this warp's K0, K1, V0, V1
+  for (int i = threadIdx.x; i < 8 * 16; i += NW * 32) {
+    const int r = i >> 4, ch = i & 15;
+    const bool ok = r < R;
+    const long long src = ok ? ((r / G) * HQ + h * G + r % G) * 128 + ch * 8 : 0;
+    ap_cp16(sq + ap_off(r, ch), q + src, ok);
+  }
+  ap_commit();
+  // A tile: lane l copies chunk l % 16 of rows l / 16, l / 16 + 2, ... of the tile (its first
+  // row's address advanced by whole rows); rows past the slice zero-filled.
+  const int nw = static_cast<int>(w1 - w0), lr = lane >> 4, lch = lane & 15;
+  const long long rs = HKV * 128;
+  const long long first = ((w0 + lr) * HKV + h) * 128 + lch * 8;
+  auto load = [&](int t, int b) {
+    const int r0 = t * BN;
+    const long long at = first + static_cast<long long>(r0) * rs;
+#pragma unroll
+    for (int it = 0; it < BN / 2; ++it) {
+      const int r = lr + 2 * it;
+      const bool ok = r0 + r < nw;
+      const long long src = ok ? at + 2 * it * rs : 0;
+      ap_cp16(sw + b * BN * 256 + ap_off(r, lch), kc + src, ok);
+      ap_cp16(sw + (2 + b) * BN * 256 + ap_off(r, lch), vc + src, ok);
+    }
+    ap_commit();
+  };
+  if (tiles > 0) load(0, 0);
+  ap_wait_all();  // Q (and the first tile)
+  __syncthreads();
+  // Q^T as B fragments: k16 step kk is {row g: dims 16 kk + 2t, +1}, {dims 16 kk + 8 + 2t, +1}.
+  unsigned qf[8][2];
+#pragma unroll
+  for (int kk = 0; kk < 8; kk += 2)
+    ap_ldsm4(sq + ap_off(lane & 7, 2 * kk + (lane >> 3)), qf[kk][0], qf[kk][1], qf[kk + 1][0], qf[kk + 1][1]);
+
+  const int g = lane >> 2, t = lane & 3;
+  // The last key of the slice rows 2t and 2t + 1 see, as a place in the slice (-1: none).
+  auto lim = [&](int r) {
+    if (r >= R) return -1;
+    const long long last = S + r / G;
+    return static_cast<int>(max(min(last, w1 - 1) - w0, -1LL));
+  };
+  const int lim0 = lim(2 * t), lim1 = lim(2 * t + 1);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  mx[0] = mx[1] = -AP_INF;
+  sum[0] = sum[1] = 0.f;
+  const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
+  constexpr int NG = BN / 16;                               // 16-key groups a tile
+
+  for (int ti = 0; ti < tiles; ++ti) {
+    if (ti + 1 < tiles) {
+      load(ti + 1, (ti + 1) & 1);
+      ap_wait_one();
+    } else {
+      ap_wait_all();
+    }
+    __syncwarp();
+    const unsigned kt = sw + (ti & 1) * BN * 256, vt = sw + (2 + (ti & 1)) * BN * 256;
+    float s[NG][4];
+#pragma unroll
+    for (int n = 0; n < NG; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        unsigned a[4];
+        ap_ldsm4(kt + ap_off(n * 16 + (lane & 15), 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+        ap_mma(s[n], a, qf[kk][0], qf[kk][1]);
+      }
+    }
+    // s[n]: {key 16n + g: rows 2t, 2t+1}, {key 16n + g + 8: rows 2t, 2t+1}; masked to -inf.
+    const int jb = ti * BN + g;
+    float tmax[2] = {-AP_INF, -AP_INF};
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = jb + 16 * n + (e >> 1) * 8;
+        const bool vis = j <= ((e & 1) ? lim1 : lim0);
+        s[n][e] = vis ? s[n][e] * scale : -AP_INF;
+        tmax[e & 1] = fmaxf(tmax[e & 1], s[n][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 4));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 8));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 16));
+      const float mnew = fmaxf(mx[r], tmax[r]);
+      const float base = mnew == -AP_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
+      corr[r] = mnew == -AP_INF ? 1.f : exp2f(mx[r] - base);
+      mx[r] = mnew;
+      tmax[r] = base;
+    }
+    float tsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - tmax[e & 1]);
+        s[n][e] = p;
+        tsum[e & 1] += p;
+      }
+    sum[0] = sum[0] * corr[0] + tsum[0];
+    sum[1] = sum[1] * corr[1] + tsum[1];
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[j][0] *= corr[0], acc[j][1] *= corr[1];
+        acc[j][2] *= corr[0], acc[j][3] *= corr[1];
+      }
+    }
+    // P^T as B fragments: {key 16n + g: rows 2t, 2t+1} transposed is {row g: keys 16n + 2t, +1}.
+#pragma unroll
+    for (int n = 0; n < NG; ++n) {
+      const unsigned b0 = as_trans8(ap_pack(s[n][0], s[n][1])), b1 = as_trans8(ap_pack(s[n][2], s[n][3]));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        unsigned a[4];
+        ap_ldsm4t(vt + ap_off(n * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * j + ((lane >> 3) & 1)), a[0], a[1], a[2],
+                  a[3]);
+        ap_mma(acc[j], a, b0, b1);
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of this tile's buffers is done before they refill
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 4);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 8);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 16);
+  }
+}
 #endif
 
 extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
@@ -67,6 +233,10 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
   const long long w0 = c * CHUNK + warp * KW, w1 = min(w0 + KW, j_end);
   const int tiles = w1 > w0 ? static_cast<int>((w1 - w0 + BN - 1) / BN) : 0;
 
+#if TR
+  float acc[8][4], mx[2], sum[2];  // the warp's O^T (128 dims x 8 rows), and rows 2t, 2t+1's max and sum
+  attn_split_warp_tr(acc, mx, sum, q, kc, vc, smem, S, HQ, HKV, h, G, R, w0, w1, tiles, lane, warp);
+#else
   const unsigned sq = ap_smem(smem);                  // Q: 16 rows
   const unsigned sw = sq + 16 * 256 + warp * 4 * BN * 256;  // this warp's K0, K1, V0, V1
   // Q's rows: row r at q[((r / G) HQ + h G + r % G) 128]; rows past R zero.
@@ -135,12 +305,14 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
   }
+#endif
   // The warps' rows merged: each warp's (acc, m, l) to shared memory (over its buffers).
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem + 16 * 256);  // [NW][16][130]
 #ifdef CL
   __shared__ float blk[16 * 130];  // the block's merged rows, read by the cluster
 #endif
+#if !TR
   float* mine = red + warp * 16 * 130;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
@@ -152,6 +324,22 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
     mine[lo * 130 + 128] = mx[0], mine[lo * 130 + 129] = sum[0];
     mine[hi * 130 + 128] = mx[1], mine[hi * 130 + 129] = sum[1];
   }
+#else
+  // O^T's accumulator: dims 16 j + g (+ 8), rows 2 t, 2 t + 1; every lane of a row holds its max
+  // and sum, so the lanes with g = 0 write them.
+  float* mine = red + warp * 16 * 130;
+  {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mine[(2 * t + (e & 1)) * 130 + 16 * j + g + (e >> 1) * 8] = acc[j][e];
+    if (g == 0) {
+      mine[(2 * t) * 130 + 128] = mx[0], mine[(2 * t) * 130 + 129] = sum[0];
+      mine[(2 * t + 1) * 130 + 128] = mx[1], mine[(2 * t + 1) * 130 + 129] = sum[1];
+    }
+  }
+#endif
   __syncthreads();
   for (int i = threadIdx.x; i < R * 130; i += NW * 32) {
     const int r = i / 130, d = i % 130;
