@@ -83,6 +83,22 @@ TEST_F(CliTest, ArgumentsAreCheckedStrictly) {
             std::string::npos)
       << typo.err;
   EXPECT_FALSE(fs::exists(dir.path() / "x.kiln"));
+  // --set (and plan's --grid) takes one value an occurrence: the files after it are the
+  // command's, not more values (kiln pack said "specs is required", kiln run and tune read
+  // the file's name as a NAME=VALUE).
+  Out pack_first = kiln("pack --set N=10 " + spec + " -o " + (dir.path() / "first.kiln").string());
+  EXPECT_EQ(pack_first.code, 0) << pack_first.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "first.kiln"));
+  Out tune_first = kiln("tune --set N=10 " + spec + " -q");
+  EXPECT_EQ(tune_first.code, 0) << tune_first.err;
+  Out report_first = kiln("report --set N=10 " + spec);
+  EXPECT_EQ(report_first.code, 0) << report_first.err;
+  Out run_first = kiln("run --set T=2 " + test::kernels() + "/programs/mlp_cpu.toml");
+  EXPECT_EQ(run_first.code, 0) << run_first.err;
+  Out plan_first = kiln("plan --grid N=4:64:3 " + spec + " --slack 50");  // refused before it tunes anything
+  EXPECT_EQ(plan_first.code, 2);
+  EXPECT_EQ(plan_first.err.find("required"), std::string::npos) << plan_first.err;
+  EXPECT_NE(plan_first.err.find("slack"), std::string::npos) << plan_first.err;
 }
 
 // What hostile testing found in the command line: a name set twice was taken silently by

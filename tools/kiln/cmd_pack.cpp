@@ -389,7 +389,8 @@ void add_pack(CLI::App& app, Globals& g) {
   cmd->add_option("specs", a->specs, "Spec files (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   cmd->add_option("--set", a->sets,
                   "A shape to pack, NAME=VALUE for each scalar or symbol (applied to every spec and program that has it); "
-                  "NAME=V1,V2 or NAME given again: each value, every combination");
+                  "NAME=V1,V2 or NAME given again: each value, every combination")
+      ->allow_extra_args(false);  // one value an occurrence: spec files after it are not taken as values
   cmd->add_flag("--hints", a->hints, "Pack every spec's size-hint points");
   cmd->add_option("-o,--output", a->out, "The artifact file to write");
   cmd->add_option("--unpacked", a->unpacked, "Also (or instead) write the same entries into this folder");

@@ -341,7 +341,8 @@ void add_plan(CLI::App& app, Globals& g) {
   cmd->add_option("spec", a->spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
   cmd->add_option("--shapes", a->shapes, "Training shapes: a file, one NAME=VALUE ... line per shape")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--grid", a->grid, "Training shapes on a log2 grid: NAME=LO:HI:COUNT, once per dimension");
+  cmd->add_option("--grid", a->grid, "Training shapes on a log2 grid: NAME=LO:HI:COUNT, once per dimension")
+      ->allow_extra_args(false);  // one value an occurrence: a spec file after it is not taken as one
   cmd->add_option("--slack", a->slack, "Every training shape gets a kept config within this factor of its best")
       ->check(Finite & CLI::Range(1.0, 10.0))
       ->capture_default_str();

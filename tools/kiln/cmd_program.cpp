@@ -254,7 +254,8 @@ void add_program(CLI::App& app, Globals& g) {
       "run", "Run a program (kind = \"program\") on random inputs: the first call (compiling and tuning what it "
              "needs), then each step's time, whole calls back to back, the memory plan");
   run->add_option("program", a->program, "The program file (.toml)")->required()->check(CLI::ExistingFile);
-  run->add_option("--set", a->sets, "A symbol's value, NAME=VALUE (each symbol needs one)");
+  run->add_option("--set", a->sets, "A symbol's value, NAME=VALUE (each symbol needs one)")
+      ->allow_extra_args(false);  // one value an occurrence: the program file after it is not taken as one
   run->add_option("--reps", a->reps, "Timed runs of each step (the median is shown)")->check(CLI::Range(1, 100000))
       ->capture_default_str();
   run->add_option("--calls", a->calls, "Whole calls timed back to back")->check(CLI::Range(1, 1000000))

@@ -398,7 +398,8 @@ void add_tune(CLI::App& app, Globals& g) {
                   "tunes each variant and times them against each other")
       ->required()
       ->check(SpecFile);
-  cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)");
+  cmd->add_option("--set", a->sets, "A scalar argument's value, NAME=VALUE (each scalar needs one)")
+      ->allow_extra_args(false);  // one value an occurrence: the spec file after it is not taken as one
   cmd->add_flag("--json", a->json, "Print one JSON object (see docs/cli.md)");
   cmd->add_option("--search", a->search,
                   "exhaustive, coordesc or budgeted (default: the spec's; a spec that names none is searched "
@@ -429,7 +430,7 @@ void add_tune(CLI::App& app, Globals& g) {
   auto json = std::make_shared<bool>(false);
   auto explain = std::make_shared<bool>(false);
   rep->add_option("spec", *spec, "The kernel's spec file (.toml; file.toml:member for a family's member)")->required()->check(SpecFile);
-  rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE (each key name needs one)");
+  rep->add_option("--set", *sets, "A tuning-key value, NAME=VALUE (each key name needs one)")->allow_extra_args(false);
   rep->add_flag("--json", *json, "Print one JSON object");
   rep->add_flag("--explain", *explain, "Print every field of the record's key first");
   auto misses = std::make_shared<bool>(false);
