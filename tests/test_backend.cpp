@@ -401,3 +401,52 @@ void meet(kiln::program_id pid, int64_t* flags, int64_t me, int64_t* seen) {
   for (int me = 0; me < 2; ++me)
     for (int p = 0; p < 2; ++p) EXPECT_EQ(seen[me][p], 1) << "launch " << me << " never saw the other running";
 }
+
+// A kernel whose thread_local object has a destructor still due on a live thread (this one)
+// stays loaded past its handle: the loader keeps it. The next kernel loaded must still be its
+// own, though its memory file may take the number the first one's had: dlopen answers a name it
+// has loaded before ("/proc/self/fd/N") with that library, and the load failed with "loading
+// binary A gave binary B" (seen in a long test process, and in any process that drops kernels).
+TEST_F(Fixture, AKernelTheLoaderKeepsDoesNotAnswerForTheNextOneLoaded) {
+  KernelSpec kept = spec(R"SPEC(name = "kept"
+backend = "cpu"
+source = "kept.cpp"
+entry = "kept"
+grid = ["1"]
+args = [ { name = "out", type = "i64*", size = "1", intent = "out" } ]
+)SPEC",
+                         "kept.cpp", R"SRC(#include <vector>
+void kept(kiln::program_id, int64_t* out) {
+  thread_local std::vector<int64_t> scratch(4, 1);
+  out[0] = static_cast<int64_t>(scratch.size());
+}
+)SRC");
+  KernelSpec next = spec(R"SPEC(name = "next"
+backend = "cpu"
+source = "next.cpp"
+entry = "next"
+grid = ["1"]
+args = [ { name = "out", type = "i64*", size = "1", intent = "out" } ]
+)SPEC",
+                         "next.cpp", "void next(kiln::program_id, int64_t* out) { out[0] = 7; }\n");
+  CpuBackend cpu(opts);
+  auto binary = [&](const KernelSpec& s) {
+    const CompileRequest req = make_compile_request(s, s.space.at(0));
+    return cpu.compile(req, make_binary_key(req, cpu).hex());
+  };
+  const Binary a = binary(kept), b = binary(next);
+  int64_t out = 0;
+  int64_t* p = &out;
+  void* params[] = {&p};
+  auto ka = cpu.load(a);
+  ka->launch(params, LaunchDims{}, nullptr);  // on this thread: its thread_local is made here
+  EXPECT_EQ(out, 4);
+  ka.reset();  // unloaded as far as kiln is concerned; the loader keeps it while this thread lives
+  for (int i = 0; i < 3; ++i) {
+    std::shared_ptr<LoadedKernel> kb;
+    ASSERT_NO_THROW(kb = cpu.load(b));
+    out = 0;
+    kb->launch(params, LaunchDims{}, nullptr);
+    EXPECT_EQ(out, 7);
+  }
+}

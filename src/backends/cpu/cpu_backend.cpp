@@ -67,11 +67,22 @@ namespace {
 // A dlopen'd object and the memory file it was loaded from. The file stays
 // open while the object is loaded, so its /proc/self/fd name (which dlopen
 // also matches loaded objects by) cannot be reused for another binary.
+// A kernel's library, loaded from a memory file by the name "/proc/self/fd/N". dlopen answers a
+// name it has loaded before with that library, before it opens any file: so N must not name
+// another kernel while this one is loaded. The memory file stays open while it is, and past
+// dlclose when the loader keeps the library (a kernel's thread_local objects with destructors
+// still due on the pool's live threads keep it): a later kernel loaded through a reused N would
+// otherwise be answered with this one (seen as "loading binary A gave binary B").
 class DlHandle {
  public:
-  DlHandle(void* h, UniqueFd memfd) : h_(h), memfd_(std::move(memfd)) {}
+  DlHandle(void* h, UniqueFd memfd, std::string name) : h_(h), memfd_(std::move(memfd)), name_(std::move(name)) {}
   ~DlHandle() {
-    if (h_) ::dlclose(h_);
+    if (!h_) return;
+    ::dlclose(h_);
+    if (void* kept = ::dlopen(name_.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+      ::dlclose(kept);
+      (void)memfd_.release();  // its number stays taken as long as the process
+    }
   }
   DlHandle(const DlHandle&) = delete;
   DlHandle& operator=(const DlHandle&) = delete;
@@ -80,6 +91,7 @@ class DlHandle {
  private:
   void* h_;
   UniqueFd memfd_;
+  std::string name_;
 };
 
 using EntryFn = void (*)(void* const*, const int64_t*, int64_t, int64_t);
@@ -300,7 +312,7 @@ std::shared_ptr<LoadedKernel> CpuBackend::load(const Binary& bin) {
     fail(Errc::launch, "kernel '{}' (config {}): cannot load its binary: {}", bin.kernel, bin.config_text,
          e ? e : "unknown dlopen error");
   }
-  auto h = std::make_unique<DlHandle>(raw, std::move(mem));
+  auto h = std::make_unique<DlHandle>(raw, std::move(mem), name);
   auto* abi = static_cast<const int*>(::dlsym(h->get(), "kiln_cpu_abi"));
   auto* key = static_cast<const char*>(::dlsym(h->get(), "kiln_binary_key"));
   auto fn = reinterpret_cast<EntryFn>(::dlsym(h->get(), "kiln_entry"));
