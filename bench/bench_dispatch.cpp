@@ -33,6 +33,11 @@ struct Fixture {
   std::unique_ptr<Kernel> kernel;
   std::unique_ptr<SizeHintMultiKernel> hinted;
   std::unique_ptr<MultiKernel> multi;
+  // The same behind a bound (n <= cap) and a key in buckets of n: the bound checked at each call.
+  std::unique_ptr<Kernel> bounded;
+  std::unique_ptr<MultiKernel> multi_bounded;
+  int64_t cap = 64;
+  void* bounded_params[3] = {&px, &n, &cap};
   std::shared_ptr<LoadedKernel> loaded;
   void* handle = nullptr;
   EntryFn raw = nullptr;
@@ -56,6 +61,10 @@ struct Fixture {
     hinted->launch(params);
     multi = std::make_unique<MultiKernel>(*rt, load_multi_spec(kdir + "/empty_multi.toml"));
     multi->launch(params);
+    bounded = std::make_unique<Kernel>(*rt, load_spec(kdir + "/empty_bounded.toml"));
+    bounded->launch(bounded_params);
+    multi_bounded = std::make_unique<MultiKernel>(*rt, load_multi_spec(kdir + "/empty_multi_bounded.toml"));
+    multi_bounded->launch(bounded_params);
     auto bin = rt->compile_pool("cpu").submit(make_compile_request(spec, kernel->choice(params).config)).get();
     loaded = rt->load(*bin);
     std::string so = (dir.path() / "raw.so").string();
@@ -138,12 +147,29 @@ void BM_MultiKernel(benchmark::State& st) {
   }
 }
 
+void BM_KernelBounded(benchmark::State& st) {
+  Fixture& f = fx();
+  for (auto _ : st) {
+    f.bounded->launch(f.bounded_params);
+    benchmark::ClobberMemory();
+  }
+}
+void BM_MultiKernelBounded(benchmark::State& st) {
+  Fixture& f = fx();
+  for (auto _ : st) {
+    f.multi_bounded->launch(f.bounded_params);
+    benchmark::ClobberMemory();
+  }
+}
+
 BENCHMARK(BM_RawEntry);
 BENCHMARK(BM_LoadedKernel);
 BENCHMARK(BM_Kernel);
 BENCHMARK(BM_KernelTypedCall);
 BENCHMARK(BM_SizeHint);
 BENCHMARK(BM_MultiKernel);
+BENCHMARK(BM_KernelBounded);
+BENCHMARK(BM_MultiKernelBounded);
 BENCHMARK(BM_Grid2);
 BENCHMARK(BM_Grid64);
 
@@ -160,7 +186,7 @@ class Summary : public benchmark::ConsoleReporter {
     double raw = ns_["BM_RawEntry"];
     std::printf("\n%-22s %10s %14s %10s\n", "call path", "ns/call", "added vs raw", "ratio");
     for (const char* k : {"BM_RawEntry", "BM_LoadedKernel", "BM_Kernel", "BM_KernelTypedCall", "BM_SizeHint",
-                          "BM_MultiKernel"})
+                          "BM_MultiKernel", "BM_KernelBounded", "BM_MultiKernelBounded"})
       std::printf("%-22s %10.1f %14.1f %9.2fx\n", k + 3, ns_[k], ns_[k] - raw, ns_[k] / raw);
     std::printf("\n%-22s %10s\n", "empty grid", "ns/launch");
     for (const char* k : {"BM_Grid2", "BM_Grid64"}) std::printf("%-22s %10.1f\n", k + 3, ns_[k]);

@@ -280,3 +280,33 @@ TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
     }
   }
 }
+
+// A handle remembers its choice by a bucket of S (a power of two), and the cache's bound
+// S + T <= CAP is a constraint of its kernels: a call past the cache in a bucket an earlier call
+// decided must still be refused, not run past the buffers (the RoPE kernel writes rows S .. S+T-1
+// of the caches). Both handles: a kernel (rope_cache_f32) and a multi-kernel (the decode attention).
+TEST_F(AttentionTest, ACallPastTheCacheIsRefusedInABucketAnEarlierCallDecided) {
+  Runtime rt(opts);
+  const int64_t T = 1, CAP = 160, HQ = 4, HKV = 1;
+  std::vector<float> qkv(T * (HQ + 2 * HKV) * kD, 0.5f), q(T * HQ * kD), kc(CAP * HKV * kD), vc(CAP * HKV * kD);
+  Kernel rope(rt, load_spec(test::kernels() + "/cpu/rope_cache_f32.toml"));
+  rope(qkv.data(), q.data(), kc.data(), vc.data(), T, int64_t{130}, CAP, HQ, HKV, 500000.f);  // bucket 256
+  try {
+    rope(qkv.data(), q.data(), kc.data(), vc.data(), T, int64_t{200}, CAP, HQ, HKV, 500000.f);  // same bucket
+    FAIL() << "rope_cache_f32 wrote row 200 of a 160-row cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("S + T <= CAP"), std::string::npos) << e.what();
+  }
+  MultiKernel attn(rt, load_multi_spec(test::kernels() + "/cpu/attention_decode_f32.toml"));
+  std::vector<float> o(T * HQ * kD);
+  attn(q.data(), kc.data(), vc.data(), o.data(), T, int64_t{130}, CAP, HQ, HKV);
+  try {
+    attn(q.data(), kc.data(), vc.data(), o.data(), T, int64_t{200}, CAP, HQ, HKV);
+    FAIL() << "the decode attention read row 200 of a 160-row cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("S + T <= CAP"), std::string::npos) << e.what();
+  }
+  // ... and the calls inside the cache in that bucket still run.
+  rope(qkv.data(), q.data(), kc.data(), vc.data(), T, int64_t{159}, CAP, HQ, HKV, 500000.f);
+  attn(q.data(), kc.data(), vc.data(), o.data(), T, int64_t{159}, CAP, HQ, HKV);
+}

@@ -1,6 +1,8 @@
 #include "compile/compile_pool.hpp"
 #include "kiln/kernel.hpp"
 
+#include "kiln/args.hpp"
+
 #include "core/format.hpp"
 #include "core/log.hpp"
 #include "dispatch/call_copy.hpp"
@@ -45,17 +47,45 @@ std::vector<std::string> memo_pow2(const KernelSpec& spec) {
   }
   return spec.tuning.pow2;
 }
+
+// The constraints a call must meet that the memo's buckets hide: those that read a bucketed
+// key name (none of which reads a param: memo_pow2 keeps such names exact), compiled once.
+// A choice remembered for a bucket is reused at its other values, so these are checked at
+// every call (S + T <= CAP of a cache's bound, say: a call past the cache is refused, not run
+// past the buffers). A constraint that reads SM_COUNT is left to the decision of its shape.
+std::vector<std::pair<size_t, CompiledExpr>> bucket_guards(const KernelSpec& spec) {
+  std::vector<std::pair<size_t, CompiledExpr>> out;
+  const std::vector<std::string> bucketed = memo_pow2(spec);
+  if (bucketed.empty()) return out;
+  for (size_t i = 0; i < spec.constraints.size(); ++i) {
+    const std::vector<std::string> names = spec.constraints[i].symbols();
+    auto reads = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+    if (reads(std::string(kSmCountSymbol)) || std::none_of(bucketed.begin(), bucketed.end(), reads)) continue;
+    out.emplace_back(i, compile_expr(spec, spec.constraints[i], nullptr));
+  }
+  return out;
+}
 }  // namespace
 
 struct Kernel::Impl {
   Impl(Runtime& r, KernelSpec s, TuneOptions t)
       : rt(r), spec(std::move(s)), tune(t), shape(spec.name, spec.args, CallShape::memo_key(spec), memo_pow2(spec)),
-        memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)) {}
+        memo(static_cast<int>(shape.key_size()), static_cast<size_t>(r.options().memo_capacity)),
+        guards(bucket_guards(spec)) {}
   Runtime& rt;
   KernelSpec spec;
   TuneOptions tune;
   CallShape shape;
   ShapeMemo<const Chosen*> memo;
+  const std::vector<std::pair<size_t, CompiledExpr>> guards;  // bucket_guards(spec)
+
+  // Throws Error(Errc::usage) when the call breaks a constraint its bucket hides.
+  void check_guards(const int64_t* slots) const {
+    for (const auto& [i, e] : guards)
+      if (e.eval(slots) == 0)
+        fail(Errc::usage, "kernel '{}': this call breaks its constraint '{}' (a call that would reach past a buffer "
+             "is refused)", spec.name, spec.constraints[i].str());
+  }
   std::mutex m;  // guards choices and background
   std::vector<std::unique_ptr<Chosen>> choices;  // one per (config, source): bounded by the space
   std::vector<BinaryFuture> background;
@@ -170,6 +200,7 @@ void Kernel::launch(void* const* params, Stream stream) {
   int64_t key[CallShape::kMaxKey];
   impl_->shape.read(params, slots, key);
   const Chosen* c;
+  impl_->check_guards(slots);
   if (!impl_->memo.find(key, &c)) c = decide(params, key, stream);
   c->kernel->launch(params, c->plan.eval(slots), stream);
 }
@@ -179,6 +210,7 @@ const Choice& Kernel::choice(void* const* params) {
   int64_t key[CallShape::kMaxKey];
   impl_->shape.read(params, slots, key);
   const Chosen* c;
+  impl_->check_guards(slots);
   if (!impl_->memo.find(key, &c)) c = decide(params, key, nullptr);
   return *c;
 }

@@ -160,6 +160,9 @@ struct MultiKernel::Impl {
     Config config;
     std::shared_ptr<LoadedKernel> kernel;
     LaunchPlan plan;
+    // With S (say) in buckets, the step's constraints that read the call, compiled for the
+    // config (index into the step kernel's constraints): checked at every call (call_fault).
+    std::vector<std::pair<size_t, CompiledExpr>> guards;
   };
   struct Chosen {
     size_t variant = 0;
@@ -439,7 +442,10 @@ struct MultiKernel::Impl {
     int64_t key[CallShape::kMaxKey];
     shape.read(params, slots, key);
     const Chosen* c;
-    if (memo.find(key, &c)) return c;
+    if (memo.find(key, &c)) {
+      if (!spec.pow2.empty()) check_call(*c, params, slots);
+      return c;
+    }
     return decide(params, key, stream);
   }
 
@@ -456,8 +462,53 @@ struct MultiKernel::Impl {
     if (log::debugging())
       log::debug("multi-kernel '{}': {} config {} ready in {:.2f} ms (its binary in {:.2f} ms)", spec.name, ks.name,
                  config.str(), log::ms_since(t0), got);
-    if (config.library.empty()) r.plan = LaunchPlan(ks, config, rt.backend(spec.backend).limits());
+    const LaunchLimits limits = rt.backend(spec.backend).limits();
+    if (config.library.empty()) r.plan = LaunchPlan(ks, config, limits);
+    if (!spec.pow2.empty())
+      for (size_t i = 0; i < ks.constraints.size(); ++i) {
+        bool call = false, param = false;
+        for (const std::string& n : ks.constraints[i].symbols()) {
+          const bool p = std::any_of(ks.space.params.begin(), ks.space.params.end(), [&](const auto& q) { return q.name == n; });
+          param = param || p;
+          call = call || (!p && !ks.constant(n));
+        }
+        // (A library choice has no params: a constraint on them is not its own.)
+        if (call && (!param || config.library.empty()))
+          r.guards.emplace_back(i, compile_expr(ks, ks.constraints[i], &config, &limits));
+      }
     return r;
+  }
+
+  // Where a call's choice is remembered by a bucket of the key (S = "pow2"), it was decided at
+  // another value of that bucket, and is reused at this one: the chosen steps' constraints that
+  // read the call, and what their buffers must hold, are checked at every such call (a call past a
+  // cache's capacity, say, is refused, not run past the buffers). Allocates nothing.
+  void check_call(const Chosen& c, void* const* params, const int64_t* slots) const {
+    void* no_scratch[8] = {};
+    for (size_t k = 0; k < c.runs.size(); ++k) {
+      void* vp[CallShape::kMaxArgs];
+      int64_t values[CallShape::kMaxArgs], vslots[CallShape::kMaxArgs], unused[CallShape::kMaxKey];
+      map_params(c.variant, k, params, slots, no_scratch, values, vp);
+      steps[c.variant][k].shape.read(vp, vslots, unused);
+      const KernelSpec& ks = spec.variants[c.variant].steps[k].kernel;
+      for (const auto& [i, e] : c.runs[k].guards)
+        if (e.eval(vslots) == 0)
+          fail(Errc::usage, "multi-kernel '{}': this call breaks the constraint '{}' of its step {} ('{}'), a call "
+               "that would reach past a buffer is refused", spec.name, ks.constraints[i].str(), k, ks.name);
+      const StepMap& sm = steps[c.variant][k];
+      for (size_t j = 0; j < sm.from.size(); ++j) {
+        const ArgFrom& f = sm.from[j];
+        if (f.kind == ArgFrom::computed || !ks.args[j].pointer) continue;
+        const bool ours = f.kind == ArgFrom::ours;
+        const size_t i = static_cast<size_t>(f.index);
+        const int64_t holds = ours ? our_sizes[i].eval(slots) : scratch_sizes[i].eval(slots);
+        const int64_t needs = sm.needs[j].eval(vslots);
+        if (holds < 0 || needs > holds)
+          fail(Errc::usage, "multi-kernel '{}': at this call its step {} ('{}') touches {} elements of '{}', but {} '{}' "
+               "holds {}; refused", spec.name, k, ks.name, needs, ks.args[j].name, ours ? "the buffer" : "the scratch buffer",
+               ours ? spec.args[i].name : spec.scratch[i].name, holds);
+      }
+    }
   }
 
   const Chosen* chosen_for(size_t variant, const std::vector<Config>& configs, ChoiceSource source) {
