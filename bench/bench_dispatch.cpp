@@ -5,6 +5,8 @@
 //   Kernel           shape key → memoised config → grid → launch
 //   SizeHint         shape key → memoised nearest-hint variant → grid → launch
 //   MultiKernel      shape key → memoised variant → mapped args → grid → launch
+//   KernelBounded, MultiKernelBounded: the same, the key's n in buckets of powers of two and
+//                    a bound n <= cap checked at each call (what a bucket's per-call check costs)
 // Run: build/bench/kiln_bench_dispatch
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
