@@ -38,7 +38,7 @@ struct Fixture {
   // The same behind a bound (n <= cap) and a key in buckets of n: the bound checked at each call.
   std::unique_ptr<Kernel> bounded;
   std::unique_ptr<MultiKernel> multi_bounded;
-  int64_t cap = 64;
+  int64_t cap = 16;  // x holds 16 floats
   void* bounded_params[3] = {&px, &n, &cap};
   std::shared_ptr<LoadedKernel> loaded;
   void* handle = nullptr;

@@ -11,7 +11,7 @@
 #   SIZES (default "1024 8192 32768"): the cache lengths S at T = 1; TESTS=0 and HANDLE=0 leave out
 #   the tests and the whole handle's timing
 set -uo pipefail
-source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the libraries in $B/lib
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-tr-XXXXXX)}
 SIZES=${SIZES:-"1024 8192 32768"}
 [ "${TESTS:-1}" = 1 ] && timeout 240 "$B/tests/kiln_tests" --gtest_filter='AttentionTest.*Gpu*:AttentionTest.TheTransposed*' 2>&1 |
@@ -26,19 +26,19 @@ for s in $SIZES; do
 done
 python3 - "$OUTD/tr" <<'PY' | tee "$OUTD/tr_summary.txt"
 import glob, json, os, sys
-print("%-24s %-5s %10s  %s" % ("kernel, S", "TR/PF", "best us", "config (wrong or failed configs)"))
+print("%-24s %-5s %10s  %s" % ("kernel, S", "TR", "best us", "config (wrong or failed configs)"))
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     try:
         j = json.load(open(f))
     except Exception as e:
         print(os.path.basename(f), "unreadable:", e); continue
     rows = j.get("configs") or []
-    for tr, pf in ((0, 0), (1, 0), (1, 2), (1, 4)):
-        mine = [r for r in rows if int(r["params"].get("TR", -1)) == tr and int(r["params"].get("PF", 0)) == pf]
+    for tr in (0, 1):
+        mine = [r for r in rows if int(r["params"].get("TR", -1)) == tr]
         ok = [r for r in mine if r.get("ns") and r.get("result") == "ok"]
         bad = ["%s: %s" % (r["params"], r.get("result")) for r in mine if not (r.get("ns") and r.get("result") == "ok")]
         best = min(ok, key=lambda r: r["ns"]) if ok else None
-        print("%-24s %-5s %10s  %s %s" % (os.path.basename(f)[:-5], "%d/%d" % (tr, pf), "%.2f" % (best["ns"] / 1e3) if best else "-",
+        print("%-24s %-5s %10s  %s %s" % (os.path.basename(f)[:-5], tr, "%.2f" % (best["ns"] / 1e3) if best else "-",
                                         best["params"] if best else "-", bad[:3]))
     print("%-24s chosen %s, %s" % ("", j.get("best"), j.get("verdict")))
 PY

@@ -5,7 +5,8 @@
 //   0 .. S+i; query head hq reads KV head hq / (HQ / HKV).
 // Block (h, c): KV head h, keys [c CHUNK, (c+1) CHUNK). Its R = T G rows (G = HQ / HKV
 // query heads a KV head; R <= 16) are one m16 tile: row r is token r / G of query head
-// h G + r % G, held as A fragments by every warp. Warp w streams its own slice of the
+// h G + r % G, held as A fragments by every warp (TR = 0; with TR = 1, R <= 8 rows are the
+// B fragments of the products transposed, attn_split_warp_tr below). Warp w streams its own slice of the
 // chunk (KW keys) in tiles of BN keys through its own two shared buffers (cp.async, the
 // next tile in flight while this one is used): scores on the tensor cores, the causal
 // edge masked, an online softmax in registers, P . V on the tensor cores. The warps'

@@ -52,7 +52,8 @@ std::vector<std::string> memo_pow2(const KernelSpec& spec) {
 // key name (none of which reads a param: memo_pow2 keeps such names exact), compiled once.
 // A choice remembered for a bucket is reused at its other values, so these are checked at
 // every call (S + T <= CAP of a cache's bound, say: a call past the cache is refused, not run
-// past the buffers). A constraint that reads SM_COUNT is left to the decision of its shape.
+// past the buffers). A constraint that also reads SM_COUNT is not among them (compiling it needs
+// the device, which a handle does not touch until its first call; no spec has one).
 std::vector<std::pair<size_t, CompiledExpr>> bucket_guards(const KernelSpec& spec) {
   std::vector<std::pair<size_t, CompiledExpr>> out;
   const std::vector<std::string> bucketed = memo_pow2(spec);
@@ -83,8 +84,7 @@ struct Kernel::Impl {
   void check_guards(const int64_t* slots) const {
     for (const auto& [i, e] : guards)
       if (e.eval(slots) == 0)
-        fail(Errc::usage, "kernel '{}': this call breaks its constraint '{}' (a call that would reach past a buffer "
-             "is refused)", spec.name, spec.constraints[i].str());
+        fail(Errc::usage, "kernel '{}': this call breaks its constraint '{}'", spec.name, spec.constraints[i].str());
   }
   std::mutex m;  // guards choices and background
   std::vector<std::unique_ptr<Chosen>> choices;  // one per (config, source): bounded by the space

@@ -161,7 +161,7 @@ struct MultiKernel::Impl {
     std::shared_ptr<LoadedKernel> kernel;
     LaunchPlan plan;
     // With S (say) in buckets, the step's constraints that read the call, compiled for the
-    // config (index into the step kernel's constraints): checked at every call (call_fault).
+    // config (index into the step kernel's constraints): checked at every call (check_call).
     std::vector<std::pair<size_t, CompiledExpr>> guards;
   };
   struct Chosen {
@@ -395,7 +395,8 @@ struct MultiKernel::Impl {
   // Why variant v cannot run this call without reaching past a buffer, or "": each
   // step's buffers must hold what its kernel's spec says it touches at this call, as our
   // spec declares them (ours) or as it sizes our scratch. Checked where a shape is
-  // decided, before any of the variant's steps runs; not on the call path.
+  // decided, before any of the variant's steps runs (with S in buckets, check_call
+  // checks the chosen variant again at each call).
   std::string size_fault(size_t v, void* const* params, Scratch& scratch) const {
     for (size_t k = 0; k < steps[v].size(); ++k) {
       const StepMap& sm = steps[v][k];
@@ -442,11 +443,10 @@ struct MultiKernel::Impl {
     int64_t key[CallShape::kMaxKey];
     shape.read(params, slots, key);
     const Chosen* c;
-    if (memo.find(key, &c)) {
-      if (!spec.pow2.empty()) check_call(*c, params, slots);
-      return c;
-    }
-    return decide(params, key, stream);
+    if (!memo.find(key, &c)) c = decide(params, key, stream);
+    // (After decide too: another thread may have decided the bucket at another S meanwhile.)
+    if (!spec.pow2.empty()) check_call(*c, params, slots);
+    return c;
   }
 
   Run make_run(size_t variant, size_t k, const Config& config) {
@@ -493,8 +493,9 @@ struct MultiKernel::Impl {
       const KernelSpec& ks = spec.variants[c.variant].steps[k].kernel;
       for (const auto& [i, e] : c.runs[k].guards)
         if (e.eval(vslots) == 0)
-          fail(Errc::usage, "multi-kernel '{}': this call breaks the constraint '{}' of its step {} ('{}'), a call "
-               "that would reach past a buffer is refused", spec.name, ks.constraints[i].str(), k, ks.name);
+          fail(Errc::usage, "multi-kernel '{}': this call breaks the constraint '{}' of its step {} ('{}'): the choice "
+               "made for this bucket of {} cannot run it", spec.name, ks.constraints[i].str(), k, ks.name,
+               fmt::join(spec.pow2, ", "));
       const StepMap& sm = steps[c.variant][k];
       for (size_t j = 0; j < sm.from.size(); ++j) {
         const ArgFrom& f = sm.from[j];

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "core/format.hpp"
 #include "core/fsutil.hpp"
@@ -64,15 +66,39 @@ std::string cpu_model() {
 
 namespace {
 
-// A dlopen'd object and the memory file it was loaded from. The file stays
-// open while the object is loaded, so its /proc/self/fd name (which dlopen
-// also matches loaded objects by) cannot be reused for another binary.
 // A kernel's library, loaded from a memory file by the name "/proc/self/fd/N". dlopen answers a
 // name it has loaded before with that library, before it opens any file: so N must not name
 // another kernel while this one is loaded. The memory file stays open while it is, and past
 // dlclose when the loader keeps the library (a kernel's thread_local objects with destructors
 // still due on the pool's live threads keep it): a later kernel loaded through a reused N would
-// otherwise be answered with this one (seen as "loading binary A gave binary B").
+// otherwise be answered with this one (seen as "loading binary A gave binary B"). Such files are
+// kept in a list and closed by a later load once the loader has let their library go (its
+// threads ended), so they do not pile up.
+class KeptFiles {
+ public:
+  void keep(UniqueFd fd, std::string name) {
+    std::lock_guard<std::mutex> g(m_);
+    kept_.emplace_back(std::move(fd), std::move(name));
+  }
+  // Closes the files whose library is no longer loaded.
+  void sweep() {
+    std::lock_guard<std::mutex> g(m_);
+    std::erase_if(kept_, [](const auto& k) {
+      void* still = ::dlopen(k.second.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      if (still) ::dlclose(still);
+      return still == nullptr;
+    });
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::pair<UniqueFd, std::string>> kept_;
+};
+KeptFiles& kept_files() {
+  static KeptFiles* k = new KeptFiles;  // (never destroyed: libraries may be dropped at exit)
+  return *k;
+}
+
 class DlHandle {
  public:
   DlHandle(void* h, UniqueFd memfd, std::string name) : h_(h), memfd_(std::move(memfd)), name_(std::move(name)) {}
@@ -81,7 +107,7 @@ class DlHandle {
     ::dlclose(h_);
     if (void* kept = ::dlopen(name_.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
       ::dlclose(kept);
-      (void)memfd_.release();  // its number stays taken as long as the process
+      kept_files().keep(std::move(memfd_), std::move(name_));  // its number stays taken while the library is loaded
     }
   }
   DlHandle(const DlHandle&) = delete;
@@ -293,6 +319,7 @@ std::shared_ptr<LoadedKernel> CpuBackend::load(const Binary& bin) {
   if (bin.meta.symbol != "kiln_entry")
     fail(Errc::launch, "kernel '{}' (config {}): its binary's metadata names entry '{}', not kiln_entry", bin.kernel,
          bin.config_text, bin.meta.symbol);
+  kept_files().sweep();
   // The bytes go into a memory file that stays open while they are loaded.
   UniqueFd mem(::memfd_create(fmt::format("kiln-{}", bin.key.substr(0, 16)).c_str(), MFD_CLOEXEC));
   if (!mem) fail(Errc::launch, "kernel '{}': memfd_create: {}", bin.kernel, errno_text(errno));
