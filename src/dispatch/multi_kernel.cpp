@@ -399,26 +399,34 @@ struct MultiKernel::Impl {
   // checks the chosen variant again at each call).
   std::string size_fault(size_t v, void* const* params, Scratch& scratch) const {
     for (size_t k = 0; k < steps[v].size(); ++k) {
-      const StepMap& sm = steps[v][k];
       const KernelSpec& ks = spec.variants[v].steps[k].kernel;
       StepParams sp;
       step_params(v, k, params, scratch, sp);
       std::vector<int64_t> vslots(ks.args.size(), 0);
       read_int_slots(ks, sp.data(), vslots.data());
-      for (size_t j = 0; j < sm.from.size(); ++j) {
-        const ArgFrom& f = sm.from[j];
-        if (f.kind == ArgFrom::computed || !ks.args[j].pointer) continue;
-        const bool ours = f.kind == ArgFrom::ours;
-        const size_t i = static_cast<size_t>(f.index);
-        const int64_t holds = ours ? our_sizes[i].eval(scratch.slots) : scratch_sizes[i].eval(scratch.slots);
-        const int64_t needs = sm.needs[j].eval(vslots.data());
-        if (holds < 0 || needs > holds)
-          return fmt::format("step {} ('{}'): its argument '{}' touches {} elements at this call, but {} '{}' holds {} "
-                             "(its size '{}' in the multi-kernel's spec)",
-                             k, ks.name, ks.args[j].name, needs, ours ? "the buffer" : "the scratch buffer",
-                             ours ? spec.args[i].name : spec.scratch[i].name, holds,
-                             ours ? spec.args[i].size.str() : spec.scratch[i].size.str());
-      }
+      if (std::string why = buffer_fault(v, k, vslots.data(), scratch.slots); !why.empty()) return why;
+    }
+    return "";
+  }
+
+  // Why step k of variant v reaches past a buffer at this call (its slots vslots, ours slots),
+  // or "" (allocates nothing then).
+  std::string buffer_fault(size_t v, size_t k, const int64_t* vslots, const int64_t* slots) const {
+    const StepMap& sm = steps[v][k];
+    const KernelSpec& ks = spec.variants[v].steps[k].kernel;
+    for (size_t j = 0; j < sm.from.size(); ++j) {
+      const ArgFrom& f = sm.from[j];
+      if (f.kind == ArgFrom::computed || !ks.args[j].pointer) continue;
+      const bool ours = f.kind == ArgFrom::ours;
+      const size_t i = static_cast<size_t>(f.index);
+      const int64_t holds = ours ? our_sizes[i].eval(slots) : scratch_sizes[i].eval(slots);
+      const int64_t needs = sm.needs[j].eval(vslots);
+      if (holds < 0 || needs > holds)
+        return fmt::format("step {} ('{}'): its argument '{}' touches {} elements at this call, but {} '{}' holds {} "
+                           "(its size '{}' in the multi-kernel's spec)",
+                           k, ks.name, ks.args[j].name, needs, ours ? "the buffer" : "the scratch buffer",
+                           ours ? spec.args[i].name : spec.scratch[i].name, holds,
+                           ours ? spec.args[i].size.str() : spec.scratch[i].size.str());
     }
     return "";
   }
@@ -496,19 +504,9 @@ struct MultiKernel::Impl {
           fail(Errc::usage, "multi-kernel '{}': this call breaks the constraint '{}' of its step {} ('{}'): the choice "
                "made for this bucket of {} cannot run it", spec.name, ks.constraints[i].str(), k, ks.name,
                fmt::join(spec.pow2, ", "));
-      const StepMap& sm = steps[c.variant][k];
-      for (size_t j = 0; j < sm.from.size(); ++j) {
-        const ArgFrom& f = sm.from[j];
-        if (f.kind == ArgFrom::computed || !ks.args[j].pointer) continue;
-        const bool ours = f.kind == ArgFrom::ours;
-        const size_t i = static_cast<size_t>(f.index);
-        const int64_t holds = ours ? our_sizes[i].eval(slots) : scratch_sizes[i].eval(slots);
-        const int64_t needs = sm.needs[j].eval(vslots);
-        if (holds < 0 || needs > holds)
-          fail(Errc::usage, "multi-kernel '{}': at this call its step {} ('{}') touches {} elements of '{}', but {} '{}' "
-               "holds {}; refused", spec.name, k, ks.name, needs, ks.args[j].name, ours ? "the buffer" : "the scratch buffer",
-               ours ? spec.args[i].name : spec.scratch[i].name, holds);
-      }
+      if (std::string why = buffer_fault(c.variant, k, vslots, slots); !why.empty())
+        fail(Errc::usage, "multi-kernel '{}': the choice made for this bucket of {} cannot run this call: {}", spec.name,
+             fmt::join(spec.pow2, ", "), why);
     }
   }
 
