@@ -315,3 +315,51 @@ TEST_F(AttentionTest, ACallPastTheCacheIsRefusedInABucketAnEarlierCallDecided) {
   rope(qkv.data(), q.data(), kc.data(), vc.data(), T, int64_t{159}, CAP, HQ, HKV, 500000.f);
   attn(q.data(), kc.data(), vc.data(), o.data(), T, int64_t{159}, CAP, HQ, HKV);
 }
+
+// What a call in a bucket an earlier call decided is checked against includes its steps'
+// constraints on a buffer's alignment: the address this call passes is read, not a slot left
+// from another (on a GPU, the layer's attention was refused at its second call, 16-byte
+// aligned caches said not to be). The cpu decode attention with its partial-rows step asking
+// for a 64-byte aligned q: aligned calls in the bucket run, and a call with q 4 bytes past is
+// refused (the alignment the constraint reads is part of the handle's key: a call of another
+// alignment is decided on its own, and no config of any variant takes it).
+TEST_F(AttentionTest, ACallInADecidedBucketIsCheckedAgainstTheAlignmentOfItsOwnBuffers) {
+  const std::string dir = test::kernels() + "/cpu/";
+  auto text = [](const std::filesystem::path& p) {
+    std::ifstream f(p);
+    std::stringstream b;
+    b << f.rdbuf();
+    return b.str();
+  };
+  auto reader = [&](const std::filesystem::path& p) -> std::optional<std::string> {
+    if (!std::filesystem::exists(p)) return std::nullopt;
+    return text(p);
+  };
+  MultiKernelSpec ms =
+      parse_multi_spec(text(dir + "attention_decode_f32.toml"), dir + "attention_decode_f32.toml",
+                       [&](const std::filesystem::path& p) {
+                         std::string t = text(p);
+                         if (p.filename() == "attn_part_f32.toml") {
+                           const size_t c = t.find("constraints = [");
+                           EXPECT_NE(c, std::string::npos);
+                           if (c != std::string::npos) t.insert(c + 15, "\"align_q % 64 == 0\", ");
+                         }
+                         return parse_spec(t, p, reader);
+                       });
+  Runtime rt(opts);
+  MultiKernel attn(rt, ms);
+  const int64_t T = 1, CAP = 160, HQ = 4, HKV = 1;
+  std::vector<float> room(T * HQ * kD + 32, 0.25f), kc(CAP * HKV * kD, 0.5f), vc(CAP * HKV * kD, 0.5f), o(T * HQ * kD);
+  float* q = room.data();
+  while (reinterpret_cast<uintptr_t>(q) % 64 != 0) ++q;
+  attn(q, kc.data(), vc.data(), o.data(), T, int64_t{130}, CAP, HQ, HKV);  // decides bucket 256
+  for (int64_t S : {int64_t{131}, int64_t{150}, int64_t{159}}) {
+    SCOPED_TRACE(testing::Message() << "S=" << S);
+    attn(q, kc.data(), vc.data(), o.data(), T, S, CAP, HQ, HKV);
+  }
+  try {
+    attn(q + 1, kc.data(), vc.data(), o.data(), T, int64_t{140}, CAP, HQ, HKV);
+    FAIL() << "a step that asks for a 64-byte aligned q ran with q 4 bytes past";
+  } catch (const Error&) {
+  }
+}

@@ -18,6 +18,7 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec& a = args[i];
     if (!a.pointer && !dtype_is_float(a.dtype)) int_args_.push_back({static_cast<int>(i), a.dtype == DType::i32});
+    if (a.pointer) ptr_args_.push_back(static_cast<int>(i));
     codes_.push_back(static_cast<uint8_t>(static_cast<int>(a.dtype) + (a.pointer ? detail::kPointerCode : 0)));
   }
   for (const auto& k : key) {
@@ -26,8 +27,6 @@ CallShape::CallShape(const std::string& kernel, const std::vector<ArgSpec>& args
     for (size_t i = 0; i < args.size(); ++i)
       if (args[i].name == name) idx = static_cast<int>(i);
     if (idx < 0) fail(Errc::usage, "kernel '{}': tuning key '{}' is not an argument", kernel, k);
-    if (args[idx].pointer && std::find(ptr_args_.begin(), ptr_args_.end(), idx) == ptr_args_.end())
-      ptr_args_.push_back(idx);
     key_args_.push_back(idx);
     key_pow2_.push_back(std::find(pow2.begin(), pow2.end(), k) != pow2.end());
   }

@@ -1,5 +1,6 @@
 // CallShape: what the call path reads from a params array: the integer
-// scalars (slot i = argument i, for launch expressions) and the shape key a
+// scalars and every buffer's alignment (slot i = argument i, for launch expressions and
+// the constraints a call is checked against) and the shape key a
 // handle memoises its choice by (the tuning key, then any integer scalar the
 // launch shape or constraints use that the tuning key leaves out).
 #pragma once
@@ -48,7 +49,7 @@ class CallShape {
   std::string kernel_;
   std::vector<ArgSpec> args_;
   std::vector<std::pair<int, bool>> int_args_;  // (argument, is i32)
-  std::vector<int> ptr_args_;                   // buffers whose alignment the key holds
+  std::vector<int> ptr_args_;                   // every buffer: its slot holds its alignment (align_<name>)
   std::vector<int> key_args_;
   std::vector<uint8_t> key_pow2_;  // per key entry: read by bucket
   std::vector<uint8_t> codes_;
