@@ -322,7 +322,7 @@ TEST_F(AttentionTest, ACallPastTheCacheIsRefusedInABucketAnEarlierCallDecided) {
 // aligned caches said not to be). The cpu decode attention with its partial-rows step asking
 // for a 64-byte aligned q: aligned calls in the bucket run, and a call with q 4 bytes past is
 // refused (the alignment the constraint reads is part of the handle's key: a call of another
-// alignment is decided on its own, and no config of any variant takes it).
+// alignment is decided on its own, and no config of any variant takes it), saying why.
 TEST_F(AttentionTest, ACallInADecidedBucketIsCheckedAgainstTheAlignmentOfItsOwnBuffers) {
   const std::string dir = test::kernels() + "/cpu/";
   auto text = [](const std::filesystem::path& p) {
@@ -360,6 +360,14 @@ TEST_F(AttentionTest, ACallInADecidedBucketIsCheckedAgainstTheAlignmentOfItsOwnB
   try {
     attn(q + 1, kc.data(), vc.data(), o.data(), T, int64_t{140}, CAP, HQ, HKV);
     FAIL() << "a step that asks for a 64-byte aligned q ran with q 4 bytes past";
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // (Each variant's line says why no config can run it: the constraint on q.)
+    EXPECT_NE(std::string(e.what()).find("its one config cannot run this call (constraint 'align_q % 64 == 0' is false)"),
+              std::string::npos)
+        << e.what();
   }
+  // ... and the refusal is not remembered against aligned calls: a new process's handle runs one.
+  Runtime rt2(opts);
+  MultiKernel attn2(rt2, ms);
+  attn2(q, kc.data(), vc.data(), o.data(), T, int64_t{150}, CAP, HQ, HKV);
 }

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <thread>
 
@@ -710,4 +712,47 @@ TEST(TunerCompare, EqualInfinitiesAgreeAndEverythingElseIsCompared) {
   EXPECT_TRUE(cmp({1.f, -inf}, {1.f, -3.f}));
   EXPECT_TRUE(cmp({1.f, std::nanf("")}, {1.f, -inf}));
   EXPECT_FALSE(cmp({std::nanf("")}, {std::nanf("")}));
+}
+
+// A call whose buffers only some configs can take (a constraint on a buffer's alignment), after
+// calls that tuned the same sizes with aligned buffers: the alignment is not in the tuning key,
+// so the record is the same, and the fastest configs cannot run this call. It runs one that
+// can (here the only one: BM = BN = 32, BK = 128), from the record or tuned, and is right.
+TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsSizes) {
+  opts.first_call = FirstCall::wait;
+  Runtime rt(opts);
+  std::ifstream in(test::kernels() + "/cpu/matmul.toml");
+  std::stringstream b;
+  b << in.rdbuf();
+  std::string t = b.str();
+  t.replace(t.find("library = [\"openblas_sgemm\"]"), 29, "constraints = [\"BM == 32 && BN == 32 && BK == 128 || align_A % 64 == 0\"]");
+  KernelSpec s = test::spec_in(dir.path(), t, "matmul.cpp", [] {
+    std::ifstream f(test::kernels() + "/cpu/matmul.cpp");
+    std::stringstream c;
+    c << f.rdbuf();
+    return c.str();
+  }());
+  Kernel k(rt, s);
+  const int64_t M = 96, N = 96, K = 64;
+  std::vector<float> room(M * K + 64), B(K * N), C(M * N);
+  float* A = room.data();
+  while (reinterpret_cast<uintptr_t>(A) % 64 != 0) ++A;
+  fill_random(DType::f32, std::as_writable_bytes(std::span(room)), 1);
+  fill_random(DType::f32, std::as_writable_bytes(std::span(B)), 2);
+  auto check = [&](const float* a) {
+    for (int64_t i = 0; i < M; i += 7)
+      for (int64_t j = 0; j < N; j += 5) {
+        double ref = 0;
+        for (int64_t x = 0; x < K; ++x) ref += double(a[i * K + x]) * B[x * N + j];
+        ASSERT_NEAR(C[i * N + j], ref, 1e-3);
+      }
+  };
+  k(static_cast<const float*>(A), B.data(), C.data(), M, N, K);
+  check(A);
+  k(static_cast<const float*>(A + 1), B.data(), C.data(), M, N, K);
+  check(A + 1);
+  Runtime rt2(opts);  // a new process, from the cache
+  Kernel k2(rt2, s);
+  k2(static_cast<const float*>(A + 1), B.data(), C.data(), M, N, K);
+  check(A + 1);
 }

@@ -387,6 +387,16 @@ bool Tuning::warm_answer(const TuningRecord& rec) const {
 }
 
 TuneOutcome Tuning::answered(TuningRecord rec, std::optional<Config> choice) const {
+  // A record with results none of which can run this call (a misaligned buffer, a size past a
+  // bound, where the tuning key does not hold what the constraint reads): why, for the message
+  // (this record is the cache's and is not stored again).
+  if (!choice && rec.verdict.empty() && !rec.ranked().empty()) {
+    const Config& c = rec.ranked().front()->config;
+    const std::string why = Tuner::why_not(spec_, c, call_.slot_data(), call_.limits);
+    rec.verdict = spec_.space.params.empty() && c.library.empty()
+                      ? fmt::format("its one config cannot run this call ({})", why)
+                      : fmt::format("no config its record holds can run this call (the fastest, {}: {})", c.str(), why);
+  }
   TuneOutcome out;
   out.choice = std::move(choice);
   out.record = std::move(rec);

@@ -192,7 +192,27 @@ const ConfigResult* TuningRecord::find(const Config& c) const {
 
 std::string TuningRecord::all_failed_message() const {
   std::string s = fmt::format("kernel '{}' at {}: ", kernel, key.values_text());
-  s += verdict.empty() ? "no config survived tuning" : verdict;
+  // Where no config was even tried (each pruned for this call, or its library absent), the first
+  // line says why, for messages that keep only it (a multi-kernel's variants): a misaligned
+  // buffer, a size no config takes.
+  std::vector<std::string> why;
+  bool none_tried = !configs.empty();
+  for (const auto& c : configs) {
+    if (c.kind != FailKind::pruned && c.kind != FailKind::unavailable) {
+      none_tried = false;
+      break;
+    }
+    if (std::find(why.begin(), why.end(), c.error) == why.end()) why.push_back(c.error);
+  }
+  if (!verdict.empty())
+    s += verdict;
+  else if (none_tried && why.size() <= 3)
+    s += fmt::format("no config can run this call ({})", fmt::join(why, "; "));
+  else if (none_tried)
+    s += fmt::format("no config can run this call ({}; and {} more reasons)",
+                     fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3);
+  else
+    s += "no config survived tuning";
   for (const auto& c : configs)
     if (c.kind != FailKind::none || !c.ns)
       s += fmt::format("\n  {}: {}", c.config.str(), c.error.empty() ? fail_kind_name(c.kind) : c.error);
