@@ -717,7 +717,9 @@ TEST(TunerCompare, EqualInfinitiesAgreeAndEverythingElseIsCompared) {
 // A call whose buffers only some configs can take (a constraint on a buffer's alignment), after
 // calls that tuned the same sizes with aligned buffers: the alignment is not in the tuning key,
 // so the record is the same, and the fastest configs cannot run this call. It runs one that
-// can (here the only one: BM = BN = 32, BK = 128), from the record or tuned, and is right.
+// can (here the only one: BM = BN = 32, BK = 128), from the record or tuned, and is right
+// (the handle keys its choice by the alignment the constraint reads). Where no config takes
+// the call, the error names the constraint.
 TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsSizes) {
   opts.first_call = FirstCall::wait;
   Runtime rt(opts);
@@ -725,7 +727,8 @@ TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsS
   std::stringstream b;
   b << in.rdbuf();
   std::string t = b.str();
-  t.replace(t.find("library = [\"openblas_sgemm\"]"), 29, "constraints = [\"BM == 32 && BN == 32 && BK == 128 || align_A % 64 == 0\"]");
+  const std::string lib = "library = [\"openblas_sgemm\"]";
+  t.replace(t.find(lib), lib.size(), "constraints = [\"BM == 32 && BN == 32 && BK == 128 || align_A % 64 == 0\"]");
   KernelSpec s = test::spec_in(dir.path(), t, "matmul.cpp", [] {
     std::ifstream f(test::kernels() + "/cpu/matmul.cpp");
     std::stringstream c;
@@ -755,4 +758,22 @@ TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsS
   Kernel k2(rt2, s);
   k2(static_cast<const float*>(A + 1), B.data(), C.data(), M, N, K);
   check(A + 1);
+  // Where no config takes such a call (every one asks for the alignment), the error says why.
+  const std::string any = "BM == 32 && BN == 32 && BK == 128 || ";
+  t.replace(t.find(any), any.size(), "");
+  std::filesystem::create_directories(dir.path() / "strict");
+  Kernel strict(rt2, test::spec_in(dir.path() / "strict", t, "matmul.cpp", [] {
+    std::ifstream f(test::kernels() + "/cpu/matmul.cpp");
+    std::stringstream c;
+    c << f.rdbuf();
+    return c.str();
+  }()));
+  try {
+    strict(static_cast<const float*>(A + 1), B.data(), C.data(), M, N, K);
+    FAIL() << "a call no config can take ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no config can run this call (constraint 'align_A % 64 == 0' is false)"),
+              std::string::npos)
+        << e.what();
+  }
 }

@@ -15,6 +15,7 @@ mkdir -p "$R"
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-ablation-cache}
 POINTS=${POINTS:-"1,1024"}
 V=$(python3 bench/gpu/layer_ablation.py kernels/programs)
+trap 'rm -f kernels/programs/ablate_*.toml' EXIT  # (also where a time limit ends the run)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/machine.txt"
 run() {  # run PROGRAM T S TAG [extra args]
   local prog=$1 t=$2 s=$3 tag=$4; shift 4
@@ -33,4 +34,3 @@ for p in $POINTS; do
     for v in $list; do run "kernels/programs/ablate_$v.toml" $t $s "${v}_T${t}_S${s}_$round"; done
   done
 done
-rm -f kernels/programs/ablate_*.toml

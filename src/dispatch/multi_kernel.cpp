@@ -180,7 +180,7 @@ struct MultiKernel::Impl {
   struct StepMap {
     std::vector<ArgFrom> from;
     std::vector<CompiledExpr> exprs;  // the computed scalars, over our integer scalars
-    CallShape shape;                  // the step kernel's integer scalars
+    CallShape shape;                  // the step kernel's integer scalars and its buffers' alignments
     std::vector<CompiledExpr> needs;  // per argument: the elements the step kernel reads or writes (buffers)
   };
 
@@ -344,7 +344,7 @@ struct MultiKernel::Impl {
     const Impl& m_;
     Device& dev;
     std::vector<void*> ptrs;
-    int64_t slots[CallShape::kMaxArgs];  // the call's integer scalars, as the call path reads them
+    int64_t slots[CallShape::kMaxArgs];  // the call's integer scalars and alignments, as the call path reads them
   };
 
   // Step k of variant v's params from ours (`slots`: our integer scalars);

@@ -390,13 +390,19 @@ TuneOutcome Tuning::answered(TuningRecord rec, std::optional<Config> choice) con
   // A record with results none of which can run this call (a misaligned buffer, a size past a
   // bound, where the tuning key does not hold what the constraint reads): why, for the message
   // (this record is the cache's and is not stored again).
-  if (!choice && rec.verdict.empty() && !rec.ranked().empty()) {
-    const Config& c = rec.ranked().front()->config;
-    const std::string why = Tuner::why_not(spec_, c, call_.slot_data(), call_.limits);
-    rec.verdict = spec_.space.params.empty() && c.library.empty()
-                      ? fmt::format("its one config cannot run this call ({})", why)
-                      : fmt::format("no config its record holds can run this call (the fastest, {}: {})", c.str(), why);
-  }
+  // (The fastest template of the spec's space: a library choice is never pruned, and one this
+  // tuning leaves out, or a config no longer in the space, was never a candidate.)
+  if (!choice && rec.verdict.empty())
+    for (const ConfigResult* r : rec.ranked()) {
+      if (!r->config.library.empty() || !spec_.space.index_of(r->config)) continue;
+      const std::string why = Tuner::why_not(spec_, r->config, call_.slot_data(), call_.limits);
+      if (why.empty()) break;
+      rec.verdict = spec_.space.params.empty()
+                        ? fmt::format("its one config cannot run this call ({})", why)
+                        : fmt::format("no config its record holds can run this call (the fastest, {}: {})",
+                                      r->config.str(), why);
+      break;
+    }
   TuneOutcome out;
   out.choice = std::move(choice);
   out.record = std::move(rec);

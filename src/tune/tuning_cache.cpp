@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -202,15 +203,19 @@ std::string TuningRecord::all_failed_message() const {
       none_tried = false;
       break;
     }
-    if (std::find(why.begin(), why.end(), c.error) == why.end()) why.push_back(c.error);
+    // (Without the stage it was pruned at, so that one reason met at two stages is said once.)
+    std::string e = c.error;
+    for (const char* stage : {"pruned before compiling: ", "pruned: "})
+      if (e.rfind(stage, 0) == 0) e.erase(0, std::strlen(stage));
+    if (std::find(why.begin(), why.end(), e) == why.end()) why.push_back(std::move(e));
   }
   if (!verdict.empty())
     s += verdict;
   else if (none_tried && why.size() <= 3)
     s += fmt::format("no config can run this call ({})", fmt::join(why, "; "));
   else if (none_tried)
-    s += fmt::format("no config can run this call ({}; and {} more reasons)",
-                     fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3);
+    s += fmt::format("no config can run this call ({}; and {} more reason{})",
+                     fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3, why.size() == 4 ? "" : "s");
   else
     s += "no config survived tuning";
   for (const auto& c : configs)
