@@ -729,12 +729,10 @@ TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsS
   std::string t = b.str();
   const std::string lib = "library = [\"openblas_sgemm\"]";
   t.replace(t.find(lib), lib.size(), "constraints = [\"BM == 32 && BN == 32 && BK == 128 || align_A % 64 == 0\"]");
-  KernelSpec s = test::spec_in(dir.path(), t, "matmul.cpp", [] {
-    std::ifstream f(test::kernels() + "/cpu/matmul.cpp");
-    std::stringstream c;
-    c << f.rdbuf();
-    return c.str();
-  }());
+  std::ifstream src_file(test::kernels() + "/cpu/matmul.cpp");
+  std::stringstream src;
+  src << src_file.rdbuf();
+  KernelSpec s = test::spec_in(dir.path(), t, "matmul.cpp", src.str());
   Kernel k(rt, s);
   const int64_t M = 96, N = 96, K = 64;
   std::vector<float> room(M * K + 64), B(K * N), C(M * N);
@@ -762,12 +760,7 @@ TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsS
   const std::string any = "BM == 32 && BN == 32 && BK == 128 || ";
   t.replace(t.find(any), any.size(), "");
   std::filesystem::create_directories(dir.path() / "strict");
-  Kernel strict(rt2, test::spec_in(dir.path() / "strict", t, "matmul.cpp", [] {
-    std::ifstream f(test::kernels() + "/cpu/matmul.cpp");
-    std::stringstream c;
-    c << f.rdbuf();
-    return c.str();
-  }()));
+  Kernel strict(rt2, test::spec_in(dir.path() / "strict", t, "matmul.cpp", src.str()));
   try {
     strict(static_cast<const float*>(A + 1), B.data(), C.data(), M, N, K);
     FAIL() << "a call no config can take ran";
