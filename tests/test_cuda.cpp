@@ -262,6 +262,40 @@ tensor_maps = [ { of = "x", rows = "n", cols = "m", box_rows = "64", box_cols = 
   }
 }
 
+// A spec's workspace is a pointer parameter after the tensor maps: the entry check counts
+// it and wants a pointer; a kernel that takes one compiles.
+TEST_F(CudaTest, AWorkspaceFollowsTheTensorMapsAndTheEntryIsCheckedForIt) {
+  if (nvrtc_missing()) return;
+  const std::string toml = one_block_spec(R"(args = [ { name = "x", type = "bf16*", size = "n * m", intent = "in" }, { name = "n", type = "i64" },
+         { name = "m", type = "i64" } ]
+tensor_maps = [ { of = "x", rows = "n", cols = "m", box_rows = "64", box_cols = "64", swizzle = 128 } ]
+workspace = "SM_COUNT * 16"
+)");
+  const std::string head = "#include <cuda_bf16.h>\nstruct __align__(64) tmap { unsigned long long v[16]; };\n"
+                           "extern \"C\" __global__ void k(const __nv_bfloat16* x, long long n, long long m, const "
+                           "__grid_constant__ tmap t";
+  Runtime rt(opts);
+  KernelSpec good = test::spec_in(dir.path() / "a", toml, "k.cu", head + ", unsigned char* ws) {}\n");
+  std::shared_ptr<const Binary> b;
+  ASSERT_NO_THROW(b = rt.compile_pool("cuda").submit(make_compile_request(good, good.space.at(0))).get());
+  EXPECT_TRUE(b->meta.workspace);
+  EXPECT_EQ(b->meta.tensor_maps, 1);
+  KernelSpec missing = test::spec_in(dir.path() / "b", toml, "k.cu", head + ") {}\n");
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(missing, missing.space.at(0))).get();
+    FAIL() << "an entry without its workspace compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("and then its workspace pointer"), std::string::npos) << e.what();
+  }
+  KernelSpec scalar = test::spec_in(dir.path() / "c", toml, "k.cu", head + ", long long ws) {}\n");
+  try {
+    rt.compile_pool("cuda").submit(make_compile_request(scalar, scalar.space.at(0))).get();
+    FAIL() << "a scalar was taken for the workspace";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a pointer (the spec's workspace)"), std::string::npos) << e.what();
+  }
+}
+
 // Without a GPU the backend says why, in every error that needs a device,
 // and `kiln backends` says so too; compiling still works (above).
 TEST_F(CudaTest, WithoutAGpuTheBackendSaysWhy) {

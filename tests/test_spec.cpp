@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "kiln/device.hpp"
+#include "kiln/ext/backend.hpp"
 #include "kiln/ext/tuner.hpp"
 #include "kiln/spec.hpp"
 #include "util.hpp"
@@ -146,6 +147,36 @@ TEST(Spec, PdlIsABooleanOfCudaKernels) {
   EXPECT_CONTAINS(error_of(replace(cuda, "entry   =", "pdl = 1\nentry   =")), "k/matmul.toml:4:7: 'pdl' is true or false");
   EXPECT_FALSE(parse(cuda).pdl);
   EXPECT_TRUE(parse(replace(cuda, "entry   =", "pdl = true\nentry   =")).pdl);
+}
+
+// workspace (device memory kiln keeps for a cuda kernel) is an expression of params, scalars
+// and SM_COUNT; a launch plan evaluates it, and a kernel without one passes none (-1).
+TEST(Spec, AWorkspaceIsAnExpressionOfCudaKernels) {
+  EXPECT_CONTAINS(error_of(replace(kGood, "entry   =", "workspace = \"64\"\nentry   =")),
+                  "k/matmul.toml:4:13: 'workspace' (device memory kiln keeps for the kernel) is for the cuda backend");
+  std::string cuda = replace(kGood, "backend = \"cpu\"", "backend = \"cuda\"");
+  EXPECT_CONTAINS(error_of(replace(cuda, "entry   =", "workspace = \"Q * 4\"\nentry   =")),
+                  "workspace: unknown symbol 'Q'");
+  EXPECT_CONTAINS(error_of(replace(cuda, "entry   =", "workspace = \"A\"\nentry   =")), "'A' is a pointer argument");
+  EXPECT_FALSE(parse(cuda).workspace.has_value());
+  const KernelSpec s = parse(replace(cuda, "entry   =", "workspace = \"SM_COUNT * BM * 4 + M\"\nentry   ="));
+  ASSERT_TRUE(s.workspace.has_value());
+  EXPECT_TRUE(make_compile_request(s, s.space.at(0)).workspace);
+  EXPECT_FALSE(make_compile_request(parse(cuda), parse(cuda).space.at(0)).workspace);
+  LaunchLimits limits;
+  limits.multiprocessors = 132;
+  limits.block[0] = 1024;
+  limits.block_threads = 1024;
+  limits.grid[0] = limits.grid[1] = limits.grid[2] = 1 << 30;
+  std::vector<int64_t> slots(s.args.size());
+  slots[static_cast<size_t>(s.arg_index("M"))] = 10;
+  slots[static_cast<size_t>(s.arg_index("N"))] = 20;
+  slots[static_cast<size_t>(s.arg_index("K"))] = 30;
+  const Config c = s.space.at(0);
+  const LaunchDims d = LaunchPlan(s, c, limits).eval(slots.data());
+  EXPECT_EQ(d.workspace, 132 * *c.get("BM") * 4 + 10);
+  EXPECT_EQ(d.nargs, static_cast<int>(s.args.size()));
+  EXPECT_EQ(LaunchPlan(parse(cuda), c, limits).eval(slots.data()).workspace, -1);
 }
 
 TEST(Spec, LoadsTheBuiltInKernels) {

@@ -174,6 +174,11 @@ struct KernelSpec {
   std::vector<Expr> grid;  // 1 to 3
   std::vector<Expr> block; // cuda: threads per block, 1 to 3 (empty: 1); cpu: empty
   std::optional<Expr> shared;  // cuda: dynamic shared memory bytes per block
+  // cuda: bytes of device memory kiln keeps for the kernel (a buffer for each thread and
+  // stream that launches it, zeroed when made, kept while the kernel is loaded), passed to the
+  // entry after the tensor maps; a kernel that keeps flags there sets them back before it
+  // ends. 0 bytes: a null pointer (docs/spec.md, "Workspace").
+  std::optional<Expr> workspace;
   // Buffers zeroed on the launch's stream before each launch (a kernel that
   // accumulates into its output with atomics, as split-K does), when
   // zero_when (over params and scalars) is not 0; always, without it.

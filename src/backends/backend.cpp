@@ -25,6 +25,7 @@ CompileRequest make_compile_request(const KernelSpec& spec, const Config& config
   r.defines = config.values;
   for (const auto& a : spec.args) r.args.push_back({a.name, a.dtype, a.pointer});
   r.tensor_maps = static_cast<int>(spec.tensor_maps.size());
+  r.workspace = spec.workspace.has_value();
   r.pdl = spec.pdl;
   r.cflags = spec.cflags;
   return r;
@@ -72,6 +73,10 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
     shared_ = compile_expr(spec, *spec.shared, &config, &limits);
     has_shared_ = true;
   }
+  if (spec.workspace) {
+    workspace_ = compile_expr(spec, *spec.workspace, &config, &limits);
+    has_workspace_ = true;
+  }
   for (const auto& name : spec.zero) {
     int i = spec.arg_index(name);
     Expr bytes(ExprNode{ExprOp::Mul, 0, "", 0,
@@ -106,6 +111,13 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   if (has_shared_) d.shared = shared_.eval(slots);
   d.pdl = pdl_;
   if (d.empty()) return d;
+  if (has_workspace_) {
+    d.nargs = nargs_;
+    d.workspace = workspace_.eval(slots);
+    if (d.workspace < 0 || d.workspace > (int64_t(1) << 40))
+      throw Error(Errc::launch, fmt::format("kernel '{}' (config {}): a workspace of {} bytes", kernel_, config_,
+                                            d.workspace));
+  }
   if (!cells_.empty()) {
     d.nargs = nargs_;
     d.ncell = static_cast<int>(cells_.size());

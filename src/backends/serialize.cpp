@@ -21,7 +21,7 @@ json to_json(const CompileRequest& r) {
   return {{"backend", r.backend},         {"kernel", r.kernel},         {"config", r.config_text},
           {"entry", r.entry},             {"source_name", r.source_name}, {"source_text", r.source_text},
           {"include_dirs", r.include_dirs}, {"defines", defines},       {"args", args},
-          {"tensor_maps", r.tensor_maps}, {"cflags", r.cflags}, {"pdl", r.pdl}};
+          {"tensor_maps", r.tensor_maps}, {"workspace", r.workspace}, {"cflags", r.cflags}, {"pdl", r.pdl}};
 }
 
 CompileRequest compile_request_from_json(const json& j) {
@@ -39,6 +39,7 @@ CompileRequest compile_request_from_json(const json& j) {
                       a.at("pointer").get<bool>()});
   r.tensor_maps = j.at("tensor_maps").get<int>();
   r.pdl = j.value("pdl", false);
+  r.workspace = j.value("workspace", false);
   if (r.tensor_maps < 0 || r.tensor_maps > 4) fail(Errc::internal, "a compile request with {} tensor maps", r.tensor_maps);
   r.cflags = j.at("cflags").get<std::vector<std::string>>();
   return r;
@@ -47,7 +48,7 @@ CompileRequest compile_request_from_json(const json& j) {
 json to_json(const KernelMeta& m) {
   return {{"symbol", m.symbol},           {"target", m.target},           {"registers", m.registers},
           {"static_shared", m.static_shared}, {"local_bytes", m.local_bytes}, {"spill_bytes", m.spill_bytes},
-          {"max_threads", m.max_threads}, {"tensor_maps", m.tensor_maps}};
+          {"max_threads", m.max_threads}, {"tensor_maps", m.tensor_maps}, {"workspace", m.workspace}};
 }
 
 KernelMeta kernel_meta_from_json(const json& j) {
@@ -60,6 +61,7 @@ KernelMeta kernel_meta_from_json(const json& j) {
   m.spill_bytes = j.at("spill_bytes").get<int>();
   m.max_threads = j.at("max_threads").get<int>();
   m.tensor_maps = j.value("tensor_maps", 0);  // absent from binaries stored before tensor maps
+  m.workspace = j.value("workspace", false);  // (and before workspaces)
   if (m.symbol.empty() || m.registers < 0 || m.static_shared < 0 || m.local_bytes < 0 || m.max_threads < 0 ||
       m.tensor_maps < 0 || m.tensor_maps > 4)
     fail(Errc::launch, "a binary's launch metadata is missing or inconsistent");

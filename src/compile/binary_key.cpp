@@ -121,6 +121,7 @@ Hash128 kernel_source_hash(const KernelSpec& spec) {
   for (const auto& m : spec.tensor_maps)
     h.add("tensor_map", fmt::format("{} {} {} {} {} {} {}", m.of, m.rows.str(), m.cols.str(), m.pitch.str(),
                                     m.box_rows.str(), m.box_cols.str(), m.swizzle));
+  if (spec.workspace) h.add("workspace", spec.workspace->str());
   return h.digest();
 }
 
@@ -136,6 +137,7 @@ BinaryKey make_binary_key(const CompileRequest& req, Backend& backend) {
   for (const auto& [n, v] : req.defines) k.defines += fmt::format("{}={};", n, v);
   for (const auto& a : req.args) k.args += fmt::format("{}:{}{};", a.name, dtype_name(a.dtype), a.pointer ? "*" : "");
   if (req.tensor_maps > 0) k.args += fmt::format("tensor_maps:{};", req.tensor_maps);
+  if (req.workspace) k.args += "workspace;";
   if (req.pdl) k.args += "pdl;";  // a pdl kernel's compile checks that it waits
   for (const auto& f : req.cflags) k.cflags += f + " ";
   return k;

@@ -224,6 +224,7 @@ std::vector<std::string> scalars_used(const KernelSpec& s, bool sizes, bool alig
   for (const auto& e : s.grid) take(e);
   for (const auto& e : s.block) take(e);
   if (s.shared) take(*s.shared);
+  if (s.workspace) take(*s.workspace);
   for (const auto& e : s.constraints) take(e);
   if (sizes)
     for (const auto& a : s.args)
@@ -543,7 +544,7 @@ class SpecReader {
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "tensor_maps", "pdl"},
+                     "tensor_maps", "pdl", "workspace"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -704,6 +705,13 @@ class SpecReader {
       check(s, *sh, "shared", e);
       s.shared = std::move(e);
     }
+    if (const toml::node* w = root.get("workspace")) {
+      if (s.backend != "cuda")
+        error(*w, "'workspace' (device memory kiln keeps for the kernel) is for the cuda backend");
+      Expr e = expr(*w, "workspace");
+      check(s, *w, "workspace", e);
+      s.workspace = std::move(e);
+    }
     if (const toml::node* p = root.get("pdl")) {
       if (!p->is_boolean()) error(*p, "'pdl' is true or false");
       if (s.backend != "cuda")
@@ -853,7 +861,7 @@ class SpecReader {
   void make_member(toml::table& root, std::string_view member) {
     only_keys(root, {"kind", "name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "family", "member", "tensor_maps", "pdl"},
+                     "family", "member", "tensor_maps", "pdl", "workspace"},
               " in a kernel family (its members' arguments follow their problem: no 'args')");
     const std::vector<std::string> members = family_members(root);
     const std::string family = str(required(root, "name"), "name");

@@ -180,6 +180,7 @@ json to_json(const BenchPlan& p) {
            }()},
           {"nargs", p.dims.nargs},
           {"pdl", p.dims.pdl},
+          {"workspace", p.dims.workspace},
           {"tensor_maps", [&] {
              json t = json::array();
              for (int i = 0; i < p.dims.ntmap; ++i) {
@@ -231,11 +232,14 @@ BenchPlan bench_plan_from_json(const json& j) {
   }
   p.dims.nargs = j.at("nargs").get<int>();
   p.dims.pdl = j.value("pdl", false);
+  p.dims.workspace = j.value("workspace", int64_t{-1});
+  if (p.dims.workspace < -1) fail(Errc::worker, "a bench plan asks for a workspace of {} bytes", p.dims.workspace);
   const auto& t = j.at("tensor_maps");
   if (t.size() > 4) fail(Errc::worker, "a bench plan passes {} tensor maps (at most 4)", t.size());
   p.dims.ntmap = static_cast<int>(t.size());
-  if (p.dims.ntmap > 0 && static_cast<size_t>(p.dims.nargs) != p.args.size())
-    fail(Errc::worker, "a bench plan passes tensor maps after {} arguments, but has {}", p.dims.nargs, p.args.size());
+  if ((p.dims.ntmap > 0 || p.dims.workspace >= 0) && static_cast<size_t>(p.dims.nargs) != p.args.size())
+    fail(Errc::worker, "a bench plan passes tensor maps or a workspace after {} arguments, but has {}", p.dims.nargs,
+         p.args.size());
   for (size_t i = 0; i < t.size(); ++i) {
     TensorMapDims& m = p.dims.tmap[i];
     m.arg = t[i].at(0).get<int>();

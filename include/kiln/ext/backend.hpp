@@ -41,6 +41,7 @@ struct CompileRequest {
   std::vector<std::pair<std::string, int64_t>> defines;
   std::vector<ArgSig> args;
   int tensor_maps = 0;  // 128-byte tensor-map parameters after the arguments (cuda)
+  bool workspace = false;  // cuda: a workspace pointer after the tensor maps (the spec's workspace)
   std::vector<std::string> cflags;
   bool pdl = false;     // cuda: the spec's pdl; the compile checks that the entry waits
 };
@@ -59,6 +60,7 @@ struct KernelMeta {
   int spill_bytes = 0;     // spill stores + loads the compiler reported (cuda)
   int max_threads = 0;     // the most threads per block the binary allows (0: not limited)
   int tensor_maps = 0;     // tensor-map parameters the entry takes after the arguments (cuda)
+  bool workspace = false;  // the entry takes a workspace pointer after them (cuda)
   bool operator==(const KernelMeta&) const = default;
 };
 
@@ -108,6 +110,9 @@ struct LaunchDims {
   TensorMapDims tmap[4] = {};
   // cuda: the kernel may start before the previous kernel in its stream ends (the spec's pdl).
   bool pdl = false;
+  // cuda: the bytes of the workspace passed after the tensor maps (the spec's workspace;
+  // nargs is then set), or -1 where the kernel takes none.
+  int64_t workspace = -1;
   // The spec's `cell = true` arguments (nargs is then set): passed as cells within a CellScope.
   int ncell = 0;
   int cell_arg[4] = {0, 0, 0, 0};
@@ -164,6 +169,8 @@ class LaunchPlan {
   std::vector<CompiledExpr> grid_, block_;
   CompiledExpr shared_;
   bool has_shared_ = false;
+  CompiledExpr workspace_;
+  bool has_workspace_ = false;
   std::vector<std::pair<int, CompiledExpr>> zero_;  // (argument, bytes)
   CompiledExpr zero_when_;
   bool has_zero_when_ = false;

@@ -133,6 +133,7 @@ const Driver* Driver::get(std::string* why) {
     bind(h, d->cuIpcCloseMemHandle, "cuIpcCloseMemHandle", &missing);
     bind(h, d->cuStreamBeginCapture, "cuStreamBeginCapture_v2", &missing);
     bind(h, d->cuStreamEndCapture, "cuStreamEndCapture", &missing);
+    bind(h, d->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", nullptr);
     bind(h, d->cuGraphInstantiate, "cuGraphInstantiateWithFlags", &missing);
     bind(h, d->cuGraphLaunch, "cuGraphLaunch", &missing);
     bind(h, d->cuGraphExecDestroy, "cuGraphExecDestroy", &missing);

@@ -118,6 +118,7 @@ enum FuncAttr : int {
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 inline CUstream per_thread_stream() { return reinterpret_cast<CUstream>(0x2); }
 
 // The driver (libcuda.so.1), or why it is not usable.
@@ -170,6 +171,8 @@ struct Driver {
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
   CUresult (*cuStreamBeginCapture)(CUstream, int);
+  // (optional: without it a workspace cannot be made while this thread captures a graph)
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);

@@ -370,6 +370,9 @@ class CudaKernel final : public LoadedKernel {
   [[noreturn]] void failed(CUresult r, const LaunchDims& d);
   void raise_shared(int64_t bytes);
   const CUtensorMap& tensor_map(const TensorMapDims& m, CUdeviceptr p);
+  // The workspace of at least `bytes` (the spec's workspace) of this thread's launches on
+  // stream s, made on first use.
+  CUdeviceptr workspace(int64_t bytes, CUstream s);
   // A launch's parameters as the bytes the kernel receives; false where their sizes are unknown.
   bool param_bytes(void* const* kp, int n, std::vector<unsigned char>& out);
   CudaDevice& dev_;
@@ -381,6 +384,19 @@ class CudaKernel final : public LoadedKernel {
   std::mutex raise_m_;
   std::once_flag sizes_once_;
   std::vector<size_t> param_sizes_;  // per parameter, from the driver; empty if it cannot tell
+  // Workspaces, one for each thread and stream it launches on (a launch owns its workspace
+  // while it runs: launches in one stream never overlap, and a stream-K kernel's flags would
+  // be read by another launch's); every one is kept until the kernel is unloaded (a graph
+  // captured with one may replay it), a larger one replacing a thread's for its later launches.
+  struct Workspace {
+    uint64_t thread;  // the thread's serial (never reused, unlike a std::thread::id)
+    CUstream stream;
+    CUdeviceptr ptr;
+    int64_t bytes;
+  };
+  std::mutex ws_m_;
+  std::vector<Workspace> ws_;
+  const uint64_t serial_;  // tells this kernel from a later one at the same address
 };
 
 class CudaTimer final : public Timer {
@@ -437,6 +453,7 @@ class CudaDevice final : public Device {
     if (hold_flag_) d_->cuMemFreeHost(hold_flag_);
     if (hold_lib_) d_->cuLibraryUnload(hold_lib_);
     if (capture_) d_->cuStreamDestroy(capture_);
+    if (aux_) d_->cuStreamDestroy(aux_);
     if (word_lib_) d_->cuLibraryUnload(word_lib_);
     if (touch_lib_) d_->cuLibraryUnload(touch_lib_);
     d_->cuDevicePrimaryCtxRelease(dev_);
@@ -484,6 +501,33 @@ class CudaDevice final : public Device {
       check(r, "zeroing new memory");
     }
     return reinterpret_cast<void*>(p);
+  }
+  // A kernel's workspace (`what` names the kernel): device memory zeroed before this returns.
+  // It may be asked for while this thread captures a graph (the first launch of the kernel on
+  // this thread being captured): the allocation and the zeroing then stay out of the graph.
+  CUdeviceptr alloc_workspace(size_t bytes, const std::string& what) {
+    ensure_current();
+    int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool exchanged =
+        d_->cuThreadExchangeStreamCaptureMode && d_->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+    const size_t n = (bytes + 255) / 256 * 256;
+    CUdeviceptr p = 0;
+    CUresult r = d_->cuMemAlloc(&p, n);
+    if (r == CUDA_SUCCESS) {
+      {
+        std::lock_guard<std::mutex> g(aux_m_);
+        if (!aux_) r = d_->cuStreamCreate(&aux_, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS) r = d_->cuMemsetD8Async(p, 0, n, aux_);
+        if (r == CUDA_SUCCESS) r = d_->cuStreamSynchronize(aux_);
+      }
+      if (r != CUDA_SUCCESS) {
+        d_->cuMemFree(p);
+        p = 0;
+      }
+    }
+    if (exchanged) d_->cuThreadExchangeStreamCaptureMode(&mode);
+    check(r, fmt::format("making the {} bytes of workspace of {}", bytes, what).c_str());
+    return p;
   }
   void free(void* p) noexcept override {
     if (!p) return;
@@ -891,6 +935,8 @@ class CudaDevice final : public Device {
   CUdeviceptr hold_dev_ = 0;
   std::atomic<uint64_t> hold_tickets_{0};  // the last hold's ticket
   CUstream capture_ = nullptr;
+  std::mutex aux_m_;
+  CUstream aux_ = nullptr;  // zeroes workspaces, outside any stream a thread may be capturing
   std::once_flag word_once_;
   CUlibrary word_lib_ = nullptr;
   CUkernel word_kernel_ = nullptr;
@@ -915,12 +961,49 @@ double CudaTimer::elapsed_ns() {
   return static_cast<double>(ms) * 1e6;
 }
 
+namespace {
+std::atomic<uint64_t> g_kernel_serial{0};
+std::atomic<uint64_t> g_thread_serial{0};
+uint64_t thread_serial() {
+  thread_local const uint64_t serial = ++g_thread_serial;
+  return serial;
+}
+}  // namespace
+
 CudaKernel::CudaKernel(std::string key, KernelMeta meta, CudaDevice& dev, CUlibrary lib, CUkernel k, std::string what)
     : LoadedKernel(std::move(key), std::move(meta)), dev_(dev), drv_(dev.driver()), lib_(lib), k_(k),
-      what_(std::move(what)) {}
+      what_(std::move(what)), serial_(++g_kernel_serial) {}
 
 CudaKernel::~CudaKernel() {
+  for (const Workspace& w : ws_) dev_.free(reinterpret_cast<void*>(w.ptr));
   if (lib_) drv_->cuLibraryUnload(lib_);
+}
+
+CUdeviceptr CudaKernel::workspace(int64_t bytes, CUstream s) {
+  if (bytes <= 0) return 0;
+  // The last workspace this thread used, so that a steady call takes no lock.
+  struct Last {
+    uint64_t kernel = 0;
+    CUstream stream = nullptr;
+    CUdeviceptr ptr = 0;
+    int64_t bytes = 0;
+  };
+  thread_local Last last;
+  if (last.kernel == serial_ && last.stream == s && last.bytes >= bytes) return last.ptr;
+  std::lock_guard<std::mutex> g(ws_m_);
+  const uint64_t me = thread_serial();
+  CUdeviceptr found = 0;
+  int64_t found_bytes = 0;
+  for (const Workspace& w : ws_)
+    if (w.thread == me && w.stream == s && w.bytes >= bytes && (!found || w.bytes > found_bytes))
+      found = w.ptr, found_bytes = w.bytes;
+  if (!found) {
+    found = dev_.alloc_workspace(static_cast<size_t>(bytes), what_);
+    found_bytes = bytes;
+    ws_.push_back({me, s, found, bytes});
+  }
+  last = {serial_, s, found, found_bytes};
+  return found;
 }
 
 void CudaKernel::raise_shared(int64_t bytes) {
@@ -1024,12 +1107,16 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   // outlives the launch (the driver copies the parameters before it returns).
   constexpr int kMaxArgs = 64;
   alignas(128) CUtensorMap maps[4];
-  void* with_maps[kMaxArgs + 4];
+  void* with_maps[kMaxArgs + 5];
   void** kp = const_cast<void**>(params);
   if (d.ntmap != meta().tensor_maps)
     fail(Errc::launch, "{}: the launch passes {} tensor maps, but the entry takes {}", what_, d.ntmap, meta().tensor_maps);
-  if (d.ntmap > 0) {
-    if (d.nargs > kMaxArgs || d.ntmap > 4)
+  if ((d.workspace >= 0) != meta().workspace)
+    fail(Errc::launch, "{}: the launch passes {}workspace, but the entry takes {}", what_, d.workspace >= 0 ? "a " : "no ",
+         meta().workspace ? "one" : "none");
+  CUdeviceptr ws = 0;
+  if (d.ntmap > 0 || meta().workspace) {
+    if (d.nargs > kMaxArgs || d.ntmap > 4 || d.nargs < 0)
       fail(Errc::launch, "{}: {} arguments and {} tensor maps (at most {} and 4)", what_, d.nargs, d.ntmap, kMaxArgs);
     for (int j = 0; j < d.ntmap; ++j)
       if (d.tmap[j].arg < 0 || d.tmap[j].arg >= d.nargs)
@@ -1038,6 +1125,10 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     for (int j = 0; j < d.ntmap; ++j) {
       maps[j] = tensor_map(d.tmap[j], *static_cast<const CUdeviceptr*>(params[d.tmap[j].arg]));
       with_maps[d.nargs + j] = &maps[j];
+    }
+    if (meta().workspace) {
+      ws = workspace(d.workspace, stream_of(s));
+      with_maps[d.nargs + d.ntmap] = &ws;
     }
     kp = with_maps;
   }
@@ -1054,7 +1145,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     }
     GraphNode& node = (*rec->nodes)[rec->cursor];
     thread_local std::vector<unsigned char> bytes;
-    const bool known = param_bytes(kp, d.nargs + d.ntmap, bytes);
+    const bool known = param_bytes(kp, d.nargs + d.ntmap + (meta().workspace ? 1 : 0), bytes);
     if (known && !node.args.empty() && node.dims == dims && node.args == bytes) {
       ++rec->cursor;
       return;
@@ -1116,7 +1207,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
       if (g && drv_->cuGraphGetNodes(g, nullptr, &total) == CUDA_SUCCESS && total > rec->nodes->size() + 1)
         rec->nodes->resize(total - 1, GraphNode{nullptr, nullptr, {}, {}});
       GraphNode node{deps[0], k_, dims, {}};
-      if (!param_bytes(kp, d.nargs + d.ntmap, node.args)) node.args.clear();
+      if (!param_bytes(kp, d.nargs + d.ntmap + (meta().workspace ? 1 : 0), node.args)) node.args.clear();
       rec->nodes->push_back(std::move(node));
     }
     else
@@ -1253,9 +1344,14 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
 )";
     s += fmt::format("using kiln_sig = kiln_check::kiln_sig_of<decltype(&{})>;\n", req.entry);
     s += fmt::format("static_assert(kiln_sig::kiln_count == {}, \"kiln: the entry '{}' does not take the {} arguments the "
-                     "spec lists{}\");\n",
-                     req.args.size() + req.tensor_maps, req.entry, req.args.size(),
-                     req.tensor_maps > 0 ? fmt::format(" and then its {} tensor maps", req.tensor_maps) : "");
+                     "spec lists{}{}\");\n",
+                     req.args.size() + req.tensor_maps + (req.workspace ? 1 : 0), req.entry, req.args.size(),
+                     req.tensor_maps > 0 ? fmt::format(" and then its {} tensor maps", req.tensor_maps) : "",
+                     req.workspace ? " and then its workspace pointer" : "");
+    if (req.workspace)
+      s += fmt::format("static_assert(kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value, \"kiln: parameter {} "
+                       "of the entry is not a pointer (the spec's workspace)\");\n",
+                       req.args.size() + req.tensor_maps, req.args.size() + req.tensor_maps);
     for (int j = 0; j < req.tensor_maps; ++j)
       s += fmt::format("static_assert(sizeof(kiln_sig::kiln_arg<{}>) == 128 && alignof(kiln_sig::kiln_arg<{}>) % 64 == 0 && "
                        "!kiln_check::kiln_is_ptr<kiln_sig::kiln_arg<{}>>::kiln_value, \"kiln: parameter {} of the entry is "
@@ -1359,6 +1455,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
     }
     meta->target = target;
     meta->tensor_maps = req.tensor_maps;
+    meta->workspace = req.workspace;
     b.key = key;
     b.backend = "cuda";
     b.kernel = req.kernel;
