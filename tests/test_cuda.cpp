@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -293,6 +294,36 @@ workspace = "SM_COUNT * 16"
     FAIL() << "a scalar was taken for the workspace";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is not a pointer (the spec's workspace)"), std::string::npos) << e.what();
+  }
+}
+
+// The TMA family's clusters (MC = 2, B multicast to a pair of blocks) and stream-K (SK = 1,
+// with the workspace) compile for every member, at the tiles the large shapes take, with no
+// spill (running them is TheTmaFamilyComputesItsProblemsAtEdgeShapes, on the GPU).
+TEST_F(CudaTest, TheTmaFamilysClustersAndStreamKCompileForEveryMember) {
+  if (nvrtc_missing()) return;
+  Runtime rt(opts);
+  for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
+    KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:" + member);
+    ASSERT_TRUE(s.workspace.has_value());
+    std::vector<Config> cs;
+    std::vector<BinaryFuture> fs;
+    for (const auto& c : s.space.all()) {
+      const bool tile = *c.get("BM") == 128 && *c.get("BN") == 128 && *c.get("STAGES") == 4 && *c.get("SPLIT") == 1 &&
+                        *c.get("MINB") == 1;
+      if (!tile || *c.get("MC") + *c.get("SK") < 2) continue;  // MC = 2 or SK = 1, or both
+      if (!statically_pruned(s, c, rt.backend("cuda").limits()).empty()) continue;  // (ping-pong with SK = 1)
+      cs.push_back(c);
+      fs.push_back(rt.compile_pool("cuda").submit(make_compile_request(s, c)));
+    }
+    EXPECT_GE(cs.size(), 3u) << member;  // MC 2 SK 0 and 1, MC 1 SK 1, and ping-pong with MC 2
+    for (size_t i = 0; i < fs.size(); ++i) {
+      std::shared_ptr<const Binary> b;
+      ASSERT_NO_THROW(b = fs[i].get()) << member << " " << cs[i].str();
+      EXPECT_TRUE(b->meta.workspace);
+      EXPECT_EQ(b->meta.spill_bytes, 0) << member << " " << cs[i].str();
+      EXPECT_EQ(b->meta.local_bytes, 0) << member << " " << cs[i].str();
+    }
   }
 }
 
@@ -904,8 +935,11 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
   struct Shape {
     int64_t M, N, K;
   };
-  const std::vector<Shape> shapes = {{1, 7, 8}, {7, 129, 64}, {129, 9, 136}, {127, 4100, 72},
-                                     {4100, 127, 16}, {1100, 2100, 24}, {300, 520, 4104}};
+  // (stream-K, SK = 1: 1100 x 2100 x 520 is more than a wave of tiles with the last cut along
+  // K, and 300 x 520 x 4104 under a wave, every tile's k-tiles in parts over several blocks;
+  // MC = 2: M of 300 leaves a pair's second tile past M)
+  const std::vector<Shape> shapes = {{1, 7, 8},      {7, 129, 64},    {129, 9, 136},     {127, 4100, 72},
+                                     {4100, 127, 16}, {1100, 2100, 24}, {1100, 2100, 520}, {300, 520, 4104}};
   Runtime rt(opts);
   Backend& be = rt.backend("cuda");
   for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
@@ -919,6 +953,81 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
                               gemm_reference(call.host("A"), call.host(gated ? "Bg" : "B"), call.host("Bu"),
                                              call.host("R"), sh.M, sh.N, sh.K, 1e-2, false));
     }
+  }
+}
+
+// Stream-K's workspace (the TMA family's SK = 1): kiln keeps one for each thread and stream,
+// made on the first launch, here one being captured into a graph; the graph replays with the
+// one it was captured with, beside direct launches that use another; and two threads launching
+// at once each use their own (a shared one would let one launch read the other's parts, or
+// wait for a flag the other reset). Every run writes a C first filled with junk, checked
+// against a float64 reference; at both shapes every tile is cut along K over several blocks.
+TEST_F(CudaTest, AStreamKWorkspaceServesGraphsDirectLaunchesAndThreadsAtOnce) {
+  NEEDS_GPU();
+  Runtime rt(opts);
+  Backend& be = rt.backend("cuda");
+  Device& dev = be.device();
+  const KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:bf16_nt");
+  const int c_arg = s.arg_index("C");
+  for (const int mc : {1, 2}) {
+    std::optional<Config> cfg;
+    for (const auto& c : s.space.all())
+      if (*c.get("BM") == 128 && *c.get("BN") == 128 && *c.get("STAGES") == 4 && *c.get("SPLIT") == 1 &&
+          *c.get("MINB") == 1 && *c.get("PINGPONG") == 0 && *c.get("MC") == mc && *c.get("SK") == 1)
+        cfg = c;
+    ASSERT_TRUE(cfg.has_value());
+    SCOPED_TRACE(cfg->str());
+    std::shared_ptr<LoadedKernel> k = rt.load(*rt.compile_pool("cuda").submit(make_compile_request(s, *cfg)).get());
+    GemmCall a(s, 1100, 2100, 520, dev), b(s, 1000, 2100, 776, dev);
+    struct Run {
+      GemmCall& call;
+      LaunchDims dims;
+      GemmReference ref;
+    };
+    auto run_of = [&](GemmCall& c) {
+      std::vector<int64_t> slots(s.args.size());
+      read_int_slots(s, c.args.params(), slots.data());
+      EXPECT_EQ(Tuner::why_not(s, *cfg, slots.data(), be.limits()), "");
+      return Run{c, LaunchPlan(s, *cfg, be.limits()).eval(slots.data()),
+                 gemm_reference(c.host("A"), c.host("B"), {}, {}, c.M, c.N, c.K, 1e-2, false)};
+    };
+    Run ra = run_of(a), rb = run_of(b);
+    EXPECT_GT(ra.dims.workspace, 0);
+    auto junk = [&](Run& r) {
+      const std::vector<std::byte> j(r.ref.want.size() * 2, std::byte{0x7f});
+      dev.to_device(r.call.args.buffer(static_cast<size_t>(c_arg)), j.data(), j.size(), nullptr);
+      dev.sync(nullptr);
+    };
+    auto check = [&](Run& r, const char* what) {
+      SCOPED_TRACE(what);
+      EXPECT_EQ(count_outside(r.call.host("C"), r.ref, r.call.N), 0u);
+    };
+    // Captured before any launch of it on this thread: its workspace is made inside the capture.
+    std::unique_ptr<Graph> g = dev.capture([&](Stream st) { k->launch(ra.call.args.params(), ra.dims, st); });
+    ASSERT_TRUE(g);
+    for (int i = 0; i < 3; ++i) {
+      junk(ra);
+      g->launch(nullptr);
+      dev.sync(nullptr);
+      check(ra, "a graph's replay");
+    }
+    junk(ra);
+    k->launch(ra.call.args.params(), ra.dims, nullptr);
+    dev.sync(nullptr);
+    check(ra, "a direct launch");
+    // Two threads at once, each on its own stream, five launches each with no wait between.
+    junk(ra);
+    junk(rb);
+    auto loop = [&](Run& r) {
+      dev.bind();
+      for (int i = 0; i < 5; ++i) k->launch(r.call.args.params(), r.dims, nullptr);
+      dev.sync(nullptr);
+    };
+    std::thread t1(loop, std::ref(ra)), t2(loop, std::ref(rb));
+    t1.join();
+    t2.join();
+    check(ra, "thread 1");
+    check(rb, "thread 2");
   }
 }
 

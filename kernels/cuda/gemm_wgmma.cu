@@ -673,20 +673,40 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
 // ================= the TMA kernel (kernels/cuda/gemm_tma.toml) =================
 // The same consumers and epilogue, with these changes:
 //   - Tiles are loaded by TMA: one producer thread issues cp.async.bulk.tensor copies of the
-//     A and B boxes (BM x 64 and BN x 64 elements) through the tensor maps kiln passes after
-//     the arguments, with SWIZZLE_128B, which writes exactly the K-major layout the wgmma
+//     A and B boxes (BM x 64 and BN / MC x 64 elements) through the tensor maps kiln passes
+//     after the arguments, with SWIZZLE_128B, which writes exactly the K-major layout the wgmma
 //     descriptors describe; the stage's `full` mbarrier (count 1) completes when the bytes
 //     have landed (expect_tx). Out-of-bounds rows and k columns read as zero, so M, N and the
 //     K tail need no code.
-//   - Persistent: min(tiles, SM_COUNT x MINB) blocks, block b takes tiles b, b + grid, ... in
-//     the GROUP_M raster; the ring runs on across tiles, so the producer loads the next
-//     tile's k-tiles while the consumers store the last one. The epilogue stages through
-//     its own shared memory (WG_SLAB a consumer: 2 bytes an element, 4 for the residual's
-//     fp32 sums) after the ring.
+//   - Persistent: min(units, SM_COUNT x MINB / MC) workers (a block, or a cluster of MC
+//     blocks), worker w takes units w, w + workers, ... in the GROUP_M raster of units; the
+//     ring runs on across units, so the producer loads the next unit's k-tiles while the
+//     consumers store the last one. The epilogue stages through its own shared memory
+//     (WG_SLAB a consumer: 2 bytes an element, 4 for the residual's fp32 sums) after the ring.
+//   - MC = 2: a worker is a cluster of two blocks and a unit is two tiles one above the other
+//     (rows bm and bm + BM, the same columns), one a block. Each block loads its own A tile
+//     and half of the B tile they share, multicast to both blocks' shared memory, so B is read
+//     from L2 once for two tiles. A stage is free again once the consumers of both blocks have
+//     released it (each consumer warpgroup arrives on both blocks' `empty` barrier); a block
+//     whose tile is past M computes zeros and stores nothing.
+//   - SK = 1 (stream-K on the last wave): where the units do not divide into whole waves of
+//     workers, the last S units (the remainder and one whole wave; all of them when there is
+//     less than a wave) are not taken whole: their k-tiles, S x KT in all, are cut into one
+//     contiguous range a worker, units before k-tiles (WgWork says in which order a worker
+//     takes its range's items). A unit's part that does not reach its last k-tile is written
+//     to the workspace as fp32 (one slot a block) and flagged; the worker holding the unit's
+//     last k-tile adds the parts of the workers below it (in a fixed order: deterministic)
+//     and runs the epilogue. Waits are only ever on workers of lower index, for items that
+//     never wait, so the waits form no cycle: the kernel finishes wherever its blocks run at
+//     once (one block an SM for the grid kiln launches), or are started in index order. The
+//     flags are set back to 0 by the block that read them. Workspace: 4096 bytes of flags (a
+//     word a block), then a slot of BM x BN x WEIGHTS floats a block. kiln keeps one a thread
+//     and stream (docs/spec.md): launches that may run at once on one workspace (a graph
+//     replayed on two streams at once) are not supported.
 //   - SPLIT > 1: not persistent; a block a tile and a K slice, a cluster of SPLIT blocks a
 //     tile, whose fp32 partial tiles are summed through distributed shared memory as in the
 //     wgmma kernel (the ring is free by then, and holds them).
-//   - PINGPONG = 1: the two consumer warpgroups take the block's tiles in turn, each a whole
+//   - PINGPONG = 1: the two consumer warpgroups take the block's units in turn, each a whole
 //     BM x BN tile, so one's epilogue runs while the other's wgmmas do (cooperative, 0: both
 //     share every tile, BM / 2 rows each). The ring holds the tiles' k-tiles in order; a
 //     consumer steps over the other's, and each stage is released by the one that used it.
@@ -694,7 +714,20 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
 //     the other has passed all its waits on the previous tile's stages. Otherwise a consumer
 //     that ran a ring cycle ahead would read a `full` barrier's parity of a phase not yet
 //     begun as done.
+#ifndef MC
+#define MC 1  // blocks a cluster sharing B by multicast: 1 or 2
+#endif
+#ifndef SK
+#define SK 0  // 1: stream-K over the last wave's units
+#endif
 static_assert(GEMM_B_NT && (SPLIT == 1 || !PINGPONG), "the TMA kernel: nt problems; split K cooperative only");
+static_assert(MC == 1 || (MC == 2 && SPLIT == 1), "MC is 1, or 2 without split K");
+static_assert(!SK || (SPLIT == 1 && !PINGPONG), "stream-K: cooperative consumers, no split K");
+#if MC > 1
+#define WG_TMA_CLUSTER __cluster_dims__(MC, 1, 1)
+#else
+#define WG_TMA_CLUSTER WG_CLUSTER
+#endif
 struct __align__(64) wg_tmap {
   unsigned long long opaque[16];  // a CUtensorMap
 };
@@ -709,39 +742,213 @@ __device__ __forceinline__ void wg_tma_load(unsigned dst, const wg_tmap* map, un
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
+// The same box to shared address dst of every block of the cluster in `mask`, each block's
+// `bar` (at the same address) counting its bytes.
+__device__ __forceinline__ void wg_tma_load_mc(unsigned dst, const wg_tmap* map, unsigned bar, int c0, int c1,
+                                               unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
 __device__ __forceinline__ void wg_tma_prefetch(const wg_tmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
+// An arrival on the mbarrier at shared address `bar` of the cluster's block `rank` (release at
+// the CTA's scope, as a local arrival: it orders this thread's reads of the stage, which the
+// wgmmas already finished, before the refill; a cluster-scope release would wait for every
+// earlier access of the thread to reach the cluster, on every k-tile).
+__device__ __forceinline__ void wg_mbar_arrive_remote(unsigned bar, unsigned rank) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(ptx_map_rank(bar, rank)) : "memory");
+}
 
-extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
+// The units of the problem (MC tiles one above the other) in the GROUP_M raster, and the
+// work of one worker: first its whole units, then (SK) its range of the stream-K units'
+// k-tiles: the units the range covers whole, then the start of the last unit it reaches
+// (k-tiles [0, c), a part for a later worker to add), then the end of the first (k-tiles
+// [a, kt), whose worker adds the earlier parts; or the middle, a part). So every worker takes
+// its whole units at the same k at the same time, as in a wave, and the starts of units at k
+// = 0 together after them: units that share A rows or B columns read them from L2 at about
+// the same time (walked in range order, each worker's k was off the others' by a different
+// amount, and the long-K shapes read the operands from memory again). A part is done before
+// its adder needs it: the adder's end comes last in its range, and a worker's part comes
+// before its own end.
+struct WgItem {
+  long long unit;
+  int k0, k1;  // the unit's k-tiles [k0, k1) of kt
+};
+struct WgWork {
+  long long units_m, tiles_n, units;
+  long long whole;       // units [0, whole) are taken whole; the rest stream-K
+  long long next, step;  // the worker's next whole unit, and the stride
+  long long workers;
+  int kt;                // k-tiles a unit
+  // The stream-K range's items, in units of the stream-K units (unit whole + j): its whole
+  // units [sk_next, sk_end), then its last unit's start [0, start_k1) (none: 0), then its
+  // first unit's end or middle [head_k0, head_k1) (none: head_k1 == 0).
+  long long sk_next = 0, sk_end = 0, start_unit = 0, head_unit = 0;
+  int start_k1 = 0, head_k0 = 0, head_k1 = 0;
+  __device__ __forceinline__ WgWork(long long M, long long N, int ktiles, long long w, long long nworkers) {
+    units_m = ((M + BM - 1) / BM + MC - 1) / MC;
+    tiles_n = (N + BN - 1) / BN;
+    units = units_m * tiles_n;
+    kt = ktiles;
+    workers = nworkers;
+    next = w;
+    step = nworkers;
+    whole = units;
+#if SK
+    const long long waves = units / nworkers, rest = units % nworkers;
+    const long long sk = rest == 0 || ktiles == 0 ? 0 : waves >= 1 ? rest + nworkers : rest;
+    whole = units - sk;
+    const long long lo = range_start(w), hi = range_start(w + 1);
+    if (hi > lo) {
+      const long long first = lo / kt, a = lo % kt;
+      sk_next = a == 0 ? first : first + 1;
+      sk_end = hi / kt;
+      if (sk_end < sk_next) sk_end = sk_next;  // (a range inside one unit: its middle only)
+      if (hi % kt != 0 && hi / kt >= sk_next) {
+        start_unit = hi / kt;
+        start_k1 = static_cast<int>(hi % kt);
+      }
+      if (a != 0) {
+        head_unit = first;
+        head_k0 = static_cast<int>(a);
+        head_k1 = static_cast<int>(hi - first * kt < kt ? hi - first * kt : kt);
+      }
+    }
+#endif
+  }
+  // Where worker w's stream-K range starts (the ranges cover [0, (units - whole) kt) in order).
+  __device__ __forceinline__ long long range_start(long long w) const { return w * ((units - whole) * kt) / workers; }
+  // f(w) for each worker w below `me` whose range holds k-tiles of the stream-K unit whose
+  // first k-tile is `base` (its parts), nearest first.
+  template <class F>
+  __device__ __forceinline__ void parts_below(long long me, long long base, F&& f) const {
+    for (long long w = me - 1; w >= 0 && range_start(w + 1) > base; --w)
+      if (range_start(w) != range_start(w + 1)) f(w);  // (not an empty range)
+  }
+  __device__ __forceinline__ bool take(WgItem& it) {
+    if (next < whole) {
+      it.unit = next;
+      it.k0 = 0;
+      it.k1 = kt;
+      next += step;
+      return true;
+    }
+    if (sk_next < sk_end) {
+      it.unit = whole + sk_next++;
+      it.k0 = 0;
+      it.k1 = kt;
+      return true;
+    }
+    if (start_k1 > 0) {
+      it.unit = whole + start_unit;
+      it.k0 = 0;
+      it.k1 = start_k1;
+      start_k1 = 0;
+      return true;
+    }
+    if (head_k1 > 0) {
+      it.unit = whole + head_unit;
+      it.k0 = head_k0;
+      it.k1 = head_k1;
+      head_k1 = 0;
+      return true;
+    }
+    return false;
+  }
+  // Block `rank`'s tile of unit u: bm, bn.
+  __device__ __forceinline__ void tile(long long u, unsigned rank, long long& bm, long long& bn) const {
+    const long long group = static_cast<long long>(GROUP_M) * tiles_n;
+    const long long first_m = u / group * GROUP_M;
+    const long long group_m = units_m - first_m < GROUP_M ? units_m - first_m : GROUP_M;
+    bm = ((first_m + (u % group) % group_m) * MC + rank) * BM;
+    bn = ((u % group) / group_m) * BN;
+  }
+};
+
+#if SK
+__device__ __forceinline__ unsigned wg_ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void wg_st_release(unsigned* p, unsigned v) {
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void wg_st_cg_f4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.cg.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ float4 wg_ld_cg_f4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+#define WG_ACC (WG_MI * WG_NSUB * WG_NI / 2)  // fp32 accumulators a consumer thread
+#define WG_SK_FLAGS 4096                       // bytes of flags before the slots: a word a block, 1024 blocks
+// f(p, a, b, c, d) for each group of 4 accumulators of consumer thread ct (of NT) with its
+// place p in a block's slot: group q at slot + (q NT + ct) 4 floats, so that the threads'
+// accesses to one group are coalesced.
+template <int NT, class F>
+__device__ __forceinline__ void wg_slot_groups(float (&acc)[WG_MI][WG_NSUB][WG_NI / 2], float* slot, int ct, F&& f) {
+#pragma unroll
+  for (int mi = 0; mi < WG_MI; ++mi)
+#pragma unroll
+    for (int ns = 0; ns < WG_NSUB; ++ns)
+#pragma unroll
+      for (int e = 0; e < WG_NI / 2; e += 4) {
+        const int q = ((mi * WG_NSUB + ns) * (WG_NI / 2) + e) / 4;
+        f(slot + (static_cast<long long>(q) * NT + ct) * 4, acc[mi][ns][e], acc[mi][ns][e + 1], acc[mi][ns][e + 2],
+          acc[mi][ns][e + 3]);
+      }
+}
+#endif
+
+extern "C" __global__ void WG_TMA_CLUSTER __launch_bounds__(WG_NT, MINB)
     gemm(GEMM_PARAMS, const __grid_constant__ wg_tmap tmA, const __grid_constant__ wg_tmap tmB0
 #if GEMM_GATED
          , const __grid_constant__ wg_tmap tmB1
 #endif
-    ) {
+         , unsigned char* __restrict__ ws) {
   extern __shared__ unsigned char wg_smem[];
   __shared__ __align__(8) unsigned long long wg_bars[2 * STAGES];  // full[STAGES], empty[STAGES]
   const unsigned sbase = (wg_smem_u32(wg_smem) + 1023u) & ~1023u;  // the spec's `shared` has 1 KiB to spare
   const unsigned full0 = wg_smem_u32(wg_bars), empty0 = full0 + 8 * STAGES;
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 the producer, 1 .. NC the consumers
-  const long long tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   const GemmKSlice kslice = gemm_k_slice(K, WG_BK);  // all of K where SPLIT = 1
   const long long kbeg = kslice.beg;
-  const int ktiles = kslice.tiles;
+#if MC > 1
+  const unsigned rank = ptx_cluster_rank();
+#else
+  const unsigned rank = 0;
+#endif
+  WgWork work(M, N, kslice.tiles, blockIdx.x / MC, gridDim.x / MC);
 #if SPLIT > 1
-  if (gridDim.x < tiles) __trap();  // split K takes one tile a block: both sides reach two cluster barriers
+  if (gridDim.x < work.units) __trap();  // split K takes one tile a block: both sides reach two cluster barriers
+#endif
+#if SK
+  if (gridDim.x > WG_SK_FLAGS / 4) __trap();  // a flag a block
+#else
+  (void)ws;
 #endif
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      wg_mbar_init(full0 + 8 * s, 1);                      // the producer's expect_tx; TMA completes the bytes
-      wg_mbar_init(empty0 + 8 * s, PINGPONG ? 1 : WG_NC);  // one arrival a consumer warpgroup using it
+      wg_mbar_init(full0 + 8 * s, 1);  // the producer's expect_tx; TMA completes the bytes
+      // one arrival a consumer warpgroup using it, of each block it was loaded into
+      wg_mbar_init(empty0 + 8 * s, (PINGPONG ? 1 : WG_NC) * MC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+#if MC > 1
+  ptx_cluster_sync();  // the other block's barriers are set before any copy or arrival reaches them
+#else
   __syncthreads();
+#endif
 
   if (wg == 0) {
     // ================= producer: one thread issues the TMA copies =================
@@ -756,19 +963,30 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
 #endif
       int s = 0;
       unsigned ph = 0;
-      long long it = 0;  // k-tiles issued by this block, over all its tiles
-      for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      long long it = 0;  // k-tiles issued by this block, over all its items
+      WgItem item;
+      while (work.take(item)) {
         long long bm, bn;
-        gemm_tile_of(tile, M, N, bm, bn);
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        work.tile(item.unit, rank, bm, bn);
+        for (int kt = item.k0; kt < item.k1; ++kt, ++it) {
           if (it >= STAGES) wg_mbar_wait(empty0 + 8 * s, ph ^ 1);  // the consumers are done with the stage
           const unsigned full = full0 + 8 * s, dst = sbase + s * WG_STAGE_BYTES;
           const int k0 = static_cast<int>(kbeg) + kt * WG_BK;
           wg_mbar_expect_tx(full, WG_STAGE_BYTES);  // whole boxes, zero-filled ones included
           wg_tma_load(dst, &tmA, full, k0, static_cast<int>(bm));
+#if MC == 1
           wg_tma_load(dst + WG_A_BYTES, &tmB0, full, k0, static_cast<int>(bn));
 #if GEMM_GATED
           wg_tma_load(dst + WG_A_BYTES + BN * 128, &tmB1, full, k0, static_cast<int>(bn));
+#endif
+#else
+          // this block's rows of the B tile, to both blocks
+          const unsigned half = rank * (BN / MC) * 128;
+          const int brow = static_cast<int>(bn) + static_cast<int>(rank) * (BN / MC);
+          wg_tma_load_mc(dst + WG_A_BYTES + half, &tmB0, full, k0, brow, (1u << MC) - 1);
+#if GEMM_GATED
+          wg_tma_load_mc(dst + WG_A_BYTES + BN * 128 + half, &tmB1, full, k0, brow, (1u << MC) - 1);
+#endif
 #endif
           if (++s == STAGES) s = 0, ph ^= 1;
         }
@@ -780,7 +998,7 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
     ptx_cluster_sync();  // and read by the whole cluster
 #endif
   } else {
-    // ================= consumers: wgmma, then the epilogue, a tile at a time =================
+    // ================= consumers: wgmma, then the epilogue, an item at a time =================
 #if WG_NC == 2
     wg_regs_consumer();
 #endif
@@ -790,27 +1008,31 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
     const unsigned stg = sbase + STAGES * WG_STAGE_BYTES + cw * WG_SLAB;  // this consumer's epilogue slab
     int s = 0;
     unsigned ph = 0;
+    WgItem item;
 #if PINGPONG
     // The ring position of this consumer's first k-tile: the other consumer's tile comes first.
+    const int ktiles = work.kt;
     const long long skip = static_cast<long long>(ktiles) * cw;
     s = static_cast<int>(skip % STAGES);
     ph = static_cast<unsigned>(skip / STAGES) & 1u;
-    for (long long tile = blockIdx.x + cw * gridDim.x; tile < tiles; tile += 2 * gridDim.x) {
+    long long mine = 0;  // tiles this consumer has taken before this one
+    if (cw == 1) work.take(item);  // the other consumer's first
+    for (; work.take(item); ++mine) {
 #else
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    while (work.take(item)) {
 #endif
       long long bm, bn;
-      gemm_tile_of(tile, M, N, bm, bn);
+      work.tile(item.unit, rank, bm, bn);
 #if PINGPONG
       // Wait for the other consumer's main loop over the previous tile (none before the first).
       if (cw == 1)
         wg_named_bar<4, 256>();
-      else if (tile >= 2 * static_cast<long long>(gridDim.x))
+      else if (mine > 0)
         wg_named_bar<5, 256>();
 #endif
       float acc[WG_MI][WG_NSUB][WG_NI / 2];  // set by the first k-tile's wgmmas (scale-d 0)
       int prev = 0;
-      for (int kt = 0; kt < ktiles; ++kt) {
+      for (int kt = item.k0; kt < item.k1; ++kt) {
         wg_mbar_wait(full0 + 8 * s, ph);
         const unsigned sa = sbase + s * WG_STAGE_BYTES + a_off;
         const unsigned sb = sbase + s * WG_STAGE_BYTES + WG_A_BYTES;
@@ -823,17 +1045,22 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
             for (int ns = 0; ns < WG_NSUB; ++ns) {
               const unsigned long long da = wg_desc(sa + mi * 64 * 128 + kk * 32, 16, 1024);
               const unsigned long long db = wg_desc(sb + ns * WG_NI * 128 + kk * 32, 16, 1024);
-              wg_mma(acc[mi][ns], da, db, kt > 0 || kk > 0);
+              wg_mma(acc[mi][ns], da, db, kt > item.k0 || kk > 0);
             }
         wg_mma_commit();
         wg_mma_wait<1>();  // the previous k-tile's wgmmas are complete: release its stage
-        if (kt > 0 && t == 0) wg_mbar_arrive(empty0 + 8 * prev);
+        if (kt > item.k0 && t == 0) {
+          wg_mbar_arrive(empty0 + 8 * prev);
+#if MC > 1
+          wg_mbar_arrive_remote(empty0 + 8 * prev, rank ^ 1u);
+#endif
+        }
         prev = s;
         if (++s == STAGES) s = 0, ph ^= 1;
       }
 #if PINGPONG
       // This main loop is past its waits: the other consumer's next tile may begin, if it has one.
-      if (tile + gridDim.x < tiles) {
+      if (item.unit + work.step < work.whole) {
         if (cw == 0)
           wg_named_arrive<4, 256>();
         else
@@ -841,21 +1068,73 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
       }
 #endif
       wg_mma_wait<0>();
-      if (ktiles > 0 && t == 0) wg_mbar_arrive(empty0 + 8 * prev);  // the tile's last stage
+      if (item.k1 > item.k0 && t == 0) {  // the item's last stage
+        wg_mbar_arrive(empty0 + 8 * prev);
+#if MC > 1
+        wg_mbar_arrive_remote(empty0 + 8 * prev, rank ^ 1u);
+#endif
+      }
 #pragma unroll
       for (int mi = 0; mi < WG_MI; ++mi)
 #pragma unroll
         for (int ns = 0; ns < WG_NSUB; ++ns)
 #pragma unroll
           for (int e = 0; e < WG_NI / 2; ++e) {
-            if (ktiles == 0) acc[mi][ns][e] = 0.f;  // K = 0
+            if (item.k1 == item.k0) acc[mi][ns][e] = 0.f;  // K = 0
             wg_fence_reg(acc[mi][ns][e]);
           }
 #if PINGPONG
-      // Step over the other consumer's tile (ktiles stages; STAGES x 2 positions a parity cycle).
+      // Step over the other consumer's tile (ktiles stages; STAGES x 2 positions a parity cycle),
+      // and its item.
       const int adv = ktiles % (2 * STAGES);
       for (int i = 0; i < adv; ++i)
         if (++s == STAGES) s = 0, ph ^= 1;
+      {
+        WgItem other;
+        work.take(other);
+      }
+#endif
+#if SK
+      {
+        constexpr int NT = WG_NC * 128;  // consumer threads
+        const int ct = tid - 128;
+        float* const slots = reinterpret_cast<float*>(ws + WG_SK_FLAGS);
+        unsigned* const flags = reinterpret_cast<unsigned*>(ws);
+        if (item.k1 < work.kt) {
+          // A part that does not reach the unit's last k-tile: to this block's slot, then flagged.
+          wg_slot_groups<NT>(acc, slots + static_cast<long long>(blockIdx.x) * NT * WG_ACC, ct,
+                             [](float* p, float& a, float& b, float& c, float& d) { wg_st_cg_f4(p, a, b, c, d); });
+          wg_named_bar<1, NT>();  // every consumer thread's part is written
+          if (ct == 0) wg_st_release(flags + blockIdx.x, 1u);
+          continue;
+        }
+        if (item.k0 > 0) {
+          // The unit's last part: add the parts of the workers below this one that hold the
+          // unit's earlier k-tiles, nearest first.
+          const long long base = (item.unit - work.whole) * work.kt;  // the unit's first k-tile in the ranges
+          if (ct == 0)
+            work.parts_below(blockIdx.x / MC, base, [&](long long w) {
+              unsigned* const f = flags + w * MC + rank;
+#ifdef GEMM_WGMMA_WAIT_LIMIT
+              long long n = 0;
+              while (wg_ld_acquire(f) == 0)
+                if (++n > (long long)(GEMM_WGMMA_WAIT_LIMIT)) __trap();
+#else
+              while (wg_ld_acquire(f) == 0) {
+              }
+#endif
+              *f = 0;  // read once, by this block only: ready for the next launch
+            });
+          wg_named_bar<1, NT>();  // the parts are all written
+          work.parts_below(blockIdx.x / MC, base, [&](long long w) {
+            wg_slot_groups<NT>(acc, slots + (w * MC + rank) * NT * WG_ACC, ct,
+                               [](float* p, float& a, float& b, float& c, float& d) {
+                                 const float4 v = wg_ld_cg_f4(p);
+                                 a += v.x, b += v.y, c += v.z, d += v.w;
+                               });
+          });
+        }
+      }
 #endif
 #if SPLIT > 1
       (void)stg;
@@ -866,5 +1145,9 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB)
 #endif
     }
   }
+#if MC > 1
+  __syncwarp();
+  ptx_cluster_sync();  // no block leaves while the other may still copy into it or arrive on its barriers
+#endif
 }
 #endif  // WG_TMA
