@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The table of bench/gpu/tma_vs_cublas.sh: tma_summary.py RESULTS_DIR
 
-Per shape (M x N x K), from each family's `kiln tune --json` record: the best template of
-the TMA family and of the wgmma family, and the best of cuBLASLt's ranked algorithms timed
-in the same tuning (the TMA family's), in ms; then the ratios template / cuBLASLt (below 1:
-the template is faster), their geometric mean and worst.
+Per shape (M x N x K), from the TMA family's `kiln tune --json` record (and the wgmma
+family's, where it was tuned too): the best of cuBLASLt's ranked algorithms timed in the same
+tuning, in ms; then the best TMA template over it (below 1: the template is faster), among
+the whole space ("all"), without the clusters and stream-K ("base": MC = 1, SK = 0), with
+the clusters only ("+MC": SK = 0) and with stream-K only ("+SK": MC = 1); the wgmma family's
+best over the same; their geometric means and worst.
 """
 import glob
 import json
@@ -13,8 +15,9 @@ import os
 import sys
 
 
-def best(rec, library):
-    ns = [c["ns"] for c in rec.get("configs", []) if c.get("ns") and ("library" in c["params"]) == library]
+def best(rec, library, keep=lambda p: True):
+    ns = [c["ns"] for c in rec.get("configs", [])
+          if c.get("ns") and ("library" in c["params"]) == library and (library or keep(c["params"]))]
     return min(ns) if ns else None
 
 
@@ -23,7 +26,15 @@ def config_of(rec):
     if not b:
         return "-"
     c = min(b, key=lambda c: c["ns"])
-    return " ".join(f"{k}={v}" for k, v in c["params"].items() if k in ("BM", "BN", "STAGES", "MINB", "PINGPONG", "SPLIT"))
+    return " ".join(f"{k}={v}" for k, v in c["params"].items() if k != "GROUP_M")
+
+
+COLUMNS = [
+    ("all", lambda p: True),
+    ("base", lambda p: p.get("MC", 1) == 1 and p.get("SK", 0) == 0),
+    ("+MC", lambda p: p.get("SK", 0) == 0),
+    ("+SK", lambda p: p.get("MC", 1) == 1),
+]
 
 
 def main():
@@ -33,26 +44,38 @@ def main():
         shape = os.path.basename(p)[4:-5]
         try:
             tma = json.load(open(p))
-            wg = json.load(open(os.path.join(d, f"wgmma_{shape}.json")))
         except (OSError, ValueError):
             continue
-        t, w, lib = best(tma, False), best(wg, False), best(tma, True)
-        lib_w = best(wg, True)
-        if None in (t, w, lib):
+        try:
+            wg = json.load(open(os.path.join(d, f"wgmma_{shape}.json")))
+        except (OSError, ValueError):
+            wg = None
+        lib = best(tma, True)
+        t = [best(tma, False, keep) for _, keep in COLUMNS]
+        if lib is None or t[0] is None:
             continue
-        rows.append((shape.replace("_", " x "), t, w, lib, lib_w, config_of(tma)))
-    print(f"{'M x N x K':>22} {'tma ms':>9} {'wgmma ms':>9} {'cublasLt':>9} {'tma/lt':>7} {'wgmma/lt':>8} {'best/lt':>7}  tma config")
-    rt, rb = [], []
-    for shape, t, w, lib, lib_w, cfg in rows:
-        a, b = t / lib, min(t, w) / lib
-        rt.append(a)
-        rb.append(b)
-        print(f"{shape:>22} {t/1e6:9.4f} {w/1e6:9.4f} {lib/1e6:9.4f} {a:7.3f} {w/lib:8.3f} {b:7.3f}  {cfg}"
-              + (f"  (cuBLASLt in the wgmma tuning: {lib_w/1e6:.4f})" if lib_w else ""))
-    if rt:
-        g = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))
-        print(f"tma template / cuBLASLt: geomean {g(rt):.3f}, worst {max(rt):.3f}; "
-              f"best template of either family / cuBLASLt: geomean {g(rb):.3f}, worst {max(rb):.3f} ({len(rt)} shapes)")
+        rows.append((shape.replace("_", " x "), lib, t, best(wg, False) if wg else None, config_of(tma)))
+    head = " ".join(f"{n + '/lt':>8}" for n, _ in COLUMNS)
+    print(f"{'M x N x K':>22} {'lt ms':>8} {'tma ms':>8} {head} {'wgmma/lt':>8}  best tma config")
+    ratios = [[] for _ in COLUMNS]
+    wr = []
+    for shape, lib, t, w, cfg in rows:
+        cells = []
+        for i, x in enumerate(t):
+            if x is None:
+                cells.append(f"{'-':>8}")
+            else:
+                ratios[i].append(x / lib)
+                cells.append(f"{x / lib:8.3f}")
+        if w:
+            wr.append(w / lib)
+        print(f"{shape:>22} {lib/1e6:8.4f} {t[0]/1e6:8.4f} {' '.join(cells)} {(f'{w/lib:8.3f}' if w else f'{chr(45):>8}')}  {cfg}")
+    g = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))
+    for (name, _), r in zip(COLUMNS, ratios):
+        if r:
+            print(f"tma {name} / cuBLASLt: geomean {g(r):.3f}, worst {max(r):.3f}, best {min(r):.3f} ({len(r)} shapes)")
+    if wr:
+        print(f"wgmma / cuBLASLt: geomean {g(wr):.3f}, worst {max(wr):.3f} ({len(wr)} shapes)")
 
 
 if __name__ == "__main__":
