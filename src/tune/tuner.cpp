@@ -146,6 +146,7 @@ void each_check_expr(const KernelSpec& s, F&& f) {
   for (const auto& e : s.grid) f(e);
   for (const auto& e : s.block) f(e);
   if (s.shared) f(*s.shared);
+  if (s.workspace) f(*s.workspace);
   if (s.zero_when) f(*s.zero_when);
   for (const auto& m : s.tensor_maps)
     for (const Expr* e : {&m.rows, &m.cols, &m.pitch, &m.box_rows, &m.box_cols}) f(*e);

@@ -206,7 +206,9 @@ class LoadedKernel {
   // variant can run a call ("" when it can, else why not), the scratch bytes
   // it needs for it, then launch() on a stream. A compiled template answers
   // through its spec (constraints and launch limits: Tuner::why_not); a
-  // library call through the library's own rules.
+  // library call through the library's own rules. (A compiled kernel's spec
+  // workspace is the backend's to keep, made on its first launch on a stream;
+  // workspace_bytes does not count it.)
   virtual std::string can_implement(void* const* params) const {
     static_cast<void>(params);
     return "";

@@ -370,8 +370,8 @@ class CudaKernel final : public LoadedKernel {
   [[noreturn]] void failed(CUresult r, const LaunchDims& d);
   void raise_shared(int64_t bytes);
   const CUtensorMap& tensor_map(const TensorMapDims& m, CUdeviceptr p);
-  // The workspace of at least `bytes` (the spec's workspace) of this thread's launches on
-  // stream s, made on first use.
+  // The workspace of at least `bytes` (the spec's workspace) of the launches on stream s (of
+  // this thread's, for the per-thread and the legacy default streams), made on first use.
   CUdeviceptr workspace(int64_t bytes, CUstream s);
   // A launch's parameters as the bytes the kernel receives; false where their sizes are unknown.
   bool param_bytes(void* const* kp, int n, std::vector<unsigned char>& out);
@@ -384,12 +384,13 @@ class CudaKernel final : public LoadedKernel {
   std::mutex raise_m_;
   std::once_flag sizes_once_;
   std::vector<size_t> param_sizes_;  // per parameter, from the driver; empty if it cannot tell
-  // Workspaces, one for each thread and stream it launches on (a launch owns its workspace
-  // while it runs: launches in one stream never overlap, and a stream-K kernel's flags would
-  // be read by another launch's); every one is kept until the kernel is unloaded (a graph
-  // captured with one may replay it), a larger one replacing a thread's for its later launches.
+  // Workspaces, one for each stream the kernel is launched on, and for each thread that
+  // launches it on a default stream (a launch owns its workspace while it runs: launches in
+  // one stream never overlap, and a stream-K kernel's flags would be read by another launch's);
+  // every one is kept until the kernel is unloaded (a graph captured with one may replay it),
+  // a larger one replacing a stream's for its later launches.
   struct Workspace {
-    uint64_t thread;  // the thread's serial (never reused, unlike a std::thread::id)
+    uint64_t thread;  // a default stream's thread's serial (never reused, unlike a std::thread::id); else 0
     CUstream stream;
     CUdeviceptr ptr;
     int64_t bytes;
@@ -454,6 +455,7 @@ class CudaDevice final : public Device {
     if (hold_lib_) d_->cuLibraryUnload(hold_lib_);
     if (capture_) d_->cuStreamDestroy(capture_);
     if (aux_) d_->cuStreamDestroy(aux_);
+    for (CUstream s : capture_streams_) d_->cuStreamDestroy(s);
     if (word_lib_) d_->cuLibraryUnload(word_lib_);
     if (touch_lib_) d_->cuLibraryUnload(touch_lib_);
     d_->cuDevicePrimaryCtxRelease(dev_);
@@ -501,6 +503,28 @@ class CudaDevice final : public Device {
       check(r, "zeroing new memory");
     }
     return reinterpret_cast<void*>(p);
+  }
+  // Streams to capture graphs on, one a live graph (the mark of its launches when it is
+  // updated): a graph's is taken back when the graph ends, for the next capture, so a kernel's
+  // workspace of that stream (a stream's own, CudaKernel::workspace) serves one live graph at a
+  // time, and the workspaces of a program that captures anew as its buffers change stay as
+  // many as its live graphs.
+  CUstream take_capture_stream() {
+    {
+      std::lock_guard<std::mutex> g(aux_m_);
+      if (!capture_streams_.empty()) {
+        CUstream s = capture_streams_.back();
+        capture_streams_.pop_back();
+        return s;
+      }
+    }
+    CUstream s = nullptr;
+    check(d_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
+    return s;
+  }
+  void put_capture_stream(CUstream s) noexcept {
+    std::lock_guard<std::mutex> g(aux_m_);
+    capture_streams_.push_back(s);
   }
   // A kernel's workspace (`what` names the kernel): device memory zeroed before this returns.
   // It may be asked for while this thread captures a graph (the first launch of the kernel on
@@ -802,7 +826,7 @@ class CudaDevice final : public Device {
       ~CudaGraph() override {
         if (e) dev.d_->cuGraphExecDestroy(e);
         if (g) dev.d_->cuGraphDestroy(g);
-        if (s) dev.d_->cuStreamDestroy(s);
+        if (s) dev.put_capture_stream(s);
       }
       void launch(Stream st) override {
         dev.ensure_current();
@@ -835,7 +859,7 @@ class CudaDevice final : public Device {
       }
     };
     auto graph = std::make_unique<CudaGraph>(*this);
-    check(d_->cuStreamCreate(&graph->s, CU_STREAM_NON_BLOCKING), "creating a stream to capture on");
+    graph->s = take_capture_stream();
     const bool can_update = d_->can_query_capture() && d_->cuGraphExecKernelNodeSetParams && d_->cuGraphGetNodes;
     GraphRecording rec;
     rec.stream = graph->s;
@@ -937,6 +961,7 @@ class CudaDevice final : public Device {
   CUstream capture_ = nullptr;
   std::mutex aux_m_;
   CUstream aux_ = nullptr;  // zeroes workspaces, outside any stream a thread may be capturing
+  std::vector<CUstream> capture_streams_;  // (take_capture_stream)
   std::once_flag word_once_;
   CUlibrary word_lib_ = nullptr;
   CUkernel word_kernel_ = nullptr;
@@ -991,7 +1016,8 @@ CUdeviceptr CudaKernel::workspace(int64_t bytes, CUstream s) {
   thread_local Last last;
   if (last.kernel == serial_ && last.stream == s && last.bytes >= bytes) return last.ptr;
   std::lock_guard<std::mutex> g(ws_m_);
-  const uint64_t me = thread_serial();
+  // (the legacy stream is 0 or 1, the per-thread stream 2: handles every thread shares)
+  const uint64_t me = reinterpret_cast<uintptr_t>(s) <= 2 ? thread_serial() : 0;
   CUdeviceptr found = 0;
   int64_t found_bytes = 0;
   for (const Workspace& w : ws_)
