@@ -3,6 +3,8 @@
 // launch need a GPU and skip, saying so, where there is none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fmt/format.h>
 #include <fstream>
@@ -907,7 +909,9 @@ struct GemmCall {
   std::vector<double> host(const char* name) { return read_bf16(s, args, name); }
   // Launches each config that can run this shape, into a C first filled with junk, and
   // checks C against the reference; `what` names the member. Returns how many ran.
-  size_t check_every_config(const EveryConfig& e, Backend& be, const std::string& what, const GemmReference& ref) {
+  // (ran, if given, gets the index of each config that ran)
+  size_t check_every_config(const EveryConfig& e, Backend& be, const std::string& what, const GemmReference& ref,
+                            std::vector<size_t>* ran_configs = nullptr) {
     std::vector<int64_t> slots(s.args.size());
     read_int_slots(s, args.params(), slots.data());
     const int c_arg = s.arg_index("C");
@@ -921,6 +925,7 @@ struct GemmCall {
       be.device().sync(nullptr);
       EXPECT_EQ(count_outside(host("C"), ref, N), 0u);
       ++ran;
+      if (ran_configs) ran_configs->push_back(ci);
     }
     return ran;
   }
@@ -935,11 +940,13 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
   struct Shape {
     int64_t M, N, K;
   };
-  // (stream-K, SK = 1: 1100 x 2100 x 520 is more than a wave of tiles with the last cut along
-  // K, and 300 x 520 x 4104 under a wave, every tile's k-tiles in parts over several blocks;
-  // MC = 2: M of 300 leaves a pair's second tile past M)
-  const std::vector<Shape> shapes = {{1, 7, 8},      {7, 129, 64},    {129, 9, 136},     {127, 4100, 72},
-                                     {4100, 127, 16}, {1100, 2100, 24}, {1100, 2100, 520}, {300, 520, 4104}};
+  // (stream-K, SK = 1: 1100 x 2100 x 520 is more than a wave of tiles, all of them taken as
+  // ranges of k-tiles, tiles in parts over two blocks; 2200 x 2100 x 520 more than two, the
+  // first wave whole, then the ranges; 300 x 520 x 4104 under a wave, each tile in parts over
+  // several blocks. MC = 2: M of 300 leaves a pair's second tile past M)
+  const std::vector<Shape> shapes = {{1, 7, 8},         {7, 129, 64},     {129, 9, 136},
+                                     {127, 4100, 72},   {4100, 127, 16},  {1100, 2100, 24},
+                                     {1100, 2100, 520}, {2200, 2100, 520}, {300, 520, 4104}};
   Runtime rt(opts);
   Backend& be = rt.backend("cuda");
   for (const std::string member : {"bf16_nt", "bf16_nt_residual", "bf16_nt_gated"}) {
@@ -947,21 +954,30 @@ TEST_F(CudaTest, TheTmaFamilyComputesItsProblemsAtEdgeShapes) {
     const bool gated = member == "bf16_nt_gated";
     const EveryConfig every = compile_every_config(rt, s);
     ASSERT_GE(every.configs.size(), 10u) << member;
+    std::vector<size_t> ran;
     for (const Shape& sh : shapes) {
       GemmCall call(s, sh.M, sh.N, sh.K, be.device());
       call.check_every_config(every, be, member,
                               gemm_reference(call.host("A"), call.host(gated ? "Bg" : "B"), call.host("Bu"),
-                                             call.host("R"), sh.M, sh.N, sh.K, 1e-2, false));
+                                             call.host("R"), sh.M, sh.N, sh.K, 1e-2, false),
+                              &ran);
     }
+    // The clusters and stream-K ran (their constraints did not pass over them all).
+    auto ran_with = [&](const char* p) {
+      return std::count_if(ran.begin(), ran.end(), [&](size_t i) { return *every.configs[i].get(p) != (p[0] == 'M' ? 1 : 0); });
+    };
+    EXPECT_GE(ran_with("MC"), 4) << member;
+    EXPECT_GE(ran_with("SK"), 4) << member;
   }
 }
 
-// Stream-K's workspace (the TMA family's SK = 1): kiln keeps one for each thread and stream,
-// made on the first launch, here one being captured into a graph; the graph replays with the
-// one it was captured with, beside direct launches that use another; and two threads launching
-// at once each use their own (a shared one would let one launch read the other's parts, or
-// wait for a flag the other reset). Every run writes a C first filled with junk, checked
-// against a float64 reference; at both shapes every tile is cut along K over several blocks.
+// Stream-K's workspace (the TMA family's SK = 1): kiln keeps one for each stream (each thread's,
+// on the default streams), made on the first launch there, here first one being captured into
+// a graph, which then replays with it; then direct launches; then two threads at once, each
+// on its default stream, held until both have queued five launches, each into a C of its own
+// (one workspace for both would let a launch read the other's parts, or wait for a flag the
+// other reset: a wrong C or a hang). Every C is first filled with junk and checked against a
+// float64 reference; at both shapes tiles are in parts over two blocks.
 TEST_F(CudaTest, AStreamKWorkspaceServesGraphsDirectLaunchesAndThreadsAtOnce) {
   NEEDS_GPU();
   Runtime rt(opts);
@@ -1015,19 +1031,47 @@ TEST_F(CudaTest, AStreamKWorkspaceServesGraphsDirectLaunchesAndThreadsAtOnce) {
     k->launch(ra.call.args.params(), ra.dims, nullptr);
     dev.sync(nullptr);
     check(ra, "a direct launch");
-    // Two threads at once, each on its own stream, five launches each with no wait between.
-    junk(ra);
-    junk(rb);
-    auto loop = [&](Run& r) {
+    // Two threads at once.
+    std::atomic<int> queued{0};
+    auto loop = [&](Run& r, std::vector<void*>& cs) {
       dev.bind();
-      for (int i = 0; i < 5; ++i) k->launch(r.call.args.params(), r.dims, nullptr);
+      void* const* p = r.call.args.params();
+      std::vector<void*> params(p, p + s.args.size());
+      const uint64_t held = dev.hold_stream(nullptr, 10000);
+      for (void*& c : cs) {
+        params[static_cast<size_t>(c_arg)] = &c;
+        k->launch(params.data(), r.dims, nullptr);
+      }
+      ++queued;
+      while (queued.load() < 2) std::this_thread::yield();
+      dev.release_stream(held);
       dev.sync(nullptr);
     };
-    std::thread t1(loop, std::ref(ra)), t2(loop, std::ref(rb));
+    auto outputs = [&](Run& r) {
+      std::vector<void*> cs(5);
+      const std::vector<std::byte> j(r.ref.want.size() * 2, std::byte{0x7f});
+      for (void*& c : cs) {
+        c = dev.alloc(j.size());
+        dev.to_device(c, j.data(), j.size(), nullptr);
+      }
+      dev.sync(nullptr);
+      return cs;
+    };
+    std::vector<void*> ca = outputs(ra), cb = outputs(rb);
+    std::thread t1(loop, std::ref(ra), std::ref(ca)), t2(loop, std::ref(rb), std::ref(cb));
     t1.join();
     t2.join();
-    check(ra, "thread 1");
-    check(rb, "thread 2");
+    for (auto [r, cs] : {std::pair<Run*, std::vector<void*>*>{&ra, &ca}, {&rb, &cb}})
+      for (size_t i = 0; i < cs->size(); ++i) {
+        SCOPED_TRACE(fmt::format("thread {}, launch {}", r == &ra ? 1 : 2, i));
+        std::vector<uint16_t> h(r->ref.want.size());
+        dev.to_host(h.data(), (*cs)[i], h.size() * 2, nullptr);
+        dev.sync(nullptr);
+        std::vector<double> c(h.size());
+        for (size_t e = 0; e < h.size(); ++e) c[e] = bf16_bits_to_f32(h[e]);
+        EXPECT_EQ(count_outside(c, r->ref, r->call.N), 0u);
+        dev.free((*cs)[i]);
+      }
   }
 }
 
