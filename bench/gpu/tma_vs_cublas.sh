@@ -3,8 +3,9 @@
 # bf16, C = A . B^T, on LLM shapes with M >= 128 (issue 26, targets 1 and 2). Each shape is
 # one `kiln tune --effort full` of each family: the family's templates and cuBLASLt's 8
 # ranked algorithms timed in the same tuning, the same way (single calls after an L2 flush,
-# kiln's default on the GPU). The table compares each family's best template, and the best
-# template of either, with the best cuBLASLt algorithm of the same tuning.
+# kiln's default on the GPU). The table (tma_summary.py) compares the TMA family's best
+# template, with and without its clusters (MC) and stream-K (SK), and the wgmma family's where
+# it was tuned, with the best cuBLASLt algorithm of the TMA family's tuning.
 # Usage (GPU machine): bench/gpu/tma_vs_cublas.sh [build dir] [shapes file]
 #   shapes file: lines "M N K" (default: the list below). Results: $OUT/tma.tgz, $OUT/tma_summary.txt.
 #   FAMS="tma wgmma" (the default): the families tuned; SECONDS_LEFT=N: no shape is begun
