@@ -18,7 +18,6 @@
 using namespace kiln;
 namespace fs = std::filesystem;
 
-#define EXPECT_CONTAINS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << (hay)
 
 namespace {
 

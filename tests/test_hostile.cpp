@@ -48,7 +48,6 @@ struct HostileTest : ::testing::Test {
   }
 };
 
-#define EXPECT_CONTAINS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << (hay)
 
 // A program over the built-in rmsnorm, its name and extra text given.
 std::string rms_program(const std::string& name, const std::string& top, const std::string& rest) {

@@ -59,7 +59,6 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s;
 }
 
-#define EXPECT_CONTAINS(hay, needle) EXPECT_NE((hay).find(needle), std::string::npos) << (hay)
 
 }  // namespace
 

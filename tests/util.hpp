@@ -10,6 +10,9 @@
 #include "kiln/options.hpp"
 #include "kiln/spec.hpp"
 
+// (gtest's, in the files that use it) `hay`, a string or text, holds `needle`; else it is shown.
+#define EXPECT_CONTAINS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << (hay)
+
 namespace kiln::test {
 
 inline void write(const std::filesystem::path& p, const std::string& text) {

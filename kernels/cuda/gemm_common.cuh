@@ -20,15 +20,22 @@ __device__ __forceinline__ void ptx_st_global16(void* p, uint4 v) {
                : "memory");
 }
 #if defined(BM) && defined(BN)
-// Which tile block `pid` computes: blocks walk GROUP_M tile-rows down a tile-column,
-// then the next column (neighbours share B columns and, within a group, A rows in L2).
-__device__ __forceinline__ void gemm_tile_of(long long pid, long long M, long long N, long long& bm, long long& bn) {
-  const long long tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const long long group = static_cast<long long>(GROUP_M) * tiles_n;
+// The grouped raster of a rows x cols grid of tiles: item pid is at row `r`, column `c`;
+// items walk GROUP_M rows down a column, then the next column (neighbours share B columns
+// and, within a group, A rows in L2).
+__device__ __forceinline__ void gemm_raster(long long pid, long long rows, long long cols, long long& r, long long& c) {
+  const long long group = static_cast<long long>(GROUP_M) * cols;
   const long long first_m = pid / group * GROUP_M;
-  const long long group_m = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
-  bm = (first_m + (pid % group) % group_m) * BM;
-  bn = ((pid % group) / group_m) * BN;
+  const long long group_m = rows - first_m < GROUP_M ? rows - first_m : GROUP_M;
+  r = first_m + (pid % group) % group_m;
+  c = (pid % group) / group_m;
+}
+// Which tile block `pid` computes, in that raster.
+__device__ __forceinline__ void gemm_tile_of(long long pid, long long M, long long N, long long& bm, long long& bn) {
+  long long r, c;
+  gemm_raster(pid, (M + BM - 1) / BM, (N + BN - 1) / BN, r, c);
+  bm = r * BM;
+  bn = c * BN;
 }
 
 // This block's part of K (blockIdx.z of SPLIT slices), in whole `bk`-deep tiles: [beg, end)

@@ -147,16 +147,21 @@ __device__ __forceinline__ bool wg_mbar_try_wait(unsigned bar, unsigned parity) 
       : "memory");
   return ok != 0;
 }
-// Waits until the phase of parity `parity` of `bar` has completed.
-__device__ __forceinline__ void wg_mbar_wait(unsigned bar, unsigned parity) {
+// Polls until ready() (with GEMM_WGMMA_WAIT_LIMIT: traps after that many polls).
+template <class F>
+__device__ __forceinline__ void wg_poll(F&& ready) {
 #ifdef GEMM_WGMMA_WAIT_LIMIT
   long long n = 0;
-  while (!wg_mbar_try_wait(bar, parity))
+  while (!ready())
     if (++n > (long long)(GEMM_WGMMA_WAIT_LIMIT)) __trap();
 #else
-  while (!wg_mbar_try_wait(bar, parity)) {
+  while (!ready()) {
   }
 #endif
+}
+// Waits until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void wg_mbar_wait(unsigned bar, unsigned parity) {
+  wg_poll([&] { return wg_mbar_try_wait(bar, parity); });
 }
 __device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int ID, int THREADS>
@@ -700,9 +705,8 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(WG_NT, MINB) gemm(GEMM_P
 //     never wait, so the waits form no cycle: the kernel finishes wherever its blocks run at
 //     once (one block an SM for the grid kiln launches), or are started in index order. The
 //     flags are set back to 0 by the block that read them. Workspace: 4096 bytes of flags (a
-//     word a block), then a slot of BM x BN x WEIGHTS floats a block. kiln keeps one a thread
-//     and stream (docs/spec.md): launches that may run at once on one workspace (a graph
-//     replayed on two streams at once) are not supported.
+//     word a block), then a slot of BM x BN x WEIGHTS floats a block. kiln keeps one a stream
+//     (docs/spec.md, "Workspace"): two launches at once on one workspace could hang.
 //   - SPLIT > 1: not persistent; a block a tile and a K slice, a cluster of SPLIT blocks a
 //     tile, whose fp32 partial tiles are summed through distributed shared memory as in the
 //     wgmma kernel (the ring is free by then, and holds them).
@@ -781,7 +785,7 @@ struct WgItem {
 struct WgWork {
   long long units_m, tiles_n, units;
   long long whole;       // units [0, whole) are taken whole; the rest stream-K
-  long long next, step;  // the worker's next whole unit, and the stride
+  long long next;        // the worker's next whole unit (then every workers-th)
   long long workers;
   int kt;                // k-tiles a unit
   // The stream-K range's items, in units of the stream-K units (unit whole + j): its whole
@@ -796,7 +800,6 @@ struct WgWork {
     kt = ktiles;
     workers = nworkers;
     next = w;
-    step = nworkers;
     whole = units;
 #if SK
     const long long waves = units / nworkers, rest = units % nworkers;
@@ -834,7 +837,7 @@ struct WgWork {
       it.unit = next;
       it.k0 = 0;
       it.k1 = kt;
-      next += step;
+      next += workers;
       return true;
     }
     if (sk_next < sk_end) {
@@ -861,11 +864,10 @@ struct WgWork {
   }
   // Block `rank`'s tile of unit u: bm, bn.
   __device__ __forceinline__ void tile(long long u, unsigned rank, long long& bm, long long& bn) const {
-    const long long group = static_cast<long long>(GROUP_M) * tiles_n;
-    const long long first_m = u / group * GROUP_M;
-    const long long group_m = units_m - first_m < GROUP_M ? units_m - first_m : GROUP_M;
-    bm = ((first_m + (u % group) % group_m) * MC + rank) * BM;
-    bn = ((u % group) / group_m) * BN;
+    long long r, c;
+    gemm_raster(u, units_m, tiles_n, r, c);
+    bm = (r * MC + rank) * BM;
+    bn = c * BN;
   }
 };
 
@@ -1031,6 +1033,13 @@ extern "C" __global__ void WG_TMA_CLUSTER __launch_bounds__(WG_NT, MINB)
         wg_named_bar<5, 256>();
 #endif
       float acc[WG_MI][WG_NSUB][WG_NI / 2];  // set by the first k-tile's wgmmas (scale-d 0)
+      // Stage st is free again, for this block and (MC = 2) the other, whose producer fills it too.
+      auto release = [&](int st) {
+        wg_mbar_arrive(empty0 + 8 * st);
+#if MC > 1
+        wg_mbar_arrive_remote(empty0 + 8 * st, rank ^ 1u);
+#endif
+      };
       int prev = 0;
       for (int kt = item.k0; kt < item.k1; ++kt) {
         wg_mbar_wait(full0 + 8 * s, ph);
@@ -1049,18 +1058,13 @@ extern "C" __global__ void WG_TMA_CLUSTER __launch_bounds__(WG_NT, MINB)
             }
         wg_mma_commit();
         wg_mma_wait<1>();  // the previous k-tile's wgmmas are complete: release its stage
-        if (kt > item.k0 && t == 0) {
-          wg_mbar_arrive(empty0 + 8 * prev);
-#if MC > 1
-          wg_mbar_arrive_remote(empty0 + 8 * prev, rank ^ 1u);
-#endif
-        }
+        if (kt > item.k0 && t == 0) release(prev);
         prev = s;
         if (++s == STAGES) s = 0, ph ^= 1;
       }
 #if PINGPONG
       // This main loop is past its waits: the other consumer's next tile may begin, if it has one.
-      if (item.unit + work.step < work.whole) {
+      if (item.unit + work.workers < work.whole) {
         if (cw == 0)
           wg_named_arrive<4, 256>();
         else
@@ -1068,12 +1072,7 @@ extern "C" __global__ void WG_TMA_CLUSTER __launch_bounds__(WG_NT, MINB)
       }
 #endif
       wg_mma_wait<0>();
-      if (item.k1 > item.k0 && t == 0) {  // the item's last stage
-        wg_mbar_arrive(empty0 + 8 * prev);
-#if MC > 1
-        wg_mbar_arrive_remote(empty0 + 8 * prev, rank ^ 1u);
-#endif
-      }
+      if (item.k1 > item.k0 && t == 0) release(prev);  // the item's last stage
 #pragma unroll
       for (int mi = 0; mi < WG_MI; ++mi)
 #pragma unroll
@@ -1115,14 +1114,7 @@ extern "C" __global__ void WG_TMA_CLUSTER __launch_bounds__(WG_NT, MINB)
           if (ct == 0)
             work.parts_below(blockIdx.x / MC, base, [&](long long w) {
               unsigned* const f = flags + w * MC + rank;
-#ifdef GEMM_WGMMA_WAIT_LIMIT
-              long long n = 0;
-              while (wg_ld_acquire(f) == 0)
-                if (++n > (long long)(GEMM_WGMMA_WAIT_LIMIT)) __trap();
-#else
-              while (wg_ld_acquire(f) == 0) {
-              }
-#endif
+              wg_poll([&] { return wg_ld_acquire(f) != 0; });
               *f = 0;  // read once, by this block only: ready for the next launch
             });
           wg_named_bar<1, NT>();  // the parts are all written

@@ -114,7 +114,7 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   if (has_workspace_) {
     d.nargs = nargs_;
     d.workspace = workspace_.eval(slots);
-    if (d.workspace < 0 || d.workspace > (int64_t(1) << 40))
+    if (d.workspace < 0 || d.workspace > LaunchDims::kMaxWorkspaceBytes)
       throw Error(Errc::launch, fmt::format("kernel '{}' (config {}): a workspace of {} bytes", kernel_, config_,
                                             d.workspace));
   }

@@ -689,7 +689,7 @@ class SpecReader {
     }
   }
 
-  // grid, block, shared.
+  // grid, block, shared, workspace, pdl.
   void read_launch(KernelSpec& s, const toml::table& root) const {
     s.grid = exprs(s, required(root, "grid"), "grid", 1, 3);
     if (const toml::node* b = root.get("block")) {
@@ -698,20 +698,17 @@ class SpecReader {
                   "instance per grid point");
       s.block = exprs(s, *b, "block", 1, 3);
     }
-    if (const toml::node* sh = root.get("shared")) {
-      if (s.backend != "cuda")
-        error(*sh, "'shared' (dynamic shared memory per block) is for the cuda backend");
-      Expr e = expr(*sh, "shared");
-      check(s, *sh, "shared", e);
-      s.shared = std::move(e);
-    }
-    if (const toml::node* w = root.get("workspace")) {
-      if (s.backend != "cuda")
-        error(*w, "'workspace' (device memory kiln keeps for the kernel) is for the cuda backend");
-      Expr e = expr(*w, "workspace");
-      check(s, *w, "workspace", e);
-      s.workspace = std::move(e);
-    }
+    // An expression key of cuda kernels only (`what` says what it is, in the error).
+    auto cuda_expr = [&](const char* key, const char* what) -> std::optional<Expr> {
+      const toml::node* n = root.get(key);
+      if (!n) return std::nullopt;
+      if (s.backend != "cuda") error(*n, fmt::format("'{}' ({}) is for the cuda backend", key, what));
+      Expr e = expr(*n, key);
+      check(s, *n, key, e);
+      return e;
+    };
+    s.shared = cuda_expr("shared", "dynamic shared memory per block");
+    s.workspace = cuda_expr("workspace", "device memory kiln keeps for the kernel");
     if (const toml::node* p = root.get("pdl")) {
       if (!p->is_boolean()) error(*p, "'pdl' is true or false");
       if (s.backend != "cuda")

@@ -233,7 +233,7 @@ BenchPlan bench_plan_from_json(const json& j) {
   p.dims.nargs = j.at("nargs").get<int>();
   p.dims.pdl = j.value("pdl", false);
   p.dims.workspace = j.value("workspace", int64_t{-1});
-  if (p.dims.workspace < -1 || p.dims.workspace > (int64_t(1) << 40))
+  if (p.dims.workspace < -1 || p.dims.workspace > LaunchDims::kMaxWorkspaceBytes)
     fail(Errc::worker, "a bench plan asks for a workspace of {} bytes", p.dims.workspace);
   const auto& t = j.at("tensor_maps");
   if (t.size() > 4) fail(Errc::worker, "a bench plan passes {} tensor maps (at most 4)", t.size());

@@ -111,8 +111,9 @@ struct LaunchDims {
   // cuda: the kernel may start before the previous kernel in its stream ends (the spec's pdl).
   bool pdl = false;
   // cuda: the bytes of the workspace passed after the tensor maps (the spec's workspace;
-  // nargs is then set), or -1 where the kernel takes none.
+  // nargs is then set), or -1 where the kernel takes none; at most kMaxWorkspaceBytes.
   int64_t workspace = -1;
+  static constexpr int64_t kMaxWorkspaceBytes = int64_t(1) << 40;
   // The spec's `cell = true` arguments (nargs is then set): passed as cells within a CellScope.
   int ncell = 0;
   int cell_arg[4] = {0, 0, 0, 0};

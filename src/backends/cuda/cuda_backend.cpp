@@ -491,17 +491,28 @@ class CudaDevice final : public Device {
   const DeviceInfo& info() override { return info_; }
   bool host_addressable() const override { return false; }
 
+  // Device memory of `bytes` (whole 256s, at least one), zeroed on stream s before this
+  // returns; on an error nothing is kept, and `zeroing` says whether it was the zeroing's.
+  CUresult alloc_zeroed(size_t bytes, CUstream s, CUdeviceptr* p, bool* zeroing) {
+    const size_t n = bytes == 0 ? 256 : (bytes + 255) / 256 * 256;
+    *zeroing = false;
+    CUresult r = d_->cuMemAlloc(p, n);
+    if (r != CUDA_SUCCESS) return r;
+    *zeroing = true;
+    r = d_->cuMemsetD8Async(*p, 0, n, s);
+    if (r == CUDA_SUCCESS) r = d_->cuStreamSynchronize(s);
+    if (r != CUDA_SUCCESS) {
+      d_->cuMemFree(*p);
+      *p = 0;
+    }
+    return r;
+  }
   void* alloc(size_t bytes) override {
     ensure_current();
     CUdeviceptr p = 0;
-    size_t n = (bytes + 255) / 256 * 256;
-    check(d_->cuMemAlloc(&p, n ? n : 256), fmt::format("allocating {} bytes", bytes).c_str());
-    CUresult r = d_->cuMemsetD8Async(p, 0, n ? n : 256, per_thread_stream());
-    if (r == CUDA_SUCCESS) r = d_->cuStreamSynchronize(per_thread_stream());
-    if (r != CUDA_SUCCESS) {
-      d_->cuMemFree(p);
-      check(r, "zeroing new memory");
-    }
+    bool zeroing = false;
+    const CUresult r = alloc_zeroed(bytes, per_thread_stream(), &p, &zeroing);
+    check(r, zeroing ? "zeroing new memory" : fmt::format("allocating {} bytes", bytes).c_str());
     return reinterpret_cast<void*>(p);
   }
   // Streams to capture graphs on, one a live graph (the mark of its launches when it is
@@ -534,20 +545,13 @@ class CudaDevice final : public Device {
     int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     const bool exchanged =
         d_->cuThreadExchangeStreamCaptureMode && d_->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
-    const size_t n = (bytes + 255) / 256 * 256;
     CUdeviceptr p = 0;
-    CUresult r = d_->cuMemAlloc(&p, n);
-    if (r == CUDA_SUCCESS) {
-      {
-        std::lock_guard<std::mutex> g(aux_m_);
-        if (!aux_) r = d_->cuStreamCreate(&aux_, CU_STREAM_NON_BLOCKING);
-        if (r == CUDA_SUCCESS) r = d_->cuMemsetD8Async(p, 0, n, aux_);
-        if (r == CUDA_SUCCESS) r = d_->cuStreamSynchronize(aux_);
-      }
-      if (r != CUDA_SUCCESS) {
-        d_->cuMemFree(p);
-        p = 0;
-      }
+    CUresult r = CUDA_SUCCESS;
+    {
+      std::lock_guard<std::mutex> g(aux_m_);
+      if (!aux_) r = d_->cuStreamCreate(&aux_, CU_STREAM_NON_BLOCKING);
+      bool zeroing = false;
+      if (r == CUDA_SUCCESS) r = alloc_zeroed(bytes, aux_, &p, &zeroing);
     }
     if (exchanged) d_->cuThreadExchangeStreamCaptureMode(&mode);
     check(r, fmt::format("making the {} bytes of workspace of {}", bytes, what).c_str());
@@ -1006,14 +1010,16 @@ CudaKernel::~CudaKernel() {
 
 CUdeviceptr CudaKernel::workspace(int64_t bytes, CUstream s) {
   if (bytes <= 0) return 0;
-  // The last workspace this thread used, so that a steady call takes no lock.
+  // The workspaces this thread used last, a slot a kernel (direct-mapped by its serial), so
+  // that a steady call takes no lock, also where a program's steps take turns.
   struct Last {
     uint64_t kernel = 0;
     CUstream stream = nullptr;
     CUdeviceptr ptr = 0;
     int64_t bytes = 0;
   };
-  thread_local Last last;
+  thread_local std::array<Last, 16> recent;
+  Last& last = recent[serial_ % recent.size()];
   if (last.kernel == serial_ && last.stream == s && last.bytes >= bytes) return last.ptr;
   std::lock_guard<std::mutex> g(ws_m_);
   // (the legacy stream is 0 or 1, the per-thread stream 2: handles every thread shares)
@@ -1141,6 +1147,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     fail(Errc::launch, "{}: the launch passes {}workspace, but the entry takes {}", what_, d.workspace >= 0 ? "a " : "no ",
          meta().workspace ? "one" : "none");
   CUdeviceptr ws = 0;
+  const int nparams = d.nargs + d.ntmap + (meta().workspace ? 1 : 0);  // (where d.nargs is set)
   if (d.ntmap > 0 || meta().workspace) {
     if (d.nargs > kMaxArgs || d.ntmap > 4 || d.nargs < 0)
       fail(Errc::launch, "{}: {} arguments and {} tensor maps (at most {} and 4)", what_, d.nargs, d.ntmap, kMaxArgs);
@@ -1171,7 +1178,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
     }
     GraphNode& node = (*rec->nodes)[rec->cursor];
     thread_local std::vector<unsigned char> bytes;
-    const bool known = param_bytes(kp, d.nargs + d.ntmap + (meta().workspace ? 1 : 0), bytes);
+    const bool known = param_bytes(kp, nparams, bytes);
     if (known && !node.args.empty() && node.dims == dims && node.args == bytes) {
       ++rec->cursor;
       return;
@@ -1233,7 +1240,7 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
       if (g && drv_->cuGraphGetNodes(g, nullptr, &total) == CUDA_SUCCESS && total > rec->nodes->size() + 1)
         rec->nodes->resize(total - 1, GraphNode{nullptr, nullptr, {}, {}});
       GraphNode node{deps[0], k_, dims, {}};
-      if (!param_bytes(kp, d.nargs + d.ntmap + (meta().workspace ? 1 : 0), node.args)) node.args.clear();
+      if (!param_bytes(kp, nparams, node.args)) node.args.clear();
       rec->nodes->push_back(std::move(node));
     }
     else
