@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "kiln/args.hpp"
 #include "kiln/device.hpp"
@@ -257,6 +258,36 @@ grid = ["1"]
 args = [ { name = "x", type = "f32*", size = "SM_COUNT", intent = "out" } ]
 )SPEC");
   EXPECT_CONTAINS(load_error(f.dir.path() / "plain.toml"), "argument sizes may use scalars only");
+}
+
+// The TMA family's tile widths that are not a multiple of 64 are offered only at shapes whose
+// tiles they spread over the device's waves better than every power-of-two width, by the
+// spec's constraint (132 SMs): 512 x 3072 (96 tiles of 128 x 128, 48 of 128 x 256) takes
+// 128 x 96 (128 tiles); 128 x 18944 takes 128 x 160 (119 tiles, against 148 and 74); the
+// squares, whose 128-wide tiles fill whole waves, none.
+TEST(Family, TheTmaFamilyOffersOddTileWidthsOnlyWhereTheyFillTheWavesBetter) {
+  const KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:bf16_nt");
+  LaunchLimits l;
+  l.multiprocessors = 132;
+  l.shared = 232448;
+  l.block[0] = l.block_threads = 1024;
+  auto widths = [&](int64_t M, int64_t N, int64_t K) {
+    int64_t slots[6] = {256, 256, 256, M, N, K};
+    std::set<int64_t> w;
+    for (const Config& c : s.space.all())
+      if (*c.get("BM") == 128 && *c.get("BN") % 64 != 0 && Tuner::why_not(s, c, slots, l).empty()) w.insert(*c.get("BN"));
+    return w;
+  };
+  EXPECT_EQ(widths(512, 3072, 8192), (std::set<int64_t>{96}));
+  EXPECT_EQ(widths(128, 18944, 3584), (std::set<int64_t>{160}));
+  EXPECT_EQ(widths(4096, 4096, 4096), (std::set<int64_t>{}));
+  EXPECT_EQ(widths(8192, 8192, 8192), (std::set<int64_t>{}));
+  // and never with split K
+  int64_t slots[6] = {256, 256, 256, 512, 3072, 8192};
+  for (const Config& c : s.space.all()) {
+    if (*c.get("BN") % 64 == 0 || *c.get("SPLIT") == 1) continue;
+    EXPECT_NE(Tuner::why_not(s, c, slots, l), "") << c.str();
+  }
 }
 
 // tensor_maps (docs/spec.md): a member keeps the maps of the operands it has, in order, and

@@ -18,9 +18,10 @@
 // Params (the spec's config space; all #defined by kiln):
 //   BM       block tile rows: 64 (one consumer warpgroup), 128 or 256 (two; each owns
 //            BM/2 rows, as one or two m64 wgmma row blocks)
-//   BN       block tile columns: 64, 128 or 256 (a multiple of 64). The consumer's wgmma is
-//            n = min(NB * BN, 256) wide (NB = 2 gated: the Bg and Bu tiles sit side by
-//            side in shared memory and one n = 2*BN instruction multiplies both)
+//   BN       block tile columns: 64, 128 or 256 (a multiple of 64; the TMA kernel also takes
+//            96, 160, 192 and 224, for shapes whose tiles fill the last wave better so). The
+//            consumer's wgmma is n = min(NB * BN, 256) wide (NB = 2 gated: the Bg and Bu tiles
+//            sit side by side in shared memory and one n = 2*BN instruction multiplies both)
 //   STAGES   depth of the shared-memory ring of BK = 64 deep A/B tiles, 2..8
 //   SPLIT    split K over a cluster of SPLIT blocks (1, 2, 4, 8) that add their fp32
 //            partial tiles through distributed shared memory, as gemm.cu does
@@ -115,8 +116,9 @@ static_assert(MINB == 1, "two consumer warpgroups: 1 block an SM");
 #endif
 
 static_assert(BM == 64 || BM == 128 || BM == 256, "BM in {64, 128, 256}");
-static_assert(BN % 64 == 0 && BN <= 256, "BN a multiple of 64, at most 256");
-static_assert(WG_NTOT % WG_NI == 0, "whole wgmmas across the columns");
+static_assert((BN % 64 == 0 || (WG_TMA && SPLIT == 1 && BN % 32 == 0)) && BN <= 256,
+              "BN a multiple of 64 (of 32 in the TMA kernel without split K), at most 256");
+static_assert(WG_NTOT % WG_NI == 0 && WG_NI % 32 == 0, "whole wgmmas across the columns");
 static_assert(WG_MI * WG_NTOT / 2 <= 128, "at most 128 fp32 accumulators a consumer thread");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in 2..8");
 static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT in {1, 2, 4, 8}");
@@ -197,85 +199,78 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
   return (static_cast<unsigned long long>(hi) << 32) | lo;
 }
 
-// The wgmma instructions, one an n (generated: the accumulator operand lists are long).
-// scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators need no zeroing; a
-// zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning C7515), then 1
-// (D += A.B). A and B scales 1, A K-major, B K-major (nt) or N-major (nn).
-// D[64 x 64] += A (descriptor) . B (descriptor); 32 fp32 accumulators a thread.
-__device__ __forceinline__ void wg_mma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int sc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(sc));
-}
-// D[64 x 128] += A (descriptor) . B (descriptor); 64 fp32 accumulators a thread.
-__device__ __forceinline__ void wg_mma_n128(float (&d)[64], unsigned long long da, unsigned long long db, int sc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(sc));
-}
-// D[64 x 256] += A (descriptor) . B (descriptor); 128 fp32 accumulators a thread.
-__device__ __forceinline__ void wg_mma_n256(float (&d)[128], unsigned long long da, unsigned long long db, int sc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, " WG_TRANS_B ";\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db), "r"(sc));
-}
+// The wgmma instructions, one an n, made by WG_MMA_DEF from lists of 8 accumulators (the
+// operand lists are long). scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators
+// need no zeroing; a zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning
+// C7515), then 1 (D += A.B). A and B scales 1, A K-major, B K-major (nt) or N-major (nn).
+// wg_mma_nN: D[64 x N] += A (descriptor) . B (descriptor), N / 2 fp32 accumulators a thread;
+// the accumulators are operands 0 .. N/2 - 1, then da, db and sc.
+#define WG_S8(a, b, c, d, e, f, g, h) "%" #a ", %" #b ", %" #c ", %" #d ", %" #e ", %" #f ", %" #g ", %" #h
+#define WG_R1 WG_S8(0, 1, 2, 3, 4, 5, 6, 7)
+#define WG_R2 WG_R1 ", " WG_S8(8, 9, 10, 11, 12, 13, 14, 15)
+#define WG_R3 WG_R2 ", " WG_S8(16, 17, 18, 19, 20, 21, 22, 23)
+#define WG_R4 WG_R3 ", " WG_S8(24, 25, 26, 27, 28, 29, 30, 31)
+#define WG_R5 WG_R4 ", " WG_S8(32, 33, 34, 35, 36, 37, 38, 39)
+#define WG_R6 WG_R5 ", " WG_S8(40, 41, 42, 43, 44, 45, 46, 47)
+#define WG_R7 WG_R6 ", " WG_S8(48, 49, 50, 51, 52, 53, 54, 55)
+#define WG_R8 WG_R7 ", " WG_S8(56, 57, 58, 59, 60, 61, 62, 63)
+#define WG_R9 WG_R8 ", " WG_S8(64, 65, 66, 67, 68, 69, 70, 71)
+#define WG_R10 WG_R9 ", " WG_S8(72, 73, 74, 75, 76, 77, 78, 79)
+#define WG_R11 WG_R10 ", " WG_S8(80, 81, 82, 83, 84, 85, 86, 87)
+#define WG_R12 WG_R11 ", " WG_S8(88, 89, 90, 91, 92, 93, 94, 95)
+#define WG_R13 WG_R12 ", " WG_S8(96, 97, 98, 99, 100, 101, 102, 103)
+#define WG_R14 WG_R13 ", " WG_S8(104, 105, 106, 107, 108, 109, 110, 111)
+#define WG_R15 WG_R14 ", " WG_S8(112, 113, 114, 115, 116, 117, 118, 119)
+#define WG_R16 WG_R15 ", " WG_S8(120, 121, 122, 123, 124, 125, 126, 127)
+#define WG_D8(i) "+f"(d[8 * (i)]), "+f"(d[8 * (i) + 1]), "+f"(d[8 * (i) + 2]), "+f"(d[8 * (i) + 3]), \
+    "+f"(d[8 * (i) + 4]), "+f"(d[8 * (i) + 5]), "+f"(d[8 * (i) + 6]), "+f"(d[8 * (i) + 7])
+#define WG_O1 WG_D8(0)
+#define WG_O2 WG_O1, WG_D8(1)
+#define WG_O3 WG_O2, WG_D8(2)
+#define WG_O4 WG_O3, WG_D8(3)
+#define WG_O5 WG_O4, WG_D8(4)
+#define WG_O6 WG_O5, WG_D8(5)
+#define WG_O7 WG_O6, WG_D8(6)
+#define WG_O8 WG_O7, WG_D8(7)
+#define WG_O9 WG_O8, WG_D8(8)
+#define WG_O10 WG_O9, WG_D8(9)
+#define WG_O11 WG_O10, WG_D8(10)
+#define WG_O12 WG_O11, WG_D8(11)
+#define WG_O13 WG_O12, WG_D8(12)
+#define WG_O14 WG_O13, WG_D8(13)
+#define WG_O15 WG_O14, WG_D8(14)
+#define WG_O16 WG_O15, WG_D8(15)
+// N, its groups of 8 accumulators (N / 16), and the operand numbers of da, db and sc
+#define WG_MMA_DEF(N, G, DA, DB, SC)                                                                          \
+  __device__ __forceinline__ void wg_mma_n##N(float (&d)[N / 2], unsigned long long da, unsigned long long db, \
+                                              int sc) {                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "       \
+                 "{" WG_R##G "}, %" #DA ", %" #DB ", p, 1, 1, 0, " WG_TRANS_B ";\n}\n"                      \
+                 : WG_O##G                                                                                   \
+                 : "l"(da), "l"(db), "r"(sc));                                                               \
+  }
+WG_MMA_DEF(64, 4, 32, 33, 34)
+WG_MMA_DEF(96, 6, 48, 49, 50)
+WG_MMA_DEF(128, 8, 64, 65, 66)
+WG_MMA_DEF(160, 10, 80, 81, 82)
+WG_MMA_DEF(192, 12, 96, 97, 98)
+WG_MMA_DEF(224, 14, 112, 113, 114)
+WG_MMA_DEF(256, 16, 128, 129, 130)
 
 __device__ __forceinline__ void wg_mma(float (&d)[WG_NI / 2], unsigned long long da, unsigned long long db, int sc) {
 #if WG_NI == 64
   wg_mma_n64(d, da, db, sc);
+#elif WG_NI == 96
+  wg_mma_n96(d, da, db, sc);
 #elif WG_NI == 128
   wg_mma_n128(d, da, db, sc);
+#elif WG_NI == 160
+  wg_mma_n160(d, da, db, sc);
+#elif WG_NI == 192
+  wg_mma_n192(d, da, db, sc);
+#elif WG_NI == 224
+  wg_mma_n224(d, da, db, sc);
 #else
   wg_mma_n256(d, da, db, sc);
 #endif
@@ -300,12 +295,15 @@ __device__ __forceinline__ uint4 wg_ld_shared16(unsigned addr) {
 }
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a staged tile of CPR chunks a
-// row (CPR % 8 == 0): the chunk index's low 3 bits XORed with row % 8, so the 8 rows a
-// fragment store covers hit 8 different bank groups.
+// row (CPR even): the chunk index's low 3 bits XORed with row % 8 (CPR % 8 == 0), so the 8
+// rows a fragment store covers hit 8 different bank groups; for the tile widths that are not
+// a multiple of 64 (CPR % 8 != 0) the low 2 bits with row % 4, or the low bit with row % 2,
+// so a chunk stays in its row (2- or 4-way conflicts on the staging stores).
 template <int CPR>
 __device__ __forceinline__ int wg_swz(int row, int chunk) {
-  static_assert(CPR % 8 == 0, "a multiple of 8 chunks a row");
-  return (row * CPR + (chunk ^ (row & 7))) * 8;
+  static_assert(CPR % 2 == 0, "an even number of chunks a row");
+  constexpr int X = CPR % 8 == 0 ? 7 : CPR % 4 == 0 ? 3 : 1;
+  return (row * CPR + (chunk ^ (row & X))) * 8;
 }
 
 
@@ -320,8 +318,9 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
 
 #if SPLIT == 1
 // Columns an epilogue stages at a time: the whole tile's, but at most 128 in the TMA kernel,
-// whose slabs take shared memory beside the ring (a 128 x 256 tile then keeps 4 stages).
-#define WG_EPI_N (WG_TMA && BN > 128 ? 128 : BN)
+// whose slabs take shared memory beside the ring (a 128 x 256 tile then keeps 4 stages): there
+// a tile wider than 128 in two passes of 128 (BN = 256) or of half the tile (160, 192, 224).
+#define WG_EPI_N (WG_TMA && BN > 128 ? (BN % 128 == 0 ? 128 : BN / 2) : BN)
 // Float offset of (row, col) in an fp32 slab of W columns: 16-byte chunks XORed by row % 8.
 template <int W>
 __device__ __forceinline__ int wg_fswz(int row, int col) {
