@@ -6,6 +6,7 @@
 # b2b). Each kiln run also checks its result (kiln run --check, 64 rows).
 # Prints the table last (bench/gpu/mlp_peers_summary.py); results in $OUT/mlp.tgz.
 # Usage (GPU machine): bench/gpu/mlp_peers.sh [build dir] [tokens]
+#   KILN_TIMEOUT (200): seconds for each kiln run, its cold tuning included; TORCH_TIMEOUT (300)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu-carry}
@@ -24,7 +25,7 @@ TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout ${TORCH_T
 pack
 for t in ${TOKENS//,/ }; do
   t0=$(date +%s)
-  timeout 200 "$B/kiln" -q run --json "$P" --set T=$t --calls 100 > "$R/kiln_$t.json" 2>> "$R/stderr.txt" ||
+  timeout ${KILN_TIMEOUT:-200} "$B/kiln" -q run --json "$P" --set T=$t --calls 100 > "$R/kiln_$t.json" 2>> "$R/stderr.txt" ||
     echo "kiln run T=$t failed: $(tail -3 "$R/stderr.txt")"
   timeout 100 "$B/kiln" -q run "$P" --set T=$t --check --calls 3 --reps 1 > "$R/check_$t.txt" 2>&1
   echo "kiln T=$t: $(( $(date +%s) - t0 )) s; check exit code $?"

@@ -5,8 +5,9 @@ Per shape (M x N x K), from the TMA family's `kiln tune --json` record (and the 
 family's, where it was tuned too): the best of cuBLASLt's ranked algorithms timed in the same
 tuning, in ms; then the best TMA template over it (below 1: the template is faster), among
 the whole space ("all"), without the clusters and stream-K ("base": MC = 1, SK = 0), with
-the clusters only ("+MC": SK = 0) and with stream-K only ("+SK": MC = 1); the wgmma family's
-best over the same; their geometric means and worst.
+the clusters only ("+MC": SK = 0), with stream-K only ("+SK": MC = 1) and with the tile
+widths that are multiples of 64 only ("w64": BN = 64, 128, 256); the wgmma family's best over
+the same; their geometric means and worst.
 """
 import glob
 import json
@@ -34,6 +35,7 @@ COLUMNS = [
     ("base", lambda p: p.get("MC", 1) == 1 and p.get("SK", 0) == 0),
     ("+MC", lambda p: p.get("SK", 0) == 0),
     ("+SK", lambda p: p.get("MC", 1) == 1),
+    ("w64", lambda p: p.get("BN", 64) % 64 == 0),
 ]
 
 
