@@ -264,7 +264,7 @@ args = [ { name = "x", type = "f32*", size = "SM_COUNT", intent = "out" } ]
 // tiles they spread over the device's waves better than every power-of-two width, by the
 // spec's constraint (132 SMs): 512 x 3072 (96 tiles of 128 x 128, 48 of 128 x 256) takes
 // 128 x 96 (128 tiles); 128 x 18944 takes 128 x 160 (119 tiles, against 148 and 74); the
-// squares, whose 128-wide tiles fill whole waves, none.
+// squares none (4096^2: 7.76 waves of 128 x 128 tiles, which no odd width betters by 1/16).
 TEST(Family, TheTmaFamilyOffersOddTileWidthsOnlyWhereTheyFillTheWavesBetter) {
   const KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_tma.toml:bf16_nt");
   LaunchLimits l;

@@ -18,8 +18,8 @@
 // Params (the spec's config space; all #defined by kiln):
 //   BM       block tile rows: 64 (one consumer warpgroup), 128 or 256 (two; each owns
 //            BM/2 rows, as one or two m64 wgmma row blocks)
-//   BN       block tile columns: 64, 128 or 256 (a multiple of 64; the TMA kernel also takes
-//            96, 160, 192 and 224, for shapes whose tiles fill the last wave better so). The
+//   BN       block tile columns: 64, 128 or 256 (the TMA kernel without split K also takes 96,
+//            160 and 224, where a shape's tiles fill the device's waves better so). The
 //            consumer's wgmma is n = min(NB * BN, 256) wide (NB = 2 gated: the Bg and Bu tiles
 //            sit side by side in shared memory and one n = 2*BN instruction multiplies both)
 //   STAGES   depth of the shared-memory ring of BK = 64 deep A/B tiles, 2..8
@@ -51,7 +51,7 @@
 //       descriptor LBO = 8192 (next 64 n), SBO = 1024 (next 8 k), k16 step = +2048 bytes.
 //   - Epilogue (SPLIT = 1): the consumers synchronise (named barrier), then each warpgroup
 //     applies bias/activation on its fp32 accumulators, rounds to the element type, stages its BM/NC x BN
-//     slab in shared memory (16-byte chunks XOR-swizzled by row % 8) and writes it with
+//     slab in shared memory (16-byte chunks XOR-swizzled by row, wg_swz) and writes it with
 //     16-byte stores (or 2-byte ones where C cannot take them). The residual stages the slab in
 //     fp32 instead and adds R in the store phase (16-byte coalesced reads of R, prefetched
 //     into registers before the staging), then rounds once. SPLIT > 1: the
@@ -116,8 +116,8 @@ static_assert(MINB == 1, "two consumer warpgroups: 1 block an SM");
 #endif
 
 static_assert(BM == 64 || BM == 128 || BM == 256, "BM in {64, 128, 256}");
-static_assert((BN % 64 == 0 || (WG_TMA && SPLIT == 1 && BN % 32 == 0)) && BN <= 256,
-              "BN a multiple of 64 (of 32 in the TMA kernel without split K), at most 256");
+static_assert((BN % 64 == 0 || (WG_TMA && SPLIT == 1 && (BN == 96 || BN == 160 || BN == 224))) && BN <= 256,
+              "BN a multiple of 64 (or 96, 160, 224 in the TMA kernel without split K), at most 256");
 static_assert(WG_NTOT % WG_NI == 0 && WG_NI % 32 == 0, "whole wgmmas across the columns");
 static_assert(WG_MI * WG_NTOT / 2 <= 128, "at most 128 fp32 accumulators a consumer thread");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES in 2..8");
@@ -298,7 +298,7 @@ __device__ __forceinline__ uint4 wg_ld_shared16(unsigned addr) {
 // row (CPR even): the chunk index's low 3 bits XORed with row % 8 (CPR % 8 == 0), so the 8
 // rows a fragment store covers hit 8 different bank groups; for the tile widths that are not
 // a multiple of 64 (CPR % 8 != 0) the low 2 bits with row % 4, or the low bit with row % 2,
-// so a chunk stays in its row (2- or 4-way conflicts on the staging stores).
+// so a chunk stays in its row (2-way conflicts on the staging stores).
 template <int CPR>
 __device__ __forceinline__ int wg_swz(int row, int chunk) {
   static_assert(CPR % 2 == 0, "an even number of chunks a row");
@@ -324,6 +324,7 @@ __device__ __forceinline__ int wg_swz(int row, int chunk) {
 // Float offset of (row, col) in an fp32 slab of W columns: 16-byte chunks XORed by row % 8.
 template <int W>
 __device__ __forceinline__ int wg_fswz(int row, int col) {
+  static_assert(W % 32 == 0, "whole groups of 8 chunks a row: the XOR keeps a chunk in its row");
   return (row * (W / 4) + ((col >> 2) ^ (row & 7))) * 4 + (col & 3);
 }
 // The epilogue of consumer warpgroup cw (thread t of it): its WG_ROWS x BN block of C at
