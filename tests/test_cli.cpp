@@ -186,6 +186,25 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   Out twice_spec = kiln("pack " + softmax + " " + softmax + " --set M=8 --set N=16 -o " + (dir.path() / "t.kiln").string());
   EXPECT_NE(twice_spec.err.find("two specs name the kernel 'softmax'"), std::string::npos) << twice_spec.err;
   EXPECT_EQ(twice_spec.err.find("softmax at "), std::string::npos) << twice_spec.err;
+  // A kernel spec beside a program that runs the same spec packs it once, in either order (a
+  // spec after the program was refused, after the program had been tuned); a copy of it in
+  // another folder, under the same name, is refused before anything is tuned.
+  const std::string rmsnorm = test::kernels() + "/cpu/rmsnorm.toml", sets = " --set T=1 --set H=256 --set eps=1e-5 -o ";
+  for (const std::string& order : {programs + "mlp_cpu.toml " + rmsnorm, rmsnorm + " " + programs + "mlp_cpu.toml"}) {
+    Out both = kiln("pack " + order + sets + (dir.path() / "both.kiln").string());
+    EXPECT_EQ(both.code, 0) << order << "\n" << both.err;
+    EXPECT_NE(both.out.find("packed 3 kernels, 3 records"), std::string::npos) << order << "\n" << both.out;
+  }
+  fs::create_directories(dir.path() / "copy");
+  fs::copy_file(rmsnorm, dir.path() / "copy" / "rmsnorm.toml");
+  fs::copy_file(test::kernels() + "/cpu/rmsnorm.cpp", dir.path() / "copy" / "rmsnorm.cpp");
+  Out copy = kiln("pack " + programs + "mlp_cpu.toml " + (dir.path() / "copy" / "rmsnorm.toml").string() + sets +
+                  (dir.path() / "copy.kiln").string());
+  EXPECT_EQ(copy.code, 2) << copy.err;
+  EXPECT_NE(copy.err.find("two specs name the kernel 'rmsnorm': " + (dir.path() / "copy" / "rmsnorm.toml").string()),
+            std::string::npos)
+      << copy.err;
+  EXPECT_EQ(copy.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << copy.err;
   // Shapes files: a byte-order mark and CR line ends read; a bad value named by its line, before tuning.
   test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rN=16, M=08\r");  // the third is the first
   Out cr = kiln("plan " + softmax + " --shapes " + (dir.path() / "cr.shapes").string());

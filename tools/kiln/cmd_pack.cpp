@@ -123,6 +123,27 @@ void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string
   for (const auto& inc : k.includes_found) add(inc);
 }
 
+// Every kernel spec a program runs, variants of multi-kernels included, by name.
+std::map<std::string, KernelSpec> program_kernel_specs(const ProgramSpec& ps) {
+  std::map<std::string, KernelSpec> specs;
+  for (const auto& k : ps.kernels) {
+    if (k.kind == ProgramKernel::Kind::multi)
+      for (const auto& v : k.multi.variants)
+        for (const auto& st : v.steps) specs.emplace(st.kernel.name, st.kernel);
+    else
+      specs.emplace(k.kernel.name, k.kernel);
+  }
+  return specs;
+}
+
+// Which spec a kernel is: its file and member (two kernels of one name are one only if this is the same).
+std::string spec_identity(const KernelSpec& spec) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(spec.spec_path), ec);
+  if (ec) p = fs::absolute(spec.spec_path).lexically_normal();
+  return p.string() + (spec.member.empty() ? "" : ":" + spec.member);
+}
+
 // A program: run at each shape its --set values give (every step tuned on
 // its real intermediate tensors, or answered by a record), then the records
 // the run used, the binaries of their choices and runners-up, and the
@@ -137,15 +158,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   if (!have_target)
     m.targets.push_back({ps.backend, be.device_identity(), hash_bytes(be.toolchain_identity()).hex(),
                          be.toolchain_identity()});
-  // Every kernel spec it runs, variants of multi-kernels included, by name.
-  std::map<std::string, KernelSpec> specs;
-  for (const auto& k : ps.kernels) {
-    if (k.kind == ProgramKernel::Kind::multi)
-      for (const auto& v : k.multi.variants)
-        for (const auto& st : v.steps) specs.emplace(st.kernel.name, st.kernel);
-    else
-      specs.emplace(k.kernel.name, k.kernel);
-  }
+  const std::map<std::string, KernelSpec> specs = program_kernel_specs(ps);
   // The shapes: each symbol's values, every combination.
   const std::vector<std::string> symbols = ps.all_symbols();
   std::vector<std::map<std::string, int64_t>> shapes_;
@@ -270,14 +283,25 @@ void run_pack(Globals& g, const PackArgs& a) {
       if (!known.count(n))
         fail(Errc::usage, "--set {}={}: no spec or program given has a scalar or symbol '{}' (they have: {})", n, v, n,
              fmt::join(known, ", "));
-    // Each kernel spec's shapes read as its scalars, two specs of one name, a folder for -o
-    // that is not there: refused now, not after the specs before them were tuned.
+    // Each kernel spec's shapes read as its scalars, two specs of one name (a kernel spec given
+    // twice, or a spec that is not the one a program given runs under that name), a folder for
+    // -o that is not there: refused now, not after the specs before them were tuned.
     std::set<std::string> names;
+    std::map<std::string, std::pair<std::string, std::string>> programs_kernels;  // name -> (spec, program)
+    for (const auto& path : a.specs)
+      if (is_program_file(path))
+        for (const auto& [n, spec] : program_kernel_specs(load_program(path)))
+          programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
     for (const auto& path : a.specs) {
       if (is_program_file(path)) continue;
       KernelSpec spec = load_spec(path);
       if (!names.insert(spec.name).second)
         fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);
+      auto in_program = programs_kernels.find(spec.name);
+      if (in_program != programs_kernels.end() && in_program->second.first != spec_identity(spec))
+        fail(Errc::usage,
+             "two specs name the kernel '{}': {} and the program {}'s {}; an artifact holds one of each", spec.name,
+             spec_identity(spec), in_program->second.second, in_program->second.first);
       for (const auto& shape : shapes(spec, a)) parse_scalars(spec, shape);
     }
     if (!a.out.empty()) {
@@ -293,16 +317,22 @@ void run_pack(Globals& g, const PackArgs& a) {
       continue;
     }
     KernelSpec spec = load_spec(path);
-    for (const auto& k : m.kernels)
-      if (k.name == spec.name) fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);
     Backend& be = rt.backend(spec.backend);
     bool have_target = false;
     for (const auto& t : m.targets) have_target = have_target || t.backend == spec.backend;
     if (!have_target)
       m.targets.push_back({spec.backend, be.device_identity(), hash_bytes(be.toolchain_identity()).hex(),
                            be.toolchain_identity()});
+    // A kernel a program given before it runs (the same spec, checked above) keeps its entry:
+    // its sources are there, and its keys and choices gain this spec's shapes.
+    auto packed = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; });
     ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
-    add_sources(art, spec, be, entry.spec);
+    if (packed != m.kernels.end()) {
+      entry = std::move(*packed);
+      m.kernels.erase(packed);
+    } else {
+      add_sources(art, spec, be, entry.spec);
+    }
     for (const auto& shape : shapes(spec, a)) {
       DeviceArgs args(spec, parse_scalars(spec, shape), be.device());
       args.fill_random(a.seed);
@@ -312,10 +342,13 @@ void run_pack(Globals& g, const PackArgs& a) {
       TuneOutcome o = rt.tune(spec, args.params(), to);
       const TuningRecord& r = o.record;
       if (!o.choice) fail(Errc::tune, "{}", r.all_failed_message());
-      art.add("records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec", record_to_text(r));
-      ++records;
-      entry.keys.push_back(r.key.values_text());
-      entry.choices.push_back(o.choice->str());
+      const std::string rec = "records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec";
+      records += !art.entries().count(rec);  // (a shape a program given before it packed too: once)
+      art.add(rec, record_to_text(r));
+      if (std::find(entry.keys.begin(), entry.keys.end(), r.key.values_text()) == entry.keys.end()) {
+        entry.keys.push_back(r.key.values_text());
+        entry.choices.push_back(o.choice->str());
+      }
       // The choice and the runners-up (a call the choice cannot run, such as
       // a misaligned pointer, goes to the next that can).
       for (const Config& c : artifact_configs(r, *o.choice, a.runners_up)) {
