@@ -205,6 +205,21 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
             std::string::npos)
       << copy.err;
   EXPECT_EQ(copy.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << copy.err;
+  {  // two programs whose kernels of one name are two specs: refused too (the second shared the first's entry)
+    std::string text = *read_file(programs + "mlp_cpu.toml");
+    const std::string from = "\"../cpu/rmsnorm.toml\"";
+    text.replace(text.find(from), from.size(), "\"rmsnorm.toml\"");
+    for (std::string rel : {std::string("\"../cpu/linear.toml"), std::string("\"../cpu/linear.toml")})
+      text.replace(text.find(rel), rel.size(), "\"" + test::kernels() + "/cpu/linear.toml");
+    const std::string ref = "\"mlp_reference.toml\"";
+    text.replace(text.find(ref), ref.size(), "\"" + programs + "mlp_reference.toml\"");
+    test::write(dir.path() / "copy" / "mlp.toml", text);
+    Out two = kiln("pack " + programs + "mlp_cpu.toml " + (dir.path() / "copy" / "mlp.toml").string() + " --set T=1 -o " +
+                   (dir.path() / "two.kiln").string());
+    EXPECT_EQ(two.code, 2) << two.err;
+    EXPECT_NE(two.err.find("two specs name the kernel 'rmsnorm': the program"), std::string::npos) << two.err;
+    EXPECT_EQ(two.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << two.err;
+  }
   // Shapes files: a byte-order mark and CR line ends read; a bad value named by its line, before tuning.
   test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rN=16, M=08\r");  // the third is the first
   Out cr = kiln("plan " + softmax + " --shapes " + (dir.path() / "cr.shapes").string());

@@ -290,8 +290,12 @@ void run_pack(Globals& g, const PackArgs& a) {
     std::map<std::string, std::pair<std::string, std::string>> programs_kernels;  // name -> (spec, program)
     for (const auto& path : a.specs)
       if (is_program_file(path))
-        for (const auto& [n, spec] : program_kernel_specs(load_program(path)))
-          programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
+        for (const auto& [n, spec] : program_kernel_specs(load_program(path))) {
+          auto [it, fresh] = programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
+          if (!fresh && it->second.first != spec_identity(spec))
+            fail(Errc::usage, "two specs name the kernel '{}': the program {}'s {} and the program {}'s {}; an artifact "
+                 "holds one of each", n, it->second.second, it->second.first, path, spec_identity(spec));
+        }
     for (const auto& path : a.specs) {
       if (is_program_file(path)) continue;
       KernelSpec spec = load_spec(path);
