@@ -194,6 +194,11 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
     Out both = kiln("pack " + order + sets + (dir.path() / "both.kiln").string());
     EXPECT_EQ(both.code, 0) << order << "\n" << both.err;
     EXPECT_NE(both.out.find("packed 3 kernels, 3 records"), std::string::npos) << order << "\n" << both.out;
+    Out listed_once = kiln("inspect " + (dir.path() / "both.kiln").string() + " --json");
+    ASSERT_EQ(listed_once.code, 0) << listed_once.err;
+    const nlohmann::json kernels = nlohmann::json::parse(listed_once.out)["kernels"];
+    EXPECT_EQ(kernels.size(), 3u) << kernels.dump();
+    for (const auto& k : kernels) EXPECT_EQ(k["keys"].size(), 1u) << order << "\n" << k.dump();
   }
   fs::create_directories(dir.path() / "copy");
   fs::copy_file(rmsnorm, dir.path() / "copy" / "rmsnorm.toml");
@@ -201,7 +206,8 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
   Out copy = kiln("pack " + programs + "mlp_cpu.toml " + (dir.path() / "copy" / "rmsnorm.toml").string() + sets +
                   (dir.path() / "copy.kiln").string());
   EXPECT_EQ(copy.code, 2) << copy.err;
-  EXPECT_NE(copy.err.find("two specs name the kernel 'rmsnorm': " + (dir.path() / "copy" / "rmsnorm.toml").string()),
+  EXPECT_NE(copy.err.find("two specs name the kernel 'rmsnorm': " +
+                          fs::weakly_canonical(dir.path() / "copy" / "rmsnorm.toml").string()),
             std::string::npos)
       << copy.err;
   EXPECT_EQ(copy.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << copy.err;
@@ -217,8 +223,17 @@ TEST_F(CliTest, WhatHostileTestingFoundOnTheCommandLine) {
     Out two = kiln("pack " + programs + "mlp_cpu.toml " + (dir.path() / "copy" / "mlp.toml").string() + " --set T=1 -o " +
                    (dir.path() / "two.kiln").string());
     EXPECT_EQ(two.code, 2) << two.err;
-    EXPECT_NE(two.err.find("two specs name the kernel 'rmsnorm': the program"), std::string::npos) << two.err;
+    EXPECT_NE(two.err.find("(run by program " + programs + "mlp_cpu.toml), and "), std::string::npos) << two.err;
     EXPECT_EQ(two.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << two.err;
+    // and within one program (another [kernels] entry of the same kernel name, from another file)
+    const std::string down = "down    = ";
+    text.insert(text.find(down), "norm2   = \"" + test::kernels() + "/cpu/rmsnorm.toml\"\n");
+    test::write(dir.path() / "copy" / "mlp2.toml", text);
+    Out one = kiln("pack " + (dir.path() / "copy" / "mlp2.toml").string() + " --set T=1 -o " +
+                   (dir.path() / "one.kiln").string());
+    EXPECT_EQ(one.code, 2) << one.err;
+    EXPECT_NE(one.err.find("(run by it too)"), std::string::npos) << one.err;
+    EXPECT_EQ(one.err.find("every step tuned"), std::string::npos) << "tuned before the refusal: " << one.err;
   }
   // Shapes files: a byte-order mark and CR line ends read; a bad value named by its line, before tuning.
   test::write(dir.path() / "cr.shapes", "\xEF\xBB\xBFM=8 N=16\rM=16 N=16\rN=16, M=08\r");  // the third is the first

@@ -123,25 +123,37 @@ void add_sources(Artifact& art, const KernelSpec& spec, Backend& be, std::string
   for (const auto& inc : k.includes_found) add(inc);
 }
 
-// Every kernel spec a program runs, variants of multi-kernels included, by name.
-std::map<std::string, KernelSpec> program_kernel_specs(const ProgramSpec& ps) {
-  std::map<std::string, KernelSpec> specs;
-  for (const auto& k : ps.kernels) {
-    if (k.kind == ProgramKernel::Kind::multi)
-      for (const auto& v : k.multi.variants)
-        for (const auto& st : v.steps) specs.emplace(st.kernel.name, st.kernel);
-    else
-      specs.emplace(k.kernel.name, k.kernel);
-  }
-  return specs;
-}
-
-// Which spec a kernel is: its file and member (two kernels of one name are one only if this is the same).
+// Which spec a kernel is: its file (links resolved) and member. Two kernels of one name are one
+// only if this is the same: an artifact holds one spec per kernel name.
 std::string spec_identity(const KernelSpec& spec) {
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(spec.spec_path), ec);
   if (ec) p = fs::absolute(spec.spec_path).lexically_normal();
   return p.string() + (spec.member.empty() ? "" : ":" + spec.member);
+}
+
+[[noreturn]] void two_specs(const std::string& name, const std::string& a, const std::string& b) {
+  fail(Errc::usage, "two specs name the kernel '{}': {}, and {}; an artifact holds one spec per kernel name", name, a, b);
+}
+
+// Every kernel spec the program at `path` runs (its steps' programs' and its multi-kernels'
+// variants' included), by name; two different specs of one name are refused.
+std::map<std::string, KernelSpec> program_kernel_specs(const ProgramSpec& ps, const std::string& path) {
+  std::map<std::string, KernelSpec> specs;
+  auto add = [&](const KernelSpec& k) {
+    auto [it, fresh] = specs.emplace(k.name, k);
+    if (!fresh && spec_identity(it->second) != spec_identity(k))
+      two_specs(k.name, spec_identity(it->second) + " (run by program " + path + ")",
+                spec_identity(k) + " (run by it too)");
+  };
+  for (const auto& k : ps.kernels) {
+    if (k.kind == ProgramKernel::Kind::multi)
+      for (const auto& v : k.multi.variants)
+        for (const auto& st : v.steps) add(st.kernel);
+    else
+      add(k.kernel);
+  }
+  return specs;
 }
 
 // A program: run at each shape its --set values give (every step tuned on
@@ -158,7 +170,7 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
   if (!have_target)
     m.targets.push_back({ps.backend, be.device_identity(), hash_bytes(be.toolchain_identity()).hex(),
                          be.toolchain_identity()});
-  const std::map<std::string, KernelSpec> specs = program_kernel_specs(ps);
+  const std::map<std::string, KernelSpec> specs = program_kernel_specs(ps, path);
   // The shapes: each symbol's values, every combination.
   const std::vector<std::string> symbols = ps.all_symbols();
   std::vector<std::map<std::string, int64_t>> shapes_;
@@ -286,26 +298,25 @@ void run_pack(Globals& g, const PackArgs& a) {
     // Each kernel spec's shapes read as its scalars, two specs of one name (a kernel spec given
     // twice, or a spec that is not the one a program given runs under that name), a folder for
     // -o that is not there: refused now, not after the specs before them were tuned.
-    std::set<std::string> names;
+    std::map<std::string, std::string> names;  // a kernel spec's name -> its spec
     std::map<std::string, std::pair<std::string, std::string>> programs_kernels;  // name -> (spec, program)
     for (const auto& path : a.specs)
       if (is_program_file(path))
-        for (const auto& [n, spec] : program_kernel_specs(load_program(path))) {
+        for (const auto& [n, spec] : program_kernel_specs(load_program(path), path)) {
           auto [it, fresh] = programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
           if (!fresh && it->second.first != spec_identity(spec))
-            fail(Errc::usage, "two specs name the kernel '{}': the program {}'s {} and the program {}'s {}; an artifact "
-                 "holds one of each", n, it->second.second, it->second.first, path, spec_identity(spec));
+            two_specs(n, it->second.first + " (run by program " + it->second.second + ")",
+                      spec_identity(spec) + " (run by program " + path + ")");
         }
     for (const auto& path : a.specs) {
       if (is_program_file(path)) continue;
       KernelSpec spec = load_spec(path);
-      if (!names.insert(spec.name).second)
-        fail(Errc::usage, "two specs name the kernel '{}'; an artifact holds one of each", spec.name);
+      if (auto [it, fresh] = names.emplace(spec.name, spec_identity(spec)); !fresh)
+        two_specs(spec.name, it->second, spec_identity(spec) + (it->second == spec_identity(spec) ? " again" : ""));
       auto in_program = programs_kernels.find(spec.name);
       if (in_program != programs_kernels.end() && in_program->second.first != spec_identity(spec))
-        fail(Errc::usage,
-             "two specs name the kernel '{}': {} and the program {}'s {}; an artifact holds one of each", spec.name,
-             spec_identity(spec), in_program->second.second, in_program->second.first);
+        two_specs(spec.name, spec_identity(spec),
+                  in_program->second.first + " (run by program " + in_program->second.second + ")");
       for (const auto& shape : shapes(spec, a)) parse_scalars(spec, shape);
     }
     if (!a.out.empty()) {
@@ -329,13 +340,13 @@ void run_pack(Globals& g, const PackArgs& a) {
                            be.toolchain_identity()});
     // A kernel a program given before it runs (the same spec, checked above) keeps its entry:
     // its sources are there, and its keys and choices gain this spec's shapes.
-    auto packed = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; });
-    ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
-    if (packed != m.kernels.end()) {
-      entry = std::move(*packed);
-      m.kernels.erase(packed);
-    } else {
-      add_sources(art, spec, be, entry.spec);
+    // (Kept by index: nothing else adds to m.kernels while this spec is packed.)
+    size_t at = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; }) -
+                m.kernels.begin();
+    if (at == m.kernels.size()) {
+      ArtifactManifest::Kernel fresh{spec.name, spec.backend, "", {}, {}};
+      add_sources(art, spec, be, fresh.spec);
+      m.kernels.push_back(std::move(fresh));
     }
     for (const auto& shape : shapes(spec, a)) {
       DeviceArgs args(spec, parse_scalars(spec, shape), be.device());
@@ -349,9 +360,14 @@ void run_pack(Globals& g, const PackArgs& a) {
       const std::string rec = "records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec";
       records += !art.entries().count(rec);  // (a shape a program given before it packed too: once)
       art.add(rec, record_to_text(r));
-      if (std::find(entry.keys.begin(), entry.keys.end(), r.key.values_text()) == entry.keys.end()) {
+      ArtifactManifest::Kernel& entry = m.kernels[at];
+      auto k = std::find(entry.keys.begin(), entry.keys.end(), r.key.values_text());
+      if (k == entry.keys.end()) {
         entry.keys.push_back(r.key.values_text());
         entry.choices.push_back(o.choice->str());
+      } else {  // the record packed is this tuning's (it re-measures a noisy one): so is the choice listed
+        const size_t i = static_cast<size_t>(k - entry.keys.begin());
+        if (i < entry.choices.size()) entry.choices[i] = o.choice->str();
       }
       // The choice and the runners-up (a call the choice cannot run, such as
       // a misaligned pointer, goes to the next that can).
@@ -372,7 +388,6 @@ void run_pack(Globals& g, const PackArgs& a) {
           std::fprintf(stderr, "%s: its dispatch plan\n", spec.name.c_str());
         }
     }
-    m.kernels.push_back(std::move(entry));
   }
   if (!a.out.empty()) art.write(a.out);
   if (!a.unpacked.empty()) art.write_dir(a.unpacked);
