@@ -366,10 +366,19 @@ TEST_F(AttentionTest, ACallInADecidedBucketIsCheckedAgainstTheAlignmentOfItsOwnB
               std::string::npos)
         << e.what();
   }
-  // ... and a new process's handle still runs an aligned call. (The refused call's record, stored
-  // under the same tuning key since the alignment is not in it, holds no choice: the handle
-  // benchmarks the variants again rather than answering from it. That one misaligned call
-  // costs later processes the tuned choice is left as it is.)
+  // ... and the record stored under the key (the alignment is not in it) still holds the choice:
+  // the refused call's record, which holds none, did not replace it (it did, and a later
+  // process benchmarked the variants again). A new process's handle runs an aligned call.
+  size_t multi_records = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(opts.resolved_cache_dir()))
+    if (e.path().extension() == ".rec") {
+      const std::string r = text(e.path());
+      if (r.find("\"kernel\": \"" + ms.name + "\"") == std::string::npos) continue;
+      ++multi_records;
+      EXPECT_EQ(r.find("\"best\": null"), std::string::npos) << e.path() << "\n" << r.substr(0, 400);
+      EXPECT_NE(r.find("\"best\": {"), std::string::npos) << e.path() << "\n" << r.substr(0, 400);
+    }
+  EXPECT_EQ(multi_records, 1u);
   Runtime rt2(opts);
   MultiKernel attn2(rt2, ms);
   attn2(q, kc.data(), vc.data(), o.data(), T, int64_t{150}, CAP, HQ, HKV);

@@ -960,7 +960,16 @@ struct MultiKernel::Impl {
     }
     if (auto cache = rt.tuning_cache()) {
       try {
-        cache->put(rec);
+        // A record with no choice (no variant could run this call: a buffer misaligned for them
+        // all, where the key does not hold the alignment) does not replace one with a choice under
+        // the same key: the calls that were decided by it keep their answer in later processes.
+        std::optional<TuningRecord> kept;
+        if (!rec.best) kept = cache->get(rec.key);
+        if (kept && kept->best)
+          log::info("multi-kernel '{}' at {}: no variant could run this call; the stored choice is kept", spec.name,
+                    rec.key.values_text());
+        else
+          cache->put(rec);
       } catch (const Error& e) {
         log::warn("multi-kernel '{}': chose a variant but could not store the record: {}", spec.name, e.what());
       }
