@@ -135,6 +135,35 @@ std::string spec_identity(const KernelSpec& spec) {
 [[noreturn]] void two_specs(const std::string& name, const std::string& a, const std::string& b) {
   fail(Errc::usage, "two specs name the kernel '{}': {}, and {}; an artifact holds one spec per kernel name", name, a, b);
 }
+std::string run_by(const std::string& identity, const std::string& program) {
+  return identity + " (run by program " + program + ")";
+}
+
+// The manifest's entry of kernel `spec` (made, with the spec's sources, where no program or spec
+// packed before made it), by index: the vector grows.
+size_t kernel_entry(Artifact& art, const KernelSpec& spec, Backend& be) {
+  std::vector<ArtifactManifest::Kernel>& ks = art.manifest().kernels;
+  const size_t at = std::find_if(ks.begin(), ks.end(), [&](const auto& k) { return k.name == spec.name; }) - ks.begin();
+  if (at == ks.size()) {
+    ArtifactManifest::Kernel fresh{spec.name, spec.backend, "", {}, {}};
+    add_sources(art, spec, be, fresh.spec);
+    ks.push_back(std::move(fresh));
+  }
+  return at;
+}
+
+// Lists `key` and its choice in a kernel's entry; a key listed before (a shape a program and a
+// kernel spec both packed) takes this choice, that of the record packed last, which replaced it.
+void list_choice(ArtifactManifest::Kernel& entry, const std::string& key, const std::string& choice) {
+  auto k = std::find(entry.keys.begin(), entry.keys.end(), key);
+  if (k == entry.keys.end()) {
+    entry.keys.push_back(key);
+    entry.choices.push_back(choice);
+    return;
+  }
+  const size_t i = static_cast<size_t>(k - entry.keys.begin());
+  if (i < entry.choices.size()) entry.choices[i] = choice;
+}
 
 // Every kernel spec the program at `path` runs (its steps' programs' and its multi-kernels'
 // variants' included), by name; two different specs of one name are refused.
@@ -143,8 +172,7 @@ std::map<std::string, KernelSpec> program_kernel_specs(const ProgramSpec& ps, co
   auto add = [&](const KernelSpec& k) {
     auto [it, fresh] = specs.emplace(k.name, k);
     if (!fresh && spec_identity(it->second) != spec_identity(k))
-      two_specs(k.name, spec_identity(it->second) + " (run by program " + path + ")",
-                spec_identity(k) + " (run by it too)");
+      two_specs(k.name, run_by(spec_identity(it->second), path), spec_identity(k) + " (run by it too)");
   };
   for (const auto& k : ps.kernels) {
     if (k.kind == ProgramKernel::Kind::multi)
@@ -239,18 +267,9 @@ void pack_program(Runtime& rt, Artifact& art, const std::string& path, const Pac
     }
   }
   for (const auto& [name, spec] : specs) {
-    auto it = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; });
-    if (it == m.kernels.end()) {
-      ArtifactManifest::Kernel entry{spec.name, spec.backend, "", {}, {}};
-      add_sources(art, spec, be, entry.spec);
-      it = m.kernels.insert(m.kernels.end(), std::move(entry));
-    }
+    ArtifactManifest::Kernel& entry = m.kernels[kernel_entry(art, spec, be)];
     // The keys and choices the program's runs used (as a kernel spec's entry lists them).
-    for (const auto& [key, choice] : chosen[spec.name])
-      if (std::find(it->keys.begin(), it->keys.end(), key) == it->keys.end()) {
-        it->keys.push_back(key);
-        it->choices.push_back(choice);
-      }
+    for (const auto& [key, choice] : chosen[spec.name]) list_choice(entry, key, choice);
   }
   std::optional<std::string> text = read_file(path);
   if (text) art.add("sources/programs/" + fs::path(path).filename().string(), std::move(*text));
@@ -281,13 +300,23 @@ void run_pack(Globals& g, const PackArgs& a) {
   std::set<std::string> binaries;
   // A --set name no spec or program given has is a mistake (a misspelt symbol would
   // pack other shapes than meant): refused before anything is tuned.
+  // Each kernel spec given, read once (a path given twice is refused below), by path.
+  std::map<std::string, KernelSpec> kernel_specs;
   {
     std::set<std::string> known;
+    std::map<std::string, std::pair<std::string, std::string>> programs_kernels;  // name -> (spec, program)
     for (const auto& path : a.specs) {
       if (is_program_file(path)) {
-        for (const auto& n : load_program(path).all_symbols()) known.insert(n);
+        const ProgramSpec ps = load_program(path);
+        for (const auto& n : ps.all_symbols()) known.insert(n);
+        for (const auto& [n, spec] : program_kernel_specs(ps, path)) {
+          auto [it, fresh] = programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
+          if (!fresh && it->second.first != spec_identity(spec))
+            two_specs(n, run_by(it->second.first, it->second.second), run_by(spec_identity(spec), path));
+        }
       } else {
-        for (const auto& arg : load_spec(path).args)
+        const KernelSpec& spec = kernel_specs.emplace(path, load_spec(path)).first->second;
+        for (const auto& arg : spec.args)
           if (!arg.pointer) known.insert(arg.name);
       }
     }
@@ -299,24 +328,14 @@ void run_pack(Globals& g, const PackArgs& a) {
     // twice, or a spec that is not the one a program given runs under that name), a folder for
     // -o that is not there: refused now, not after the specs before them were tuned.
     std::map<std::string, std::string> names;  // a kernel spec's name -> its spec
-    std::map<std::string, std::pair<std::string, std::string>> programs_kernels;  // name -> (spec, program)
-    for (const auto& path : a.specs)
-      if (is_program_file(path))
-        for (const auto& [n, spec] : program_kernel_specs(load_program(path), path)) {
-          auto [it, fresh] = programs_kernels.emplace(n, std::pair{spec_identity(spec), path});
-          if (!fresh && it->second.first != spec_identity(spec))
-            two_specs(n, it->second.first + " (run by program " + it->second.second + ")",
-                      spec_identity(spec) + " (run by program " + path + ")");
-        }
     for (const auto& path : a.specs) {
       if (is_program_file(path)) continue;
-      KernelSpec spec = load_spec(path);
+      const KernelSpec& spec = kernel_specs.at(path);
       if (auto [it, fresh] = names.emplace(spec.name, spec_identity(spec)); !fresh)
         two_specs(spec.name, it->second, spec_identity(spec) + (it->second == spec_identity(spec) ? " again" : ""));
       auto in_program = programs_kernels.find(spec.name);
       if (in_program != programs_kernels.end() && in_program->second.first != spec_identity(spec))
-        two_specs(spec.name, spec_identity(spec),
-                  in_program->second.first + " (run by program " + in_program->second.second + ")");
+        two_specs(spec.name, spec_identity(spec), run_by(in_program->second.first, in_program->second.second));
       for (const auto& shape : shapes(spec, a)) parse_scalars(spec, shape);
     }
     if (!a.out.empty()) {
@@ -331,7 +350,7 @@ void run_pack(Globals& g, const PackArgs& a) {
       pack_program(rt, art, path, a, binaries, records);
       continue;
     }
-    KernelSpec spec = load_spec(path);
+    const KernelSpec& spec = kernel_specs.at(path);
     Backend& be = rt.backend(spec.backend);
     bool have_target = false;
     for (const auto& t : m.targets) have_target = have_target || t.backend == spec.backend;
@@ -340,14 +359,7 @@ void run_pack(Globals& g, const PackArgs& a) {
                            be.toolchain_identity()});
     // A kernel a program given before it runs (the same spec, checked above) keeps its entry:
     // its sources are there, and its keys and choices gain this spec's shapes.
-    // (Kept by index: nothing else adds to m.kernels while this spec is packed.)
-    size_t at = std::find_if(m.kernels.begin(), m.kernels.end(), [&](const auto& k) { return k.name == spec.name; }) -
-                m.kernels.begin();
-    if (at == m.kernels.size()) {
-      ArtifactManifest::Kernel fresh{spec.name, spec.backend, "", {}, {}};
-      add_sources(art, spec, be, fresh.spec);
-      m.kernels.push_back(std::move(fresh));
-    }
+    const size_t at = kernel_entry(art, spec, be);
     for (const auto& shape : shapes(spec, a)) {
       DeviceArgs args(spec, parse_scalars(spec, shape), be.device());
       args.fill_random(a.seed);
@@ -360,15 +372,7 @@ void run_pack(Globals& g, const PackArgs& a) {
       const std::string rec = "records/" + r.key.base_hex() + "/" + r.key.values_hex() + ".rec";
       records += !art.entries().count(rec);  // (a shape a program given before it packed too: once)
       art.add(rec, record_to_text(r));
-      ArtifactManifest::Kernel& entry = m.kernels[at];
-      auto k = std::find(entry.keys.begin(), entry.keys.end(), r.key.values_text());
-      if (k == entry.keys.end()) {
-        entry.keys.push_back(r.key.values_text());
-        entry.choices.push_back(o.choice->str());
-      } else {  // the record packed is this tuning's (it re-measures a noisy one): so is the choice listed
-        const size_t i = static_cast<size_t>(k - entry.keys.begin());
-        if (i < entry.choices.size()) entry.choices[i] = o.choice->str();
-      }
+      list_choice(m.kernels[at], r.key.values_text(), o.choice->str());
       // The choice and the runners-up (a call the choice cannot run, such as
       // a misaligned pointer, goes to the next that can).
       for (const Config& c : artifact_configs(r, *o.choice, a.runners_up)) {
