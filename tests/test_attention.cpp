@@ -286,6 +286,55 @@ TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
   }
 }
 
+// The prefill on wgmma (attn_prefill_wg_bf16.toml), each config alone (the spec's space narrowed
+// to it, so no tuning can pass it over), against the double-precision computation: one token, a
+// query tile's edge (64, 65, 129), a tile of keys not whole (S = 37), a prompt over a long cache
+// (its last tile's V rows past S + T, which hold stale values, zeroed), one KV head for all,
+// and a block's rows past T.
+TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  const std::string dir = test::kernels() + "/cuda/";
+  std::ifstream in(dir + "attn_prefill_wg_bf16.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = text.str();
+  auto reader = [](const std::filesystem::path& p) -> std::optional<std::string> {
+    std::ifstream f(p);
+    if (!f) return std::nullopt;
+    std::stringstream b;
+    b << f.rdbuf();
+    return b.str();
+  };
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  if (const std::string arch = dev.info().arch; arch != "sm_90")
+    GTEST_SKIP() << "the GPU is " << arch << ": the wgmma prefill is compiled for sm_90a alone";
+  const KernelSpec whole = parse_spec(base, dir + "attn_prefill_wg_bf16.toml", reader);
+  size_t ran = 0;
+  for (const Config& c : whole.space.all()) {
+    if (!statically_pruned(whole, c, rt.backend("cuda").limits()).empty()) continue;
+    std::string cfg;
+    for (const auto& [name, value] : c.values) cfg += name + " = [" + std::to_string(value) + "]\n";
+    std::string t = base;
+    const size_t a = t.find("[params]"), b = t.find("[tuning]");
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
+    t.replace(a, b - a, "[params]\n" + cfg);
+    const size_t d = t.find("default = {");
+    ASSERT_NE(d, std::string::npos);
+    t.erase(d, t.find('\n', d) - d);  // the one config is the default
+    KernelSpec spec = parse_spec(t, dir + "attn_prefill_wg_test.toml", reader);
+    Kernel k(rt, spec);
+    for (const Shape& sh : std::vector<Shape>{{1, 0, 32, 8}, {64, 0, 8, 2}, {65, 37, 8, 2}, {129, 1000, 32, 8},
+                                              {300, 0, 4, 1}, {260, 300, 8, 8}}) {
+      SCOPED_TRACE(testing::Message() << c.str() << " T=" << sh.T << " S=" << sh.S << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
+      check_gpu_call(dev, k, spec.name, spec.args, sh);
+    }
+    ++ran;
+  }
+  EXPECT_GE(ran, 8u) << "configs of the wgmma prefill checked";
+}
+
 // A handle remembers its choice by a bucket of S (a power of two), and the cache's bound
 // S + T <= CAP is a constraint of its kernels: a call past the cache in a bucket an earlier call
 // decided must still be refused, not run past the buffers (the RoPE kernel writes rows S .. S+T-1

@@ -74,6 +74,12 @@ __device__ __forceinline__ void aw_mma_rs(float (&d)[64], const unsigned (&a)[4]
                : WG_O8
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
+// 2^x, approximate (MUFU.EX2; -inf gives +0)
+__device__ __forceinline__ float aw_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ unsigned aw_pack(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const unsigned*>(&v);
@@ -150,24 +156,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const long long first = m0 + cw * 64;                // the consumer's first row
   const long long row_lo = first + warp * 16 + g, row_hi = row_lo + 8;
   const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
+  // The tiles a row of this consumer sees (key 0 is seen by every row); the block's later
+  // tiles are only released.
+  const int mine = min(tiles, static_cast<int>((S + first + 63) / BN) + 1);
   float acc[64];  // O: rows g, g + 8 of the warp's 16, dims 8 j + 2 tq + {0, 1} (acc[4 j + e])
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  float mx[2] = {-AW_INF, -AW_INF}, sum[2] = {0.f, 0.f};
-  wg_mbar_wait(q_full, 0);
+  float mx[2] = {-AW_INF, -AW_INF}, sum[2] = {0.f, 0.f};  // a row's max (of the unscaled scores) and sum
 
-  for (int j = 0; j < tiles; ++j) {
-    const int s = j % STAGES;
-    const unsigned ph = (j / STAGES) & 1;
-    const unsigned sk = ring + s * kStageBytes, sv = sk + kTileBytes;
-    const long long key0 = static_cast<long long>(j) * BN;
-    wg_mbar_wait(k_full0 + 8 * s, ph);
-    if (key0 > S + first + 63) {  // no row of this consumer sees a key of the tile
-      wg_mbar_wait(v_full0 + 8 * s, ph);  // the stage is released only once it was filled
-      if (t == 0) wg_mbar_arrive(empty0 + 8 * s);
-      continue;
-    }
-    float sc[BN / 2];
+  auto stage_of = [&](int j, unsigned& ph) {
+    ph = static_cast<unsigned>(j / STAGES) & 1u;
+    return j % STAGES;
+  };
+  // S = Q K^T of tile j's stage s into sc (issued and committed, not waited for).
+  auto issue_s = [&](int s, float(&sc)[BN / 2]) {
+    const unsigned sk = ring + s * kStageBytes;
     wg_mma_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
@@ -176,74 +179,29 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       aw_mma_ss(sc, da, db, kk);
     }
     wg_mma_commit();
+  };
+  // Once tile j's V has landed: the block's last tile's V rows past the keys with data are
+  // zeroed (both consumers write the same zeros; each fences its own writes before its
+  // wgmmas read them).
+  auto v_ready = [&](int j) {
+    unsigned ph;
+    const int s = stage_of(j, ph);
     wg_mbar_wait(v_full0 + 8 * s, ph);
-    // The last tile's V rows past the keys with data are zeroed (both consumers write the same
-    // zeros; each fences its own writes before its wgmmas read them).
-    const long long past = key0 + BN - n_keys;
+    const long long past = static_cast<long long>(j) * BN + BN - n_keys;
     if (past > 0) {
+      unsigned char* const sv = aw_smem + (ring + s * kStageBytes + kTileBytes - wg_smem_u32(aw_smem));
       const int r0 = static_cast<int>(BN - past);
       for (int i = t; i < static_cast<int>(past) * 16; i += 128) {
         const int r = r0 + (i >> 4), c = i & 15;
-        *reinterpret_cast<uint4*>(aw_smem + (sv - wg_smem_u32(aw_smem)) + (c >> 3) * (kTileBytes / 2) + r * 128 +
-                                  (c & 7) * 16) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(sv + (c >> 3) * (kTileBytes / 2) + r * 128 + (c & 7) * 16) = make_uint4(0, 0, 0, 0);
       }
       wg_fence_proxy_async();
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
     }
-    wg_mma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) wg_fence_reg(sc[i]);
-
-    // scale to base 2; mask the causal edge (key k visible to row r iff k <= S + r)
-    const bool edge = key0 + BN - 1 > S + first + warp * 16;
-    float tmax[2] = {-AW_INF, -AW_INF};
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = sc[4 * n + e] * scale;
-        if (edge) {
-          const long long k = key0 + 8 * n + 2 * tq + (e & 1);
-          if (k > S + ((e & 2) ? row_hi : row_lo)) v = -AW_INF;
-        }
-        sc[4 * n + e] = v;
-        tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
-      }
-    float corr[2], base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-      const float mnew = fmaxf(mx[r], tmax[r]);
-      base[r] = mnew == -AW_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
-      corr[r] = mnew == -AW_INF ? 1.f : exp2f(mx[r] - base[r]);
-      mx[r] = mnew;
-    }
-    float tsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(sc[4 * n + e] - base[e >> 1]);
-        sc[4 * n + e] = p;
-        tsum[e >> 1] += p;
-      }
-    sum[0] = sum[0] * corr[0] + tsum[0];
-    sum[1] = sum[1] * corr[1] + tsum[1];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      acc[4 * i] *= corr[0], acc[4 * i + 1] *= corr[0];
-      acc[4 * i + 2] *= corr[1], acc[4 * i + 3] *= corr[1];
-    }
-    // P as A fragments: k16 step kk is the scores' n8 tiles 2 kk and 2 kk + 1
-    unsigned pa[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = aw_pack(sc[8 * kk], sc[8 * kk + 1]);
-      pa[kk][1] = aw_pack(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = aw_pack(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = aw_pack(sc[8 * kk + 6], sc[8 * kk + 7]);
-    }
+  };
+  // O += P V of tile j's stage s (issued and committed).
+  auto issue_pv = [&](int s, const unsigned(&pa)[BN / 16][4]) {
+    const unsigned sv = ring + s * kStageBytes + kTileBytes;
     wg_mma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
@@ -252,10 +210,94 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       aw_mma_rs(acc, pa[kk], db);
     }
     wg_mma_commit();
+  };
+  // The online softmax of tile j's scores: the causal edge masked (key k visible to row r iff
+  // k <= S + r), the rows' max and sum updated, the probabilities as bf16 A fragments in pa
+  // (k16 step kk is the scores' n8 tiles 2 kk and 2 kk + 1), and corr, the factor O's rows
+  // are to be rescaled by.
+  auto softmax = [&](int j, float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4], float(&corr)[2]) {
+    const long long key0 = static_cast<long long>(j) * BN;
+    const bool edge = key0 + BN - 1 > S + first + warp * 16;
+    float tmax[2] = {-AW_INF, -AW_INF};
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (edge) {
+          const long long k = key0 + 8 * n + 2 * tq + (e & 1);
+          if (k > S + ((e & 2) ? row_hi : row_lo)) sc[4 * n + e] = -AW_INF;
+        }
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[4 * n + e]);
+      }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+      const float mnew = fmaxf(mx[r], tmax[r]);
+      base[r] = mnew == -AW_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
+      corr[r] = aw_exp2(mx[r] * scale - base[r]);       // 0 where the row had no key yet (its O and sum are 0)
+      mx[r] = mnew;
+    }
+    float tsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = aw_exp2(fmaf(sc[4 * n + e], scale, -base[e >> 1]));
+        sc[4 * n + e] = p;
+        tsum[e >> 1] += p;
+      }
+    sum[0] = sum[0] * corr[0] + tsum[0];
+    sum[1] = sum[1] * corr[1] + tsum[1];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = aw_pack(sc[8 * kk], sc[8 * kk + 1]);
+      pa[kk][1] = aw_pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = aw_pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = aw_pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+  };
+  auto rescale = [&](const float(&corr)[2]) {
+    if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;  // no row's max moved
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      acc[4 * i] *= corr[0], acc[4 * i + 1] *= corr[0];
+      acc[4 * i + 2] *= corr[1], acc[4 * i + 3] *= corr[1];
+    }
+  };
+  auto done = [&](int s) {
+    if (t == 0) wg_mbar_arrive(empty0 + 8 * s);  // this consumer is done with the stage
+  };
+  wg_mbar_wait(q_full, 0);
+
+  for (int j = 0; j < mine; ++j) {
+    unsigned ph;
+    const int s = stage_of(j, ph);
+    float sc[BN / 2];
+    float corr[2];
+    unsigned pa[BN / 16][4];
+    wg_mbar_wait(k_full0 + 8 * s, ph);
+    issue_s(s, sc);
+    v_ready(j);
+    wg_mma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) wg_fence_reg(sc[i]);
+    softmax(j, sc, pa, corr);
+    rescale(corr);
+    issue_pv(s, pa);
     wg_mma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 64; ++i) wg_fence_reg(acc[i]);
-    if (t == 0) wg_mbar_arrive(empty0 + 8 * s);  // this consumer is done with the stage
+    done(s);
+  }
+  // The block's tiles no row of this consumer sees: released once filled.
+  for (int j = mine; j < tiles; ++j) {
+    unsigned ph;
+    const int s = stage_of(j, ph);
+    wg_mbar_wait(k_full0 + 8 * s, ph);
+    wg_mbar_wait(v_full0 + 8 * s, ph);
+    done(s);
   }
 
   // The output: each row divided by its sum, bf16, staged in this consumer's rows of the Q tile
