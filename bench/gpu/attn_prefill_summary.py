@@ -74,7 +74,7 @@ def main():
             name = " ".join(f"{a}={b}" for a, b in sorted((r.get("params") or {}).items()))
             if r.get("result") == "ok" and ns(r):
                 line.append(f"{name}: {ns(r) / 1e3:.1f} us ({flops(T, S) / (ns(r) * 1e-9) / 1e12:.0f} TF/s)")
-            else:
+            elif r.get("result") != "pruned":
                 line.append(f"{name}: {r.get('result')} {(r.get('error') or '')[:80]}")
         print(f"wgmma configs at T={T} S={S}: " + "; ".join(line))
 

@@ -6,9 +6,15 @@
 // cosine are taken in float (an fp32 angle past a few thousand radians loses
 // the digits that matter). q gets the turned queries; rows S + t of the
 // caches [CAP, HKV, 128] get the turned keys and the values.
-// Block (t, j): token t, head j of the row (query, key, then value heads);
-// thread i the dimensions i and i + 64.
+// Block (t, b): token t, heads b HB .. b HB + HB - 1 of the row (query, key, then value
+// heads); thread i the dimensions i and i + 64 of each. The angle depends on the position and
+// i alone, so a thread takes its sine and cosine once for its HB heads (the double-precision
+// angle is most of a head's work). Param HB: heads a block.
 #include <cuda_bf16.h>
+
+#ifndef HB
+#define HB 8
+#endif
 
 extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16* __restrict__ qkv,
                                                            __nv_bfloat16* __restrict__ q, __nv_bfloat16* kc,
@@ -18,22 +24,29 @@ extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16*
   const long long S = kiln_cell(S_arg);  // a program's cell holds it where the launch is sized for its bucket
   kiln_start_next();  // launched with pdl: the next kernel may be scheduled now
   kiln_wait_prior();  // ... and this one reads only once the kernel before it has ended
-  const long long t = blockIdx.x, j = blockIdx.y;
+  const long long t = blockIdx.x, heads = HQ + 2 * HKV, j0 = static_cast<long long>(blockIdx.y) * HB;
   const int i = threadIdx.x;
-  if (t >= T || j >= HQ + 2 * HKV) return;
-  const __nv_bfloat16* in = qkv + (t * (HQ + 2 * HKV) + j) * 128;
-  const float x0 = __bfloat162float(in[i]), x1 = __bfloat162float(in[i + 64]);
-  if (j >= HQ + HKV) {  // a value head: copied
-    __nv_bfloat16* out = vc + ((S + t) * HKV + (j - HQ - HKV)) * 128;
-    out[i] = in[i];
-    out[i + 64] = in[i + 64];
-    return;
+  if (t >= T || j0 >= heads) return;
+  const long long j1 = j0 + HB < heads ? j0 + HB : heads;
+  const __nv_bfloat16* row = qkv + t * heads * 128;
+  float s = 0.f, c = 1.f;
+  if (j0 < HQ + HKV) {  // some head of the block turns
+    double a = static_cast<double>(S + t) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
+    a -= rint(a * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
+    sincosf(static_cast<float>(a), &s, &c);
   }
-  double a = static_cast<double>(S + t) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
-  a -= rint(a * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
-  float s, c;
-  sincosf(static_cast<float>(a), &s, &c);
-  __nv_bfloat16* out = j < HQ ? q + (t * HQ + j) * 128 : kc + ((S + t) * HKV + (j - HQ)) * 128;
-  out[i] = __float2bfloat16(x0 * c - x1 * s);
-  out[i + 64] = __float2bfloat16(x1 * c + x0 * s);
+#pragma unroll 4
+  for (long long j = j0; j < j1; ++j) {
+    const __nv_bfloat16* in = row + j * 128;
+    if (j >= HQ + HKV) {  // a value head: copied
+      __nv_bfloat16* out = vc + ((S + t) * HKV + (j - HQ - HKV)) * 128;
+      out[i] = in[i];
+      out[i + 64] = in[i + 64];
+      continue;
+    }
+    const float x0 = __bfloat162float(in[i]), x1 = __bfloat162float(in[i + 64]);
+    __nv_bfloat16* out = j < HQ ? q + (t * HQ + j) * 128 : kc + ((S + t) * HKV + (j - HQ)) * 128;
+    out[i] = __float2bfloat16(x0 * c - x1 * s);
+    out[i + 64] = __float2bfloat16(x1 * c + x0 * s);
+  }
 }
