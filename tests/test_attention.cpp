@@ -156,18 +156,26 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
 }
 
 // One call of an attention handle (the arguments q, k_cache, v_cache, o, T, S, CAP, HQ, HKV)
-// in bf16 on the GPU, against the double-precision computation on its bf16 inputs.
+// in bf16 on the GPU, against the double-precision computation on its bf16 inputs. The caches
+// hold 5 rows past S + T; with nan_rows, that many rows past S + T instead, all NaN (a cache's
+// rows not yet written may hold anything: they must not reach the output).
 void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const std::vector<ArgSpec>& spec_args,
-                    const Shape& sh) {
+                    const Shape& sh, int64_t nan_rows = 0) {
   ASSERT_EQ(spec_args.size(), 9u) << name << ": q, k_cache, v_cache, o, T, S, CAP, HQ, HKV";
   KernelSpec shape;
   shape.name = name;
   shape.args = spec_args;
   std::vector<ScalarValue> scalars(spec_args.size());
-  const int64_t vals[] = {sh.T, sh.S, sh.S + sh.T + 5, sh.HQ, sh.HKV};
+  const int64_t vals[] = {sh.T, sh.S, sh.S + sh.T + (nan_rows > 0 ? nan_rows : 5), sh.HQ, sh.HKV};
   for (size_t i = 4; i < spec_args.size(); ++i) scalars[i].i = vals[i - 4];
   DeviceArgs args(shape, scalars, dev);
   args.fill_random(static_cast<uint64_t>(sh.S * 11 + sh.T));
+  if (nan_rows > 0) {
+    const size_t row = static_cast<size_t>(sh.HKV * kD * 2), at = static_cast<size_t>(sh.S + sh.T) * row;
+    std::vector<uint16_t> nan(static_cast<size_t>(nan_rows * sh.HKV * kD), 0x7FC0);  // bf16 quiet NaN
+    for (size_t c : {1u, 2u})
+      dev.to_device(static_cast<std::byte*>(args.buffer(c)) + at, nan.data(), nan.size() * 2, nullptr);
+  }
   k.launch(args.params());
   dev.sync(nullptr);
   auto host = [&](size_t i) {
@@ -288,9 +296,10 @@ TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
 
 // The prefill on wgmma (attn_prefill_wg_bf16.toml), each config alone (the spec's space narrowed
 // to it, so no tuning can pass it over), against the double-precision computation: one token, a
-// query tile's edge (64, 65, 129), a tile of keys not whole (S = 37), a prompt over a long cache
-// (its last tile's V rows past S + T, which hold stale values, zeroed), one KV head for all,
-// and a block's rows past T.
+// query tile's edge (64, 65, 129), a tile of keys not whole (S = 37), a prompt over a long cache,
+// one KV head for all, and a block's rows past T. The caches' 130 rows past S + T are NaN, so a
+// last tile of keys that reads them (and does not mask their scores and zero their values
+// before P V) gives NaN.
 TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
@@ -328,7 +337,7 @@ TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
     for (const Shape& sh : std::vector<Shape>{{1, 0, 32, 8}, {64, 0, 8, 2}, {65, 37, 8, 2}, {129, 1000, 32, 8},
                                               {300, 0, 4, 1}, {260, 300, 8, 8}}) {
       SCOPED_TRACE(testing::Message() << c.str() << " T=" << sh.T << " S=" << sh.S << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
-      check_gpu_call(dev, k, spec.name, spec.args, sh);
+      check_gpu_call(dev, k, spec.name, spec.args, sh, 130);
     }
     ++ran;
   }

@@ -24,7 +24,7 @@
 // never reach the output: their scores are masked to -inf, and the V rows of the last
 // tile past S + T are zeroed in shared memory before P V (0 times a NaN is a NaN).
 //
-// Params: BN keys a tile (64 or 128), STAGES tiles in the ring (2 or 3).
+// Params: BN keys a tile (64 or 128), STAGES tiles in the ring (2 to 4, as shared memory allows).
 #include <cuda_bf16.h>
 
 #include "wgmma_ptx.cuh"
@@ -156,9 +156,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const long long first = m0 + cw * 64;                // the consumer's first row
   const long long row_lo = first + warp * 16 + g, row_hi = row_lo + 8;
   const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
-  // The tiles a row of this consumer sees (key 0 is seen by every row); the block's later
-  // tiles are only released.
-  const int mine = min(tiles, static_cast<int>((S + first + 63) / BN) + 1);
+  // The tiles a row of this consumer sees (key 0 is seen by every row; none where its rows
+  // are all past T); the block's later tiles are only released.
+  const int mine = first >= T ? 0 : min(tiles, static_cast<int>((S + first + 63) / BN) + 1);
   float acc[64];  // O: rows g, g + 8 of the warp's 16, dims 8 j + 2 tq + {0, 1} (acc[4 j + e])
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
@@ -236,7 +236,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
       const float mnew = fmaxf(mx[r], tmax[r]);
       base[r] = mnew == -AW_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
-      corr[r] = aw_exp2(mx[r] * scale - base[r]);       // 0 where the row had no key yet (its O and sum are 0)
+      // 1 where the max did not move (exactly: ex2.approx of an FMA's rounding would miss it), 0
+      // where the row had no key yet (its O and sum are 0)
+      corr[r] = mnew == mx[r] ? 1.f : aw_exp2(mx[r] * scale - base[r]);
       mx[r] = mnew;
     }
     float tsum[2] = {0.f, 0.f};
