@@ -222,7 +222,9 @@ class TuningCache {
 
   struct Stats {
     uint64_t local_hits = 0, artifact_hits = 0, remote_hits = 0, misses = 0;
-    uint64_t remote_rejected = 0;  // remote values that did not validate (each a miss)
+    // remote copies that did not validate (a lookup whose bundle copy and then the kernel's
+    // own record fail counts two here, and one miss)
+    uint64_t remote_rejected = 0;
     uint64_t remote_writes = 0, lease_waits = 0, leases_taken = 0;
   };
   Stats stats() const;
