@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/fsutil.hpp"
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/ext/backend.hpp"
@@ -249,6 +250,20 @@ TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount)
                       });
 }
 
+// The cuda spec `file` (in kernels/cuda) with its space narrowed to one config, `params` (its
+// [params] lines, "NAME = [value]"), which is also its default: no tuning can pass it over.
+void one_config_spec(const std::string& file, const std::string& params, KernelSpec& out) {
+  const std::string dir = test::kernels() + "/cuda/";
+  std::string t = read_file(dir + file).value();
+  const size_t a = t.find("[params]"), b = t.find("[tuning]");
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
+  t.replace(a, b - a, "[params]\n" + params);
+  const size_t d = t.find("default = {");
+  ASSERT_NE(d, std::string::npos);
+  t.erase(d, t.find('\n', d) - d);  // the one config is the default
+  out = parse_spec(t, dir + file, read_file);
+}
+
 // The tensor-core split in one launch with its products transposed (TR = 1: the rows on the
 // mma's n8 side, for T HQ / HKV <= 8), each config alone (the spec's space narrowed to it, so
 // no tuning can pass it over), against the double-precision computation: one token over an
@@ -257,32 +272,14 @@ TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount)
 TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
-  const std::string dir = test::kernels() + "/cuda/";
-  std::ifstream in(dir + "attn_split_cluster_bf16.toml");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string base = text.str();
-  auto reader = [](const std::filesystem::path& p) -> std::optional<std::string> {
-    std::ifstream f(p);
-    if (!f) return std::nullopt;
-    std::stringstream b;
-    b << f.rdbuf();
-    return b.str();
-  };
   Runtime rt(opts);
   Device& dev = rt.backend("cuda").device();
   if (const std::string arch = dev.info().arch; arch < "sm_90" && arch.size() == 5)
     GTEST_SKIP() << "the GPU is " << arch << ": the one-launch split's clusters need sm_90 or newer";
   for (const char* cfg : {"NW = [2]\nBN = [32]\nTR = [1]\nCL = [8]", "NW = [4]\nBN = [16]\nTR = [1]\nCL = [16]",
                           "NW = [8]\nBN = [16]\nTR = [1]\nCL = [2]", "NW = [4]\nBN = [32]\nTR = [1]\nCL = [4]"}) {
-    std::string t = base;
-    const size_t a = t.find("NW = ["), b = t.find("[tuning]");
-    ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
-    t.replace(a, b - a, std::string(cfg) + "\n");
-    const size_t d = t.find("default = {");
-    ASSERT_NE(d, std::string::npos);
-    t.erase(d, t.find('\n', d) - d);  // the one config is the default
-    KernelSpec spec = parse_spec(t, dir + "attn_split_cluster_tr_test.toml", reader);
+    KernelSpec spec;
+    ASSERT_NO_FATAL_FAILURE(one_config_spec("attn_split_cluster_bf16.toml", std::string(cfg) + "\n", spec));
     Kernel k(rt, spec);
     // (The last two, a lane's two rows in two tokens: 8 tokens of one head a KV head, and 3 of 2
     // (6 rows), were added after the run on the GPU that measured TR = 1.)
@@ -303,36 +300,18 @@ TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
 TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
-  const std::string dir = test::kernels() + "/cuda/";
-  std::ifstream in(dir + "attn_prefill_wg_bf16.toml");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string base = text.str();
-  auto reader = [](const std::filesystem::path& p) -> std::optional<std::string> {
-    std::ifstream f(p);
-    if (!f) return std::nullopt;
-    std::stringstream b;
-    b << f.rdbuf();
-    return b.str();
-  };
   Runtime rt(opts);
   Device& dev = rt.backend("cuda").device();
   if (const std::string arch = dev.info().arch; arch != "sm_90")
     GTEST_SKIP() << "the GPU is " << arch << ": the wgmma prefill is compiled for sm_90a alone";
-  const KernelSpec whole = parse_spec(base, dir + "attn_prefill_wg_bf16.toml", reader);
+  const KernelSpec whole = load_spec(test::kernels() + "/cuda/attn_prefill_wg_bf16.toml");
   size_t ran = 0;
   for (const Config& c : whole.space.all()) {
     if (!statically_pruned(whole, c, rt.backend("cuda").limits()).empty()) continue;
     std::string cfg;
     for (const auto& [name, value] : c.values) cfg += name + " = [" + std::to_string(value) + "]\n";
-    std::string t = base;
-    const size_t a = t.find("[params]"), b = t.find("[tuning]");
-    ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
-    t.replace(a, b - a, "[params]\n" + cfg);
-    const size_t d = t.find("default = {");
-    ASSERT_NE(d, std::string::npos);
-    t.erase(d, t.find('\n', d) - d);  // the one config is the default
-    KernelSpec spec = parse_spec(t, dir + "attn_prefill_wg_test.toml", reader);
+    KernelSpec spec;
+    ASSERT_NO_FATAL_FAILURE(one_config_spec("attn_prefill_wg_bf16.toml", cfg, spec));
     Kernel k(rt, spec);
     for (const Shape& sh : std::vector<Shape>{{1, 0, 32, 8}, {64, 0, 8, 2}, {65, 37, 8, 2}, {129, 1000, 32, 8},
                                               {300, 0, 4, 1}, {260, 300, 8, 8}}) {

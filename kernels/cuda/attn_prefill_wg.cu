@@ -27,6 +27,7 @@
 // Params: BN keys a tile (64 or 128), STAGES tiles in the ring (2 to 4, as shared memory allows).
 #include <cuda_bf16.h>
 
+#include "attn_mma.cuh"   // ap_pack, AP_INF
 #include "wgmma_ptx.cuh"
 
 #ifndef BN
@@ -44,7 +45,6 @@ constexpr int kBM = 128;                         // query rows a block: two cons
 constexpr int kQBytes = kBM * 256;               // the Q tile: two boxes of [128 rows x 64 dims]
 constexpr int kTileBytes = BN * 256;             // a K (or V) tile: two boxes of [BN keys x 64 dims]
 constexpr int kStageBytes = 2 * kTileBytes;      // K, then V
-#define AW_INF __int_as_float(0x7f800000)
 
 // Three warpgroups, one block an SM: 168 registers a thread at launch; the producer gives
 // its share to the consumers (24 + 2 x 240 = 3 x 168).
@@ -53,19 +53,9 @@ __device__ __forceinline__ void aw_regs_consumer() { asm volatile("setmaxnreg.in
 
 // S[64 x BN] = A . B, A (Q) and B (K) K-major in shared memory; scale-d = sc.
 #if BN == 128
-__device__ __forceinline__ void aw_mma_ss(float (&d)[BN / 2], unsigned long long da, unsigned long long db, int sc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_R8 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : WG_O8
-               : "l"(da), "l"(db), "r"(sc));
-}
+WG_MMA_SS(aw_mma_ss, 128, 8, 64, 65, 66, "bf16", "0")
 #else
-__device__ __forceinline__ void aw_mma_ss(float (&d)[BN / 2], unsigned long long da, unsigned long long db, int sc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_R4 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : WG_O4
-               : "l"(da), "l"(db), "r"(sc));
-}
+WG_MMA_SS(aw_mma_ss, 64, 4, 32, 33, 34, "bf16", "0")
 #endif
 // O[64 x 128] += A . B, A (P) four bf16x2 registers a thread, B (V) N-major in shared memory.
 __device__ __forceinline__ void aw_mma_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
@@ -79,10 +69,6 @@ __device__ __forceinline__ float aw_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-__device__ __forceinline__ unsigned aw_pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&v);
 }
 // Byte offset of row r's 16-byte chunk c (of 8) in a 128-byte-row box, SWIZZLE_128B (the box
 // 1024-byte aligned): chunk c ^ (r % 8).
@@ -162,8 +148,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   float acc[64];  // O: rows g, g + 8 of the warp's 16, dims 8 j + 2 tq + {0, 1} (acc[4 j + e])
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  float mx[2] = {-AW_INF, -AW_INF}, sum[2] = {0.f, 0.f};  // a row's max (of the unscaled scores) and sum
+  float mx[2] = {-AP_INF, -AP_INF}, sum[2] = {0.f, 0.f};  // a row's max (of the unscaled scores) and sum
 
+  // This consumer's 128 threads (named barrier 1 or 2; immediate ids, so ptxas reserves only those).
+  auto consumer_bar = [&] {
+    if (cw == 0)
+      wg_named_bar<1, 128>();
+    else
+      wg_named_bar<2, 128>();
+  };
   auto stage_of = [&](int j, unsigned& ph) {
     ph = static_cast<unsigned>(j / STAGES) & 1u;
     return j % STAGES;
@@ -196,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         *reinterpret_cast<uint4*>(sv + (c >> 3) * (kTileBytes / 2) + r * 128 + (c & 7) * 16) = make_uint4(0, 0, 0, 0);
       }
       wg_fence_proxy_async();
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+      consumer_bar();
     }
   };
   // O += P V of tile j's stage s (issued and committed).
@@ -218,14 +211,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   auto softmax = [&](int j, float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4], float(&corr)[2]) {
     const long long key0 = static_cast<long long>(j) * BN;
     const bool edge = key0 + BN - 1 > S + first + warp * 16;
-    float tmax[2] = {-AW_INF, -AW_INF};
+    float tmax[2] = {-AP_INF, -AP_INF};
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (edge) {
           const long long k = key0 + 8 * n + 2 * tq + (e & 1);
-          if (k > S + ((e & 2) ? row_hi : row_lo)) sc[4 * n + e] = -AW_INF;
+          if (k > S + ((e & 2) ? row_hi : row_lo)) sc[4 * n + e] = -AP_INF;
         }
         tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[4 * n + e]);
       }
@@ -235,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
       const float mnew = fmaxf(mx[r], tmax[r]);
-      base[r] = mnew == -AW_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
+      base[r] = mnew == -AP_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
       // 1 where the max did not move (exactly: ex2.approx of an FMA's rounding would miss it), 0
       // where the row had no key yet (its O and sum are 0)
       corr[r] = mnew == mx[r] ? 1.f : aw_exp2(mx[r] * scale - base[r]);
@@ -254,10 +247,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     sum[1] = sum[1] * corr[1] + tsum[1];
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = aw_pack(sc[8 * kk], sc[8 * kk + 1]);
-      pa[kk][1] = aw_pack(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = aw_pack(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = aw_pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+      pa[kk][0] = ap_pack(sc[8 * kk], sc[8 * kk + 1]);
+      pa[kk][1] = ap_pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = ap_pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = ap_pack(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
   };
   auto rescale = [&](const float(&corr)[2]) {
@@ -316,11 +309,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   for (int jn = 0; jn < 16; ++jn) {
     const int box = jn >> 3, c = jn & 7;  // dims 8 jn .. 8 jn + 7: box dims / 64, chunk (dims % 64) / 8
     *reinterpret_cast<unsigned*>(stage + box * (kQBytes / 2) + aw_swz(lr, c) + 4 * tq) =
-        aw_pack(acc[4 * jn] * sum[0], acc[4 * jn + 1] * sum[0]);
+        ap_pack(acc[4 * jn] * sum[0], acc[4 * jn + 1] * sum[0]);
     *reinterpret_cast<unsigned*>(stage + box * (kQBytes / 2) + aw_swz(lr + 8, c) + 4 * tq) =
-        aw_pack(acc[4 * jn + 2] * sum[1], acc[4 * jn + 3] * sum[1]);
+        ap_pack(acc[4 * jn + 2] * sum[1], acc[4 * jn + 3] * sum[1]);
   }
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+  consumer_bar();
   for (int i = t; i < 64 * 16; i += 128) {
     const int r = cw * 64 + (i >> 4), c = i & 15;
     const long long row = m0 + r;

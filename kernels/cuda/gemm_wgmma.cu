@@ -138,22 +138,13 @@ __device__ __forceinline__ void wg_regs_consumer() {
 }
 #endif
 
-// The wgmma instructions, one an n, made by WG_MMA_DEF from lists of 8 accumulators (the
-// operand lists are long). scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators
-// need no zeroing; a zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning
-// C7515), then 1 (D += A.B). A and B scales 1, A K-major, B K-major (nt) or N-major (nn).
-// wg_mma_nN: D[64 x N] += A (descriptor) . B (descriptor), N / 2 fp32 accumulators a thread;
-// the accumulators are operands 0 .. N/2 - 1, then da, db and sc.
-// N, its groups of 8 accumulators (N / 16), and the operand numbers of da, db and sc
-#define WG_MMA_DEF(N, G, DA, DB, SC)                                                                          \
-  __device__ __forceinline__ void wg_mma_n##N(float (&d)[N / 2], unsigned long long da, unsigned long long db, \
-                                              int sc) {                                                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." GEMM_MMA_TYPE "." GEMM_MMA_TYPE " "       \
-                 "{" WG_R##G "}, %" #DA ", %" #DB ", p, 1, 1, 0, " WG_TRANS_B ";\n}\n"                      \
-                 : WG_O##G                                                                                   \
-                 : "l"(da), "l"(db), "r"(sc));                                                               \
-  }
+// The wgmma instructions, one an n (wgmma_ptx.cuh's WG_MMA_SS for the member's element type and
+// B's layout). scale-d = sc: 0 for the first k16 step (D = A.B: the accumulators need no
+// zeroing; a zeroing made ptxas serialise the wgmmas of the BN = 64 configs, warning C7515),
+// then 1 (D += A.B). wg_mma_nN: D[64 x N] += A (descriptor) . B (descriptor), N / 2 fp32
+// accumulators a thread. N, its groups of 8 accumulators (N / 16), and the operand numbers of
+// da, db and sc:
+#define WG_MMA_DEF(N, G, DA, DB, SC) WG_MMA_SS(wg_mma_n##N, N, G, DA, DB, SC, GEMM_MMA_TYPE, WG_TRANS_B)
 WG_MMA_DEF(64, 4, 32, 33, 34)
 WG_MMA_DEF(96, 6, 48, 49, 50)
 WG_MMA_DEF(128, 8, 64, 65, 66)

@@ -108,6 +108,20 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
 #define WG_O15 WG_O14, WG_D8(14)
 #define WG_O16 WG_O15, WG_D8(15)
 
+// WG_MMA_SS(NAME, N, G, DA, DB, SC, TYPE, TRANS_B) defines NAME(d, da, db, sc): one m64nNk16
+// wgmma, D[64 x N] (+)= A . B, both operands in shared memory (descriptors), fp32
+// accumulators d[N / 2] (G = N / 16 groups of 8), element type TYPE ("bf16", "f16"), A and B
+// scales 1, A K-major, B K-major (TRANS_B "0") or N-major ("1"); scale-d = sc (0: D = A . B).
+// DA, DB and SC are the operand numbers of da, db and sc: N / 2, N / 2 + 1 and N / 2 + 2.
+#define WG_MMA_SS(NAME, N, G, DA, DB, SC, TYPE, TRANS_B)                                                       \
+  __device__ __forceinline__ void NAME(float (&d)[N / 2], unsigned long long da, unsigned long long db, int sc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                                            \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " "                           \
+                 "{" WG_R##G "}, %" #DA ", %" #DB ", p, 1, 1, 0, " TRANS_B ";\n}\n"                          \
+                 : WG_O##G                                                                                     \
+                 : "l"(da), "l"(db), "r"(sc));                                                                 \
+  }
+
 struct __align__(64) wg_tmap {
   unsigned long long opaque[16];  // a CUtensorMap
 };
