@@ -20,6 +20,10 @@
 // 16-byte stores. Blocks run the heaviest query tiles (the last, seeing the most keys)
 // first.
 //
+// The masking of the causal edge runs only in a tile that crosses a warp's edge (most tiles
+// see every key), and the producer thread sleeps in its waits for a free stage instead of
+// polling: bench/gpu/results/issue27-prefill-wg/run4-masked: 13-14% less time at T = 4096-16384.
+//
 // Keys past S + T (a cache's rows not yet written: they may hold anything, NaN included)
 // never reach the output: their scores are masked to -inf, and the V rows of the last
 // tile past S + T are zeroed in shared memory before P V (0 times a NaN is a NaN).
@@ -122,7 +126,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       wg_tma_load(sq + kQBytes / 2, &tmQ, q_full, qc + 64, static_cast<int>(m0));
       for (int j = 0; j < tiles; ++j) {
         const int s = j % STAGES;
-        if (j >= STAGES) wg_mbar_wait(empty0 + 8 * s, ((j / STAGES) - 1) & 1);  // both consumers are done with it
+        // both consumers are done with it (the thread sleeps in the wait rather than spin: its
+        // polls took issue slots from the consumers' warps of its SM sub-partition)
+        if (j >= STAGES) wg_mbar_wait_sleep(empty0 + 8 * s, ((j / STAGES) - 1) & 1);
         const unsigned dk = ring + s * kStageBytes, dv = dk + kTileBytes;
         const int row = j * BN;
         wg_mbar_expect_tx(k_full0 + 8 * s, kTileBytes);
@@ -140,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   aw_regs_consumer();
   const int cw = wg - 1, t = tid & 127, warp = t >> 5, lane = t & 31, g = lane >> 2, tq = lane & 3;
   const long long first = m0 + cw * 64;                // the consumer's first row
-  const long long row_lo = first + warp * 16 + g, row_hi = row_lo + 8;
+  const long long row_lo = first + warp * 16 + g;  // the thread's rows: row_lo and row_lo + 8
   const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
   // The tiles a row of this consumer sees (key 0 is seen by every row; none where its rows
   // are all past T); the block's later tiles are only released.
@@ -162,13 +168,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     return j % STAGES;
   };
   // S = Q K^T of tile j's stage s into sc (issued and committed, not waited for).
+  const unsigned long long dq = wg_desc(sq + cw * 64 * 128, 16, 1024);  // this consumer's rows of Q
   auto issue_s = [&](int s, float(&sc)[BN / 2]) {
-    const unsigned sk = ring + s * kStageBytes;
+    const unsigned long long dk = wg_desc(ring + s * kStageBytes, 16, 1024);
     wg_mma_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-      const unsigned long long da = wg_desc(sq + (kk >> 2) * (kQBytes / 2) + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-      const unsigned long long db = wg_desc(sk + (kk >> 2) * (kTileBytes / 2) + (kk & 3) * 32, 16, 1024);
+      const unsigned long long da = wg_desc_plus(dq, (kk >> 2) * (kQBytes / 2) + (kk & 3) * 32);
+      const unsigned long long db = wg_desc_plus(dk, (kk >> 2) * (kTileBytes / 2) + (kk & 3) * 32);
       aw_mma_ss(sc, da, db, kk);
     }
     wg_mma_commit();
@@ -194,14 +201,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   };
   // O += P V of tile j's stage s (issued and committed).
   auto issue_pv = [&](int s, const unsigned(&pa)[BN / 16][4]) {
-    const unsigned sv = ring + s * kStageBytes + kTileBytes;
+    const unsigned long long dv = wg_desc(ring + s * kStageBytes + kTileBytes, kTileBytes / 2, 1024);
     wg_mma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      // V's tile N-major: 16 keys of k16 step kk at +2048 bytes, the second 64 dims a box on
-      const unsigned long long db = wg_desc(sv + kk * 2048, kTileBytes / 2, 1024);
-      aw_mma_rs(acc, pa[kk], db);
-    }
+    for (int kk = 0; kk < BN / 16; ++kk)  // V's tile N-major: 16 keys of k16 step kk at +2048 bytes, the second 64 dims a box on
+      aw_mma_rs(acc, pa[kk], wg_desc_plus(dv, kk * 2048));
     wg_mma_commit();
   };
   // The online softmax of tile j's scores: the causal edge masked (key k visible to row r iff
@@ -210,18 +214,23 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   // are to be rescaled by.
   auto softmax = [&](int j, float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4], float(&corr)[2]) {
     const long long key0 = static_cast<long long>(j) * BN;
-    const bool edge = key0 + BN - 1 > S + first + warp * 16;
+    // Only a tile that crosses the warp's causal edge is masked, in a pass of its own with
+    // 32-bit compares of the key's column in the tile against the row's last visible one
+    // (S + row - key0: |.| < CAP < 2^31); interleaved with the max, the masking was
+    // predicated into every tile.
+    if (key0 + BN - 1 > S + first + warp * 16) {
+      const int lim_lo = static_cast<int>(S + row_lo - key0), lim_hi = lim_lo + 8;
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * n + 2 * tq + (e & 1) > ((e & 2) ? lim_hi : lim_lo)) sc[4 * n + e] = -AP_INF;
+    }
     float tmax[2] = {-AP_INF, -AP_INF};
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (edge) {
-          const long long k = key0 + 8 * n + 2 * tq + (e & 1);
-          if (k > S + ((e & 2) ? row_hi : row_lo)) sc[4 * n + e] = -AP_INF;
-        }
-        tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[4 * n + e]);
-      }
+      for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[4 * n + e]);
     float base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

@@ -26,6 +26,17 @@ __device__ __forceinline__ bool wg_mbar_try_wait(unsigned bar, unsigned parity) 
       : "memory");
   return ok != 0;
 }
+// As wg_mbar_try_wait, with a suspend-time hint: a thread whose phase has not completed may
+// sleep until it does (or for up to about 10 ms) instead of returning at once.
+__device__ __forceinline__ bool wg_mbar_try_wait_sleep(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity), "r"(10000000u)
+      : "memory");
+  return ok != 0;
+}
 // Polls until ready() (with GEMM_WGMMA_WAIT_LIMIT: traps after that many polls).
 template <class F>
 __device__ __forceinline__ void wg_poll(F&& ready) {
@@ -41,6 +52,11 @@ __device__ __forceinline__ void wg_poll(F&& ready) {
 // Waits until the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ void wg_mbar_wait(unsigned bar, unsigned parity) {
   wg_poll([&] { return wg_mbar_try_wait(bar, parity); });
+}
+// The same for a thread with nothing else to do while it waits (a producer): it sleeps in the
+// wait rather than spin, leaving the issue slots to the warps beside it.
+__device__ __forceinline__ void wg_mbar_wait_sleep(unsigned bar, unsigned parity) {
+  wg_poll([&] { return wg_mbar_try_wait_sleep(bar, parity); });
 }
 __device__ __forceinline__ void wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int ID, int THREADS>
@@ -66,6 +82,12 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
   const unsigned lo = ((addr & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16);
   const unsigned hi = (sbo >> 4) | (1u << 30);
   return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+// The descriptor of `bytes` past d's start: the start address (its 14-bit field, bits 4..17 of
+// the shared address) moved on, the rest kept, for an address that stays below 256 KiB (a
+// shared address always does). Loops make a descriptor once and step it with this.
+__device__ __forceinline__ unsigned long long wg_desc_plus(unsigned long long d, unsigned bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | (static_cast<unsigned>(d) + (bytes >> 4));
 }
 
 // The accumulator operands of a wgmma's inline asm, in groups of 8: WG_Rn names operands 0 ..
