@@ -11,7 +11,7 @@
 // boxes of 64 columns, SWIZZLE_128B; K and V of a stage on barriers of their own, so the
 // scores start before V has landed). Warpgroups 1 and 2 are the consumers, 64 query rows
 // each. For each tile a consumer computes S = Q K^T (m64 n BN k16 wgmmas, both operands in
-// shared memory, K-major), masks the causal edge, keeps each row's running max and sum
+// shared memory, K-major), masks the causal edge, keeps each row's running base and sum
 // (online softmax in base 2), turns the probabilities into bf16 A fragments in registers
 // (wgmma's accumulator layout is its A layout, as for mma.sync) and adds P V (m64 n128 k16
 // wgmmas, A from registers, V's tile N-major through the transpose bit), then frees the
@@ -23,6 +23,10 @@
 // The masking of the causal edge runs only in a tile that crosses a warp's edge (most tiles
 // see every key), and the producer thread sleeps in its waits for a free stage instead of
 // polling: bench/gpu/results/issue27-prefill-wg/run4-masked: 13-14% less time at T = 4096-16384.
+// A row's base moves only where its max grew by more than 8 (base 2), so O is rarely
+// rescaled: 1-4% less time in 13 of 15 configs and points (run6-lazy-tree). (Tried and not
+// kept: the next tile's scores issued behind P V, and tree-shaped max and sum reductions,
+// run3b-ahead-tree and run6-lazy-tree; the softmax beside P V again, run5-iw: 14-40% slower.)
 //
 // Keys past S + T (a cache's rows not yet written: they may hold anything, NaN included)
 // never reach the output: their scores are masked to -inf, and the V rows of the last
@@ -154,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   float acc[64];  // O: rows g, g + 8 of the warp's 16, dims 8 j + 2 tq + {0, 1} (acc[4 j + e])
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  float mx[2] = {-AP_INF, -AP_INF}, sum[2] = {0.f, 0.f};  // a row's max (of the unscaled scores) and sum
+  float mx[2] = {-AP_INF, -AP_INF}, sum[2] = {0.f, 0.f};  // a row's base (a max of its unscaled scores, moved lazily) and sum
 
   // This consumer's 128 threads (named barrier 1 or 2; immediate ids, so ptxas reserves only those).
   auto consumer_bar = [&] {
@@ -236,7 +240,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     for (int r = 0; r < 2; ++r) {
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-      const float mnew = fmaxf(mx[r], tmax[r]);
+      // The row's base (mx) moves only where the tile's max passes it by more than 8 in base 2
+      // (or the row had none): the probabilities stay at most 2^8, and O is rarely rescaled.
+      const float mnew = tmax[r] * scale > mx[r] * scale + 8.f ? tmax[r] : mx[r];
       base[r] = mnew == -AP_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
       // 1 where the max did not move (exactly: ex2.approx of an FMA's rounding would miss it), 0
       // where the row had no key yet (its O and sum are 0)
