@@ -24,9 +24,10 @@
 // see every key), and the producer thread sleeps in its waits for a free stage instead of
 // polling: bench/gpu/results/issue27-prefill-wg/run4-masked: 13-14% less time at T = 4096-16384.
 // A row's base moves only where its max grew by more than 8 (base 2), so O is rarely
-// rescaled: 1-4% less time in 13 of 15 configs and points (run6-lazy-tree). (Tried and not
-// kept: the next tile's scores issued behind P V, and tree-shaped max and sum reductions,
-// run3b-ahead-tree and run6-lazy-tree; the softmax beside P V again, run5-iw: 14-40% slower.)
+// rescaled: 1.0-7.5% less time in 13 of 15 configs and points, 0.2-0.6% more in two
+// (run6-lazy-tree). (Tried and not kept: the next tile's scores issued behind P V, 6-33%
+// slower, run3b-ahead-tree; tree-shaped max and sum reductions, faster in 4 of 30 pairs,
+// run6-lazy-tree; the softmax beside P V again, 13-39% slower, run5-iw.)
 //
 // Keys past S + T (a cache's rows not yet written: they may hold anything, NaN included)
 // never reach the output: their scores are masked to -inf, and the V rows of the last
