@@ -214,14 +214,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     wg_mma_commit();
   };
   // The online softmax of tile j's scores: the causal edge masked (key k visible to row r iff
-  // k <= S + r), the rows' max and sum updated, the probabilities as bf16 A fragments in pa
+  // k <= S + r), the rows' base and sum updated, the probabilities as bf16 A fragments in pa
   // (k16 step kk is the scores' n8 tiles 2 kk and 2 kk + 1), and corr, the factor O's rows
   // are to be rescaled by.
   auto softmax = [&](int j, float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4], float(&corr)[2]) {
     const long long key0 = static_cast<long long>(j) * BN;
     // Only a tile that crosses the warp's causal edge is masked, in a pass of its own with
     // 32-bit compares of the key's column in the tile against the row's last visible one
-    // (S + row - key0: |.| < CAP < 2^31); interleaved with the max, the masking was
+    // (S + row - key0: -CAP < . < BN + 16 in such a tile); interleaved with the max, the masking was
     // predicated into every tile.
     if (key0 + BN - 1 > S + first + warp * 16) {
       const int lim_lo = static_cast<int>(S + row_lo - key0), lim_hi = lim_lo + 8;
@@ -245,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // (or the row had none): the probabilities stay at most 2^8, and O is rarely rescaled.
       const float mnew = tmax[r] * scale > mx[r] * scale + 8.f ? tmax[r] : mx[r];
       base[r] = mnew == -AP_INF ? 0.f : mnew * scale;  // a row with no key yet subtracts 0
-      // 1 where the max did not move (exactly: ex2.approx of an FMA's rounding would miss it), 0
+      // 1 where the base did not move (exactly: ex2.approx of an FMA's rounding would miss it), 0
       // where the row had no key yet (its O and sum are 0)
       corr[r] = mnew == mx[r] ? 1.f : aw_exp2(mx[r] * scale - base[r]);
       mx[r] = mnew;
@@ -270,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     }
   };
   auto rescale = [&](const float(&corr)[2]) {
-    if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;  // no row's max moved
+    if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;  // no row's base moved
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       acc[4 * i] *= corr[0], acc[4 * i + 1] *= corr[0];

@@ -26,8 +26,9 @@ __device__ __forceinline__ bool wg_mbar_try_wait(unsigned bar, unsigned parity) 
       : "memory");
   return ok != 0;
 }
-// As wg_mbar_try_wait, with a suspend-time hint: a thread whose phase has not completed may
-// sleep until it does (or for up to about 10 ms) instead of returning at once.
+// As wg_mbar_try_wait, with a suspend-time hint (in ns): a thread whose phase has not completed
+// may be suspended until it does, or for up to about 10 ms, instead of the system's own,
+// shorter limit. (Under GEMM_WGMMA_WAIT_LIMIT each poll may then take up to that long.)
 __device__ __forceinline__ bool wg_mbar_try_wait_sleep(unsigned bar, unsigned parity) {
   unsigned ok;
   asm volatile(
