@@ -159,7 +159,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   float acc[64];  // O: rows g, g + 8 of the warp's 16, dims 8 j + 2 tq + {0, 1} (acc[4 j + e])
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  float mx[2] = {-AP_INF, -AP_INF}, sum[2] = {0.f, 0.f};  // a row's base (a max of its unscaled scores, moved lazily) and sum
+  // a row's base (a max of its unscaled scores, moved lazily) and sum
+  float mx[2] = {-AP_INF, -AP_INF}, sum[2] = {0.f, 0.f};
 
   // This consumer's 128 threads (named barrier 1 or 2; immediate ids, so ptxas reserves only those).
   auto consumer_bar = [&] {
@@ -208,8 +209,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   auto issue_pv = [&](int s, const unsigned(&pa)[BN / 16][4]) {
     const unsigned long long dv = wg_desc(ring + s * kStageBytes + kTileBytes, kTileBytes / 2, 1024);
     wg_mma_fence();
+    // V's tile N-major: 16 keys of k16 step kk at +2048 bytes, the second 64 dims a box on
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)  // V's tile N-major: 16 keys of k16 step kk at +2048 bytes, the second 64 dims a box on
+    for (int kk = 0; kk < BN / 16; ++kk)
       aw_mma_rs(acc, pa[kk], wg_desc_plus(dv, kk * 2048));
     wg_mma_commit();
   };
