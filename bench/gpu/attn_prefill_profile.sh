@@ -3,7 +3,8 @@
 # one-step program bench/gpu/programs/attn_prefill_wg.toml tuned at each point (its configs
 # timed by the program's first call), then one launch of the tuned kernel under Nsight Compute
 # (clocks left alone): the details page (throughput, pipes, warp stalls, occupancy) and the
-# SASS with each instruction's sampled stalls, for the kernel as kiln compiled it.
+# SASS with each instruction's sampled stalls, for the kernel as kiln compiled it, and a
+# summary of those (bench/gpu/ncu_sass_summary.py: stalls by reason, instructions by opcode).
 # Usage (GPU machine): bench/gpu/attn_prefill_profile.sh [build dir]   (results: $OUT/prefill_profile.tgz)
 #   POINTS (default "8192,0"), SET (ncu's section set, default full)
 set -uo pipefail
@@ -27,6 +28,8 @@ for p in $POINTS; do
   echo "ncu T=$t S=$s: exit code $?"
   "$NCU" -i "$R/prof_${t}_${s}.ncu-rep" --page details > "$R/details_${t}_${s}.txt" 2>&1
   "$NCU" -i "$R/prof_${t}_${s}.ncu-rep" --page source --print-source sass --csv > "$R/sass_${t}_${s}.csv" 2>&1
+  python3 bench/gpu/ncu_sass_summary.py "$R/sass_${t}_${s}.csv" > "$R/stalls_${t}_${s}.txt" 2>&1
+  head -14 "$R/stalls_${t}_${s}.txt"
   grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Eligible Warps" "$R/details_${t}_${s}.txt" | head -20
 done
 tar czf "$OUTD/prefill_profile.tgz" -C "$R" .
