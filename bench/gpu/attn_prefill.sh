@@ -10,11 +10,13 @@
 # attn_prefill_wg_bf16.toml), tests (the attention GPU tests, every variant forced against
 # float64: TESTS),
 # peers (the multi-kernel and SDPA).
-# Usage (GPU machine): bench/gpu/attn_prefill.sh [build dir]   (results: $OUT/prefill.tgz, $OUT/prefill_summary.txt)
+# Usage (GPU machine): bench/gpu/attn_prefill.sh [build dir]   (results: $OUT/prefill.tgz, $OUT/prefill_summary.txt,
+#   $OUT/records.tgz: the tuning records, which RECORDS_IN=F gives a later run; bench/gpu/env.sh)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 R=$(mktemp -d /tmp/kiln-prefill-res-XXXXXX)
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-prefill-XXXXXX)}
+records_in  # RECORDS_IN=F: records an earlier run wrote (bench/gpu/env.sh)
 POINTS=${POINTS:-"4096,0 8192,0 16384,0 1024,0 2000,3000"}
 PARTS=${PARTS:-tests,configs,peers}
 TESTS=${TESTS:-AttentionTest.AttentionOnTheGpu*}
@@ -40,3 +42,4 @@ if [[ $PARTS == *peers* ]]; then
 fi
 python3 bench/gpu/attn_prefill_summary.py "$R" | tee "$R/summary.txt" "$OUTD/prefill_summary.txt"
 tar czf "$OUTD/prefill.tgz" -C "$R" .
+records_out

@@ -8,17 +8,15 @@
 # SDPA and a static cache, torch.compile, torch.compile reduce-overhead, timed the same way
 # (calls back to back between two events), each checked against the layer in float64.
 # Usage (GPU machine): bench/gpu/decoder.sh [build dir] [which: kiln, torch or both]
-#   POINTS="T,S ..." (default below); results: $OUT/decoder.tgz, $OUT/decoder_summary.txt
+#   POINTS="T,S ..." (default below); results: $OUT/decoder.tgz, $OUT/decoder_summary.txt,
+#   $OUT/records.tgz (the tuning records; RECORDS_IN=F starts from those of an earlier run)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-B=${1:-build-gpu-carry}
+source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 WHICH=${2:-both}
 R=${RESULTS:-$(mktemp -d /tmp/kiln-decoder-res-XXXXXX)}
 mkdir -p "$R"
-OUTD=${OUT:-/tmp/kiln-gpu-out}
-mkdir -p "$OUTD"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-decoder-XXXXXX)}
+records_in  # RECORDS_IN=F: records an earlier run wrote (bench/gpu/env.sh)
 POINTS=${POINTS:-"1,1024 1,8192 16,1024 128,0 1024,0 4096,0"}
 P=kernels/programs/decoder_llama3_8b.toml
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$R/machine.txt"
@@ -32,6 +30,7 @@ if [ "$WHICH" != torch ]; then
     echo "T=$t S=$s: exit code $? ($(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('call %.1f us, host %.1f us, first %.1f s, check %s' % (j['call_ns']/1e3, j['host_ns_per_call']/1e3, j['first_call_s'], j.get('check', {}).get('ok', '-')))" "$R/kiln_${t}_${s}.json" 2>/dev/null))"
   done
 fi
+[ "$WHICH" != torch ] && records_out  # $OUTD/records.tgz, for RECORDS_IN on the next machine
 if [ "$WHICH" != kiln ]; then
   timeout ${TORCH_TIMEOUT:-400} python3 bench/gpu/torch_decoder.py --points $POINTS --out "$R/torch.json" 2>> "$R/stderr.txt" | tail -12
 fi

@@ -6,3 +6,17 @@ B=${1:-build-gpu-carry}
 OUTD=${OUT:-/tmp/kiln-gpu-out}
 mkdir -p "$OUTD"
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+# Tuning records kept from one GPU machine to the next (a fresh machine tunes everything
+# again): a script calls records_in once KILN_CACHE_DIR is set, and records_out at its end.
+# With RECORDS_IN=F (a records.tgz an earlier run wrote), records_in unpacks F's records into
+# $KILN_CACHE_DIR/tune, so what was tuned there is answered from the cache here (the chosen
+# configs are still compiled); records_out writes the cache's records to $OUTD/records.tgz.
+records_in() {
+  [ -n "${RECORDS_IN:-}" ] || return 0
+  if [ ! -f "$RECORDS_IN" ]; then echo "RECORDS_IN=$RECORDS_IN: no such file; tuning from nothing" >&2; return 0; fi
+  mkdir -p "$KILN_CACHE_DIR/tune" && tar xzf "$RECORDS_IN" -C "$KILN_CACHE_DIR/tune" &&
+    echo "records from $RECORDS_IN: $(find "$KILN_CACHE_DIR/tune" -type f | wc -l) files"
+}
+records_out() {
+  if [ -d "$KILN_CACHE_DIR/tune" ]; then tar czf "$OUTD/records.tgz" -C "$KILN_CACHE_DIR/tune" .; fi
+}

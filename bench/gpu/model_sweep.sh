@@ -5,10 +5,12 @@
 # back between two CUDA events. kiln tunes in its first process (the first point); the others
 # reuse the cache (the GEMMs' records by shape; attention is tuned a power of two of S).
 # Usage (GPU machine): bench/gpu/model_sweep.sh [build dir]   (SWEEP="128 1024 4096 8192"; or
-#   POINTS="T,S ...", any (T, S): a prefill of T tokens over S cached ones, as "1024,0")
+#   POINTS="T,S ...", any (T, S): a prefill of T tokens over S cached ones, as "1024,0");
+#   RECORDS_IN=F: start from the tuning records of an earlier run (its $OUT/records.tgz)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-sweep-cache}
+records_in  # RECORDS_IN=F: records an earlier run wrote (bench/gpu/env.sh)
 SWEEP=${SWEEP:-128 1024 4096 8192}
 POINTS=${POINTS:-$(for s in $SWEEP; do printf '1,%s ' "$s"; done)}
 DEADLINE=${DEADLINE:-560}
@@ -35,6 +37,7 @@ except Exception as e:
     print(f"kiln {sys.argv[2]}: exit code {sys.argv[3]}, no figures ({e})")
 PY
 done
+records_out  # $OUTD/records.tgz: what this run tuned, for RECORDS_IN on the next machine
 points=$POINTS
 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout $(($(left) > 30 ? $(left) : 30)) \
   python3 bench/gpu/torch_model.py --out "$OUTD/torch_sweep.json" --points $points --forms reduce-overhead \
