@@ -6,10 +6,13 @@
 # reuse the cache (the GEMMs' records by shape; attention is tuned a power of two of S).
 # Usage (GPU machine): bench/gpu/model_sweep.sh [build dir]   (SWEEP="128 1024 4096 8192"; or
 #   POINTS="T,S ...", any (T, S): a prefill of T tokens over S cached ones, as "1024,0");
-#   RECORDS_IN=F: start from the tuning records of an earlier run (its $OUT/records.tgz)
+#   RECORDS_IN=F: start from the tuning records of an earlier run (its $OUT/records.tgz).
+#   Results: $OUT/model_summary.txt (bench/gpu/model_sweep_summary.py), $OUT/model_sweep.tgz
+#   (each point's kiln run --json and stderr, torch_sweep.json), $OUT/records.tgz
 set -uo pipefail
 source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-sweep-cache}
+R=$(mktemp -d /tmp/kiln-sweep-res-XXXXXX)  # each point's files; $OUTD gets them as one .tgz
 records_in  # RECORDS_IN=F: records an earlier run wrote (bench/gpu/env.sh)
 SWEEP=${SWEEP:-128 1024 4096 8192}
 POINTS=${POINTS:-$(for s in $SWEEP; do printf '1,%s ' "$s"; done)}
@@ -25,9 +28,9 @@ for p in $POINTS; do
   [ "$(left)" -gt 150 ] || { echo "-- out of time: kiln T=$t S=$s not run"; continue; }
   t0=$(date +%s)
   timeout $(($(left) - 120)) "$B/kiln" -q run --json --calls 30 --reps 5 "$M" --set T=$t --set S=$s \
-    --set CAP=$((s + t)) > "$OUTD/$(name "$t" "$s").json" 2> "$OUTD/$(name "$t" "$s").err"
+    --set CAP=$((s + t)) > "$R/$(name "$t" "$s").json" 2> "$R/$(name "$t" "$s").err"
   rc=$?
-  python3 - "$OUTD/$(name "$t" "$s").json" "T=$t S=$s" "$rc" "$(($(date +%s) - t0))" <<'PY'
+  python3 - "$R/$(name "$t" "$s").json" "T=$t S=$s" "$rc" "$(($(date +%s) - t0))" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
@@ -40,6 +43,8 @@ done
 records_out  # $OUTD/records.tgz: what this run tuned, for RECORDS_IN on the next machine
 points=$POINTS
 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout $(($(left) > 30 ? $(left) : 30)) \
-  python3 bench/gpu/torch_model.py --out "$OUTD/torch_sweep.json" --points $points --forms reduce-overhead \
-  --calls 30 2> "$OUTD/torch_stderr.txt"
+  python3 bench/gpu/torch_model.py --out "$R/torch_sweep.json" --points $points --forms reduce-overhead \
+  --calls 30 2> "$R/torch_stderr.txt"
 echo "torch exit code $?"
+python3 bench/gpu/model_sweep_summary.py "$R" | tee "$R/summary.txt" "$OUTD/model_summary.txt"
+tar czf "$OUTD/model_sweep.tgz" -C "$R" .
