@@ -26,8 +26,11 @@ void ref_rmsnorm(kiln::program_id pid, const double* x, const double* g, double*
 // COLS columns of C for every row a program instance, so B is read once.
 void ref_linear_nt(kiln::program_id pid, const double* A, const double* B, double* C, int64_t M, int64_t N,
                    int64_t K) {
-  for (int64_t n = pid.x * COLS; n < (pid.x + 1) * COLS && n < N; ++n)
-    for (int64_t m = 0; m < M; ++m) {
+  // Row by row, the block's columns for each (A's row is then read from memory once a block,
+  // not once a column: at T = 4096 the weights' GEMMs were bound by rereading A).
+  const int64_t n0 = pid.x * COLS, n1 = n0 + COLS < N ? n0 + COLS : N;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
       // Four partial sums (the compiler may not reorder one sum of doubles):
       // a plain dot product that runs at a few GFLOP/s, not one at a time.
       double s[4] = {0, 0, 0, 0};
@@ -96,10 +99,11 @@ void ref_attention(kiln::program_id pid, const double* q, const double* kc, cons
   }
   double den = 0;
   for (int64_t j = 0; j < n; ++j) den += (s[j] = std::exp(s[j] - m));
-  for (int64_t d = 0; d < 128; ++d) {
-    double acc = 0;
-    for (int64_t j = 0; j < n; ++j) acc += s[j] * vc[(j * HKV + h) * 128 + d];
-    o[r * 128 + d] = acc / den;
-  }
+  // V row by row (each dimension's sum still in the order of the keys): a dimension at a time
+  // read the cache with a stride of HKV rows, 128 times over.
+  double acc[128] = {};
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < 128; ++d) acc[d] += s[j] * vc[(j * HKV + h) * 128 + d];
+  for (int64_t d = 0; d < 128; ++d) o[r * 128 + d] = acc[d] / den;
   delete[] s;
 }
