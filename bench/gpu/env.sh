@@ -14,7 +14,9 @@ export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 records_in() {
   [ -n "${RECORDS_IN:-}" ] || return 0
   if [ ! -f "$RECORDS_IN" ]; then echo "RECORDS_IN=$RECORDS_IN: no such file; tuning from nothing" >&2; return 0; fi
-  mkdir -p "$KILN_CACHE_DIR/tune" && tar xzf "$RECORDS_IN" -C "$KILN_CACHE_DIR/tune" &&
+  # (a cache folder others can write is refused: made 0700, as kiln makes it; the files this
+  # user's, whoever wrote the archive)
+  (umask 077 && mkdir -p "$KILN_CACHE_DIR/tune") && tar xzf "$RECORDS_IN" --no-same-owner -C "$KILN_CACHE_DIR/tune" &&
     echo "records from $RECORDS_IN: $(find "$KILN_CACHE_DIR/tune" -type f | wc -l) files"
 }
 records_out() {

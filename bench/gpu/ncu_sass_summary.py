@@ -11,6 +11,7 @@ their three main reasons.
 import argparse
 import collections
 import csv
+import sys
 
 
 def main():
@@ -20,15 +21,19 @@ def main():
     p.add_argument("--top", type=int, default=20)
     a = p.parse_args()
     rows = list(csv.reader(open(a.csv, newline="")))
-    # the first row names the kernel, the second holds the columns
-    head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
-    hdr, data = rows[head], rows[head + 1:]
+    # the first row names the kernel, the next holds the columns; ncu's own messages (the file
+    # may hold its stderr) and rows of another shape are left out
+    head = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
+    if head is None:
+        sys.exit(f"{a.csv}: no SASS table (no row starts with Address): did ncu write it?")
+    hdr = rows[head]
+    data = [r for r in rows[head + 1:] if len(r) == len(hdr) and r[0].startswith("0x")]
     col = {h: i for i, h in enumerate(hdr)}
     stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
 
     def num(r, name):
         try:
-            return int(float(r[col[name]]))
+            return int(float(r[col[name]].replace(",", "")))
         except (ValueError, IndexError, KeyError):
             return 0
 

@@ -25,3 +25,4 @@ for s in j['steps']: print('  %8.1f us  %s' % (s['ns']/1e3, s['choice']))"
 timeout 60 bash bench/gpu/layer_profile.sh "$B" > /dev/null 2>&1
 tail -10 "$OUTD/profile/summary.txt" 2>/dev/null
 tar czf "$OUTD/profile.tgz" -C "$OUTD" profile && rm -rf "$OUTD/profile"
+records_out  # $OUTD/records.tgz: the model's and the layer's records (bench/gpu/env.sh)
