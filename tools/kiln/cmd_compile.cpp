@@ -118,6 +118,9 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
               gpu ? std::vector<bool>{false, false, true, true, true, true, true, false}
                   : std::vector<bool>{false, false, true, false});
   std::vector<std::string> errors;
+  // The compilers' messages (warnings, ptxas' advisories such as serialized wgmmas), each text
+  // once, with the configs that gave it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> messages;
   for (size_t i = 0; i < configs.size(); ++i) {
     const CompileRecord* r = record_of(keys[i]);
     bool ok = r && r->ok;
@@ -131,7 +134,17 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
     }
     std::string result = !ok ? "FAILED" : hit ? "cached" : "compiled";
     KernelMeta meta;
-    if (ok) meta = futures[i].get()->meta;
+    std::string log;
+    if (ok) {
+      const auto bin = futures[i].get();
+      meta = bin->meta;
+      log = bin->log;
+    }
+    if (!log.empty()) {
+      auto it = std::find_if(messages.begin(), messages.end(), [&](const auto& m) { return m.first == log; });
+      if (it == messages.end()) it = messages.insert(messages.end(), {log, {}});
+      it->second.push_back(configs[i].str());
+    }
     if (gpu)
       table.row({configs[i].str(), keys[i].substr(0, 12), seconds_text(secs), std::to_string(meta.registers),
                  std::to_string(meta.static_shared), std::to_string(meta.local_bytes), std::to_string(meta.spill_bytes),
@@ -149,6 +162,7 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                     {"static_shared", meta.static_shared},
                     {"local_bytes", meta.local_bytes},
                     {"spill_bytes", meta.spill_bytes},
+                    {"log", log},
                     {"error", ok || !r ? nlohmann::json(nullptr) : nlohmann::json(r->error)}});
     if (explain && json) rows.back()["explain"] = explained[i];
   }
@@ -177,6 +191,14 @@ nlohmann::json compile_spec(Globals& g, Runtime& rt, const KernelSpec& spec, boo
                by_registers ? fmt::format("; {} by a sibling's registers, before compiling", by_registers).c_str() : "");
   for (const auto& [c, why] : pruned)
     if (why.rfind("before compiling: ", 0) == 0) std::fprintf(out(), "  %s: pruned %s\n", c.str().c_str(), why.c_str());
+  for (const auto& [text, which] : messages) {
+    std::string names = which.size() <= 3 ? fmt::format("{}", fmt::join(which, "; "))
+                                          : fmt::format("{}; {} and {} more", which[0], which[1], which.size() - 2);
+    std::fprintf(out(), "the compiler's messages for %zu config%s (%s):\n", which.size(), which.size() == 1 ? "" : "s",
+                 names.c_str());
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);) std::fprintf(out(), "  %s\n", l.c_str());
+  }
   for (const auto& e : errors) std::fprintf(stderr, "\nkiln: error: %s\n", e.c_str());
   return nullptr;
 }

@@ -348,12 +348,38 @@ struct RecordingScope {
   ~RecordingScope() { t_recording = prev; }
 };
 
-// The compile log without ptxas' resource report (kept as the binary's warnings).
+// The compile log without ptxas' resource report (kept as the binary's warnings): the front
+// end's messages, and ptxas' warnings and numbered advisories, which come among the report's
+// lines, as "ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions
+// are serialized ..." (a kernel whose tensor-core work then runs one wgmma at a time).
+// Left out too: the front end's note that one of kiln's own device functions (put before every
+// kernel) is never called, and the remark on suppressing warnings once no warning is left.
 std::string warnings_only(const std::string& log) {
   std::istringstream in(log);
   std::string line, out;
-  while (std::getline(in, line))
-    if (line.rfind("ptxas", 0) != 0 && !line.empty()) out += line + "\n";
+  bool skipping = false;  // inside a message about kiln's own functions (its source line and caret)
+  bool warned = false;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.rfind("ptxas", 0) == 0) {
+      skipping = false;
+      const size_t colon = line.find(':');
+      const bool advisory = colon != std::string::npos && line.compare(colon, 4, ": (C") == 0;
+      if (!advisory && line.find("warning") == std::string::npos && line.find("error") == std::string::npos) continue;
+    } else if (line.find("): warning") != std::string::npos || line.find("): error") != std::string::npos) {
+      // a front-end message: "file(line): warning #177-D: function \"kiln_start_next\" was declared but never referenced"
+      skipping = line.find("function \"kiln_") != std::string::npos && line.find("never referenced") != std::string::npos;
+      if (skipping) continue;
+      warned = true;
+    } else if (line.rfind("Remark:", 0) == 0) {
+      skipping = false;
+      continue;  // added back below where a warning is left
+    } else if (skipping) {
+      continue;
+    }
+    out += line + "\n";
+  }
+  if (warned) out += "Remark: The warnings can be suppressed with \"-diag-suppress <warning-number>\"\n";
   return out;
 }
 
