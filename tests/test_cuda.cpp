@@ -129,8 +129,9 @@ TEST_F(CudaTest, NvrtcCompilesEveryBuiltInConfigForTheH100) {
       // No built-in kernel has its wgmmas serialized by ptxas (advisories C7513 and C7515: its
       // tensor-core work would run one instruction at a time), and kiln's own device functions,
       // put before every kernel, raise no message where a kernel does not call them.
-      EXPECT_EQ(b->log.find("instructions are serialized"), std::string::npos) << s.name << " " << cs[i].str() << ":\n" << b->log;
-      EXPECT_EQ(b->log.find("function \"kiln_"), std::string::npos) << s.name << " " << cs[i].str() << ":\n" << b->log;
+      const std::string what = s.name + " " + cs[i].str() + ":\n" + b->log;
+      EXPECT_EQ(b->log.find("instructions are serialized"), std::string::npos) << what;
+      EXPECT_EQ(b->log.find("function \"kiln_"), std::string::npos) << what;
       keys.insert(b->key);
       ++configs;
     }
