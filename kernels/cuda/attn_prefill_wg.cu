@@ -27,7 +27,9 @@
 // rescaled: 1.0-7.5% less time in 13 of 15 configs and points, 0.2-0.6% more in two
 // (run6-lazy-tree). (Tried and not kept: the next tile's scores issued behind P V, 6-33%
 // slower, run3b-ahead-tree; tree-shaped max and sum reductions, faster in 4 of 30 pairs,
-// run6-lazy-tree; the softmax beside P V again, 13-39% slower, run5-iw.)
+// run6-lazy-tree; the softmax beside P V again, 13-39% slower, run5-iw. ptxas serialized the
+// wgmmas of both forms that keep two wgmma groups open, advisories C7515 and C7513, which
+// `kiln compile` now shows.)
 //
 // Keys past S + T (a cache's rows not yet written: they may hold anything, NaN included)
 // never reach the output: their scores are masked to -inf, and the V rows of the last
