@@ -303,34 +303,27 @@ workspace = "SM_COUNT * 16"
 TEST_F(CudaTest, ABinaryKeepsTheCompilersWarningsAndPtxasAdvisoriesButNotItsReport) {
   if (nvrtc_missing()) return;
   test::write(dir.path() / "k.cu", "extern \"C\" __global__ void k(float* out) { out[threadIdx.x] = 1.f; }\n");
-  test::write(dir.path() / "w.cu", R"(
-extern "C" __global__ void __launch_bounds__(128) w(float* out, int x, long long dbs) {
-  const unsigned long long db = static_cast<unsigned long long>(dbs);
+  // (through kernels/cuda/wgmma_ptx.cuh: its fences and the operand lists of a 64-accumulator wgmma)
+  test::write(dir.path() / "w.cu", R"(#include "wgmma_ptx.cuh"
+__device__ __forceinline__ void mma_rs(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_R8 "}, {%64, %65, %66, %67}, %68, "
+               "1, 1, 1, 1;\n"
+               : WG_O8
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+extern "C" __global__ void __launch_bounds__(128) w(float* out, int x, long long db) {
   int unused_here = 3;
   float d[64];
   for (int i = 0; i < 64; ++i) d[i] = 0.f;
   unsigned a[4] = {unsigned(x), unsigned(x) + 1, unsigned(x) + 2, unsigned(x) + 3};
-#define W_MMA asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, " \
-    "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
-    "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
-    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n" \
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), \
-      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), \
-      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
   for (int k = 0; k < 4; ++k) {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    W_MMA;
+    wg_mma_fence();
+    mma_rs(d, a, db);
     for (int e = 0; e < 4; ++e) a[e] = a[e] * 3u + threadIdx.x;  // A redefined while the group is open
-    W_MMA;
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    mma_rs(d, a, db + 2);
+    wg_mma_commit();
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wg_mma_wait<0>();
   float s = 0.f;
   for (int i = 0; i < 64; ++i) s += d[i];
   out[threadIdx.x] = s;
@@ -339,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(128) w(float* out, int x, long long
   const std::string args = "args = [{ name = \"out\", type = \"f32*\", size = \"128\", intent = \"out\" }";
   test::write(dir.path() / "k.toml", one_block_spec(args + "]\n"));
   test::write(dir.path() / "w.toml",
-              "name = \"w\"\nbackend = \"cuda\"\ntarget = \"sm_90a\"\nsource = \"w.cu\"\nentry = \"w\"\ngrid = [\"1\"]\n"
-              "block = [\"128\"]\n" + args +
+              "name = \"w\"\nbackend = \"cuda\"\ntarget = \"sm_90a\"\nsource = \"w.cu\"\nentry = \"w\"\n"
+              "grid = [\"1\"]\nblock = [\"128\"]\ncflags = [\"-I" + test::kernels() + "/cuda\"]\n" + args +
                   ", { name = \"x\", type = \"i32\" }, { name = \"db\", type = \"i64\" }]\n");
   Runtime rt(opts);
   auto log_of = [&](const std::string& spec) {
