@@ -13,7 +13,7 @@ R=$(mktemp -d /tmp/kiln-prefill-prof-XXXXXX)
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-prefill-prof-cache-XXXXXX)}
 POINTS=${POINTS:-"8192,0"}
 P=bench/gpu/programs/attn_prefill_wg.toml
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+NCU=$(find_ncu)
 echo "ncu: $NCU"
 for p in $POINTS; do
   t=${p%,*}; s=${p#*,}

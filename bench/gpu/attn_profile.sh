@@ -14,7 +14,7 @@ SIZES=${SIZES:-"8192 32768"}
 POINTS=$(for s in $SIZES; do printf '1,%s ' "$s"; done) OUT=$R timeout 300 bash bench/gpu/attn_decode.sh "$B" | tail -8
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-attn-profile-cache}
 P=kernels/programs/decoder_llama3_8b.toml
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+NCU=$(find_ncu)
 echo "ncu: $NCU"
 for s in $SIZES; do
   timeout 300 "$B/kiln" -q run --json "$P" --set T=1 --set S=$s --set CAP=$((s + 2)) > "$R/layer_$s.json" 2> "$R/layer_$s.err"

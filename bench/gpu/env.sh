@@ -22,3 +22,5 @@ records_in() {
 records_out() {
   if [ -d "$KILN_CACHE_DIR/tune" ]; then tar czf "$OUTD/records.tgz" -C "$KILN_CACHE_DIR/tune" .; fi
 }
+# Nsight Compute's command-line profiler, wherever the machine has it ("" where it has none).
+find_ncu() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1; }

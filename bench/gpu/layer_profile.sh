@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/machi
 python3 bench/gpu/copy_bandwidth.py | tee "$R/copy_bandwidth.txt"
 timeout 400 "$B/kiln" -q run --json "$P" --set T=$T --set S=$S --set CAP=$((S + T + 1)) > "$R/tuned.json" 2> "$R/tuned.err"
 echo "tuned: exit code $?"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU=$(find_ncu)
 echo "ncu: $NCU"
 timeout 300 "$NCU" --clock-control none --csv --print-units base --log-file "$R/ncu.csv" \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
