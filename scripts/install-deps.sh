@@ -9,6 +9,10 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libplplot-dev plplot-driver-cairo
       python3-torch)
 if [ "${1:-}" = "--fuzz" ]; then pkgs+=(clang libclang-rt-14-dev); fi
+# cuDNN's frontend headers, for the cudnn library choice (optional: without them the
+# choice says it was not built).
+"$(dirname "$0")/fetch-cudnn-frontend.sh" ||
+  echo "kiln: the cuDNN frontend's headers could not be fetched; kiln builds without the cudnn library choice" >&2
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

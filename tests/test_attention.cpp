@@ -3,7 +3,9 @@
 // computation, on the cpu (CI) and, where there is a GPU, its bf16 cuda form.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <iostream>
 #include <functional>
 #include <cstring>
 #include <fstream>
@@ -13,6 +15,8 @@
 #include "kiln/args.hpp"
 #include "kiln/device_args.hpp"
 #include "kiln/ext/backend.hpp"
+#include "kiln/ext/library.hpp"
+#include "kiln/library.hpp"
 #include "kiln/multi_kernel.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
@@ -160,8 +164,9 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
 // in bf16 on the GPU, against the double-precision computation on its bf16 inputs. The caches
 // hold 5 rows past S + T; with nan_rows, that many rows past S + T instead, all NaN (a cache's
 // rows not yet written may hold anything: they must not reach the output).
-void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const std::vector<ArgSpec>& spec_args,
-                    const Shape& sh, int64_t nan_rows = 0) {
+using LaunchFn = std::function<void(void* const*)>;
+void check_gpu_call(Device& dev, const LaunchFn& launch, const std::string& name,
+                    const std::vector<ArgSpec>& spec_args, const Shape& sh, int64_t nan_rows = 0) {
   ASSERT_EQ(spec_args.size(), 9u) << name << ": q, k_cache, v_cache, o, T, S, CAP, HQ, HKV";
   KernelSpec shape;
   shape.name = name;
@@ -177,7 +182,7 @@ void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const s
     for (size_t c : {1u, 2u})
       dev.to_device(static_cast<std::byte*>(args.buffer(c)) + at, nan.data(), nan.size() * 2, nullptr);
   }
-  k.launch(args.params());
+  launch(args.params());
   dev.sync(nullptr);
   auto host = [&](size_t i) {
     std::vector<std::byte> b = args.read(i);
@@ -196,6 +201,11 @@ void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const s
     if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
       ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
   EXPECT_EQ(bad, 0u);
+}
+
+void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const std::vector<ArgSpec>& spec_args,
+                    const Shape& sh, int64_t nan_rows = 0) {
+  check_gpu_call(dev, [&](void* const* p) { k.launch(p); }, name, spec_args, sh, nan_rows);
 }
 
 // The bf16 cuda forms, each variant forced, against the double-precision computation on
@@ -261,6 +271,8 @@ void one_config_spec(const std::string& file, const std::string& params, KernelS
   const size_t d = t.find("default = {");
   ASSERT_NE(d, std::string::npos);
   t.erase(d, t.find('\n', d) - d);  // the one config is the default
+  for (const char* key : {"\nlibrary = [", "\nreference = {"})  // no library choice, no reference but the config
+    if (const size_t l = t.find(key); l != std::string::npos) t.erase(l + 1, t.find('\n', l + 1) - l);
   out = parse_spec(t, dir + file, read_file);
 }
 
@@ -321,6 +333,63 @@ TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
     ++ran;
   }
   EXPECT_GE(ran, 5u) << "configs of the wgmma prefill checked";
+}
+
+// cuDNN's fused attention (the cudnn_attn_bf16 library choice of attn_prefill_wg_bf16.toml), loaded
+// alone, against the double-precision computation: the wgmma prefill's shapes and a prompt over
+// an empty cache, first with the caches' rows past S + T holding numbers, then NaN (a cache's
+// rows not yet written may hold anything: they must not reach the output). A launch given S as
+// a cell (a program's launch sized for a larger S of its bucket) is refused: cuDNN reads S from
+// the call, and a program keeps exact launches for a shape whose choice is a library's.
+TEST_F(AttentionTest, CudnnAttentionMatchesAPlainComputationAndRefusesACell) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  Runtime rt(opts);
+  Backend& be = rt.backend("cuda");
+  Device& dev = be.device();
+  if (std::string no = be.library_unavailable("cudnn_attn_bf16"); !no.empty())
+    GTEST_SKIP() << "cuDNN's attention cannot run here: " << no;
+  std::cout << "cuDNN: " << be.library_identity("cudnn_attn_bf16") << "\n";
+  const KernelSpec spec = load_spec(test::kernels() + "/cuda/attn_prefill_wg_bf16.toml");
+  const std::optional<LibraryChoice> choice = parse_library_choice("cudnn_attn_bf16");
+  ASSERT_TRUE(choice);
+  std::shared_ptr<LoadedKernel> lib = be.library("cudnn")->load("cudnn-test", KernelMeta{}, *choice);
+  const std::vector<Shape> shapes = {{1, 0, 32, 8},  {64, 0, 8, 2},    {65, 37, 8, 2},  {129, 1000, 32, 8},
+                                     {300, 0, 4, 1}, {260, 300, 8, 8}, {1000, 0, 4, 2}, {777, 4000, 8, 2}};
+  for (int64_t nan_rows : {0, 130})
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(testing::Message() << "cudnn T=" << sh.T << " S=" << sh.S << " HQ=" << sh.HQ << " HKV=" << sh.HKV
+                                      << " NaN rows past S+T: " << nan_rows);
+      check_gpu_call(
+          dev,
+          [&](void* const* p) {
+            ASSERT_EQ(lib->can_implement(p), "");
+            const auto t0 = std::chrono::steady_clock::now();
+            lib->launch(p, LaunchDims{}, nullptr);
+            if (nan_rows == 0)
+              std::cout << "T=" << sh.T << " S=" << sh.S << ": the first launch (its graph built) took "
+                        << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()
+                        << " ms\n";
+          },
+          spec.name, spec.args, sh, nan_rows);
+    }
+  // S as a cell: refused, nothing run.
+  void* word = dev.alloc(4);
+  int64_t t = 65, s = 40, cap = 200, hq = 8, hkv = 2;
+  void* buf = dev.alloc(static_cast<size_t>(cap * hq * kD * 2));
+  void* params[] = {&buf, &buf, &buf, &buf, &t, &s, &cap, &hq, &hkv};
+  const CellBinding b{s, word};
+  {
+    CellScope scope(&b, 1);
+    try {
+      lib->launch(params, LaunchDims{}, nullptr);
+      ADD_FAILURE() << "a launch given S as a cell ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("takes S from the call, not from a cell"), std::string::npos) << e.what();
+    }
+  }
+  dev.free(buf);
+  dev.free(word);
 }
 
 // A handle remembers its choice by a bucket of S (a power of two), and the cache's bound

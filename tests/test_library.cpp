@@ -104,6 +104,42 @@ TEST(LibraryChoiceTest, NamesReadAsALibraryAProblemAndARank) {
   EXPECT_EQ(parse_gemm_problem("f32_nn_rmsnorm")->text(), "f32_nn_rmsnorm");
 }
 
+// An attention problem (cuDNN's fused attention): its name, arguments and operands, and that
+// only its S may be a cell; no GEMM library implements it, and cuDNN implements no GEMM.
+TEST(LibraryChoiceTest, AnAttentionProblemReadsAsOneAndOnlyItsSMayBeACell) {
+  auto c = parse_library_choice("cudnn_attn_bf16");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->library, "cudnn");
+  ASSERT_TRUE(c->attention);
+  EXPECT_EQ(c->name(), "cudnn_attn_bf16");
+  std::vector<std::string> names;
+  for (const ProblemArg& a : c->attention->arguments()) names.push_back(a.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"}));
+  EXPECT_EQ(c->args().size(), 9u);
+  EXPECT_EQ(c->args()[3].second, Intent::out);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(c->may_be_cell(i), i == 5) << i;
+  EXPECT_FALSE(parse_library_choice("cublaslt_bf16_nt")->may_be_cell(5));
+  std::string why;
+  EXPECT_FALSE(parse_library_choice("cudnn_attn_f64", &why));
+  EXPECT_NE(why.find("or attn_bf16"), std::string::npos) << why;
+
+  int64_t t = 3, sv = 7, cap = 20, hq = 8, hkv = 2;
+  uint16_t q = 0, k = 0, v = 0, o = 0;
+  void *pq = &q, *pk = &k, *pv = &v, *po = &o;
+  void* params[] = {&pq, &pk, &pv, &po, &t, &sv, &cap, &hq, &hkv};
+  const AttentionOperands a = attention_operands(params);
+  EXPECT_EQ(a.q, &q);
+  EXPECT_EQ(a.o, &o);
+  EXPECT_EQ(a.s, 7);
+  EXPECT_EQ(a.hkv, 2);
+
+  const auto be = make_backend("cuda", Options{});
+  EXPECT_NE(be->library_unavailable("cublaslt_attn_bf16#0").find("cublaslt implements no attention problem"),
+            std::string::npos)
+      << be->library_unavailable("cublaslt_attn_bf16#0");
+  EXPECT_NE(be->library_unavailable("cudnn_bf16_nt").find("cuDNN for attention only"), std::string::npos);
+}
+
 TEST(LibraryChoiceTest, OperandsAreFoundByTheProblemNotByPosition) {
   int64_t m = 2, n = 3, k = 4;
   double a = 0, b = 0, c = 0, bias = 0;
@@ -207,6 +243,10 @@ TEST_F(LibraryTest, ASpecWithALibraryChoiceHasNoCellArgument) {
     EXPECT_NE(std::string(e.what()).find("library: 'openblas_f64_nt' cannot read args[5] 'K' from a cell"),
               std::string::npos) << e.what();
   }
+  // The wgmma prefill's spec, whose S is a cell, takes cuDNN's attention beside its configs.
+  const KernelSpec wg = load_spec(test::kernels() + "/cuda/attn_prefill_wg_bf16.toml");
+  EXPECT_EQ(wg.libraries, (std::vector<std::string>{"cudnn_attn_bf16"}));
+  EXPECT_TRUE(wg.args[5].cell);
 }
 
 TEST_F(LibraryTest, AChoiceOfALibraryTheBackendDoesNotCallIsRefusedWhenTheKernelIsMade) {

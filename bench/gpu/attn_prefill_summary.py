@@ -71,7 +71,7 @@ def main():
             continue
         line = []
         for r in k.get("configs", []):
-            name = " ".join(f"{a}={b}" for a, b in sorted((r.get("params") or {}).items()))
+            name = r.get("library") or " ".join(f"{a}={b}" for a, b in sorted((r.get("params") or {}).items()))
             if r.get("result") == "ok" and ns(r):
                 line.append(f"{name}: {ns(r) / 1e3:.1f} us ({flops(T, S) / (ns(r) * 1e-9) / 1e12:.0f} TF/s)")
             elif r.get("result") != "pruned":

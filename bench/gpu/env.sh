@@ -6,6 +6,21 @@ B=${1:-build-gpu-carry}
 OUTD=${OUT:-/tmp/kiln-gpu-out}
 mkdir -p "$OUTD"
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+# cuDNN (the cudnn library choice), where the machine has it only beside PyTorch, in a wheel's
+# folder the loader does not search (KILN_NO_CUDNN=1 leaves it out).
+if [ -z "${KILN_NO_CUDNN:-}" ]; then
+  cudnn_dir=$(python3 - 2>/dev/null <<'PY'
+import os, site
+for p in site.getsitepackages() + [site.getusersitepackages()]:
+    for sub in ("nvidia/cudnn/lib", "nvidia/cu13/lib"):
+        d = os.path.join(p, sub)
+        if os.path.exists(os.path.join(d, "libcudnn.so.9")):
+            print(d)
+            raise SystemExit
+PY
+  )
+  if [ -n "$cudnn_dir" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn_dir; fi
+fi
 # Tuning records kept from one GPU machine to the next (a fresh machine tunes everything
 # again): a script calls records_in once KILN_CACHE_DIR is set, and records_out at its end.
 # With RECORDS_IN=F (a records.tgz an earlier run wrote), records_in unpacks F's records into

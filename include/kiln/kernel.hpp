@@ -66,6 +66,9 @@ class Launchable {
   struct Running {
     std::string what;  // its config, or variant and config
     ChoiceSource source = ChoiceSource::tuned;
+    // It calls a library, which reads every scalar from the call: a program passes it no
+    // cell, keeping exact launches for the shape (docs/program.md, "Cells").
+    bool library = false;
     // Settled: not a safe choice that a tuning behind it may replace.
     bool settled() const { return source != ChoiceSource::safe; }
   };

@@ -85,6 +85,38 @@ struct GemmOperands {
 };
 GemmOperands gemm_operands(const GemmProblem& p, void* const* params);
 
+// Attention over a KV cache, as kernels/cuda/attention_bf16.toml computes it: T new tokens
+// at positions S .. S+T-1, each of HQ query heads over the S + T cached keys and values of
+// its KV head (grouped-query: query head h reads KV head h / (HQ / HKV)), causal with the
+// past offset S (token i sees keys 0 .. S+i), head dimension 128, softmax scale 1/sqrt(128),
+// fp32 math. q and o are T x HQ x 128, the caches CAP x HKV x 128, row-major. Arguments
+// q, k_cache, v_cache, o, then T, S, CAP, HQ, HKV; S may be a cell (a library that
+// implements the problem reads it where a program keeps it on the device).
+struct AttentionProblem {
+  DType dtype = DType::bf16;
+
+  bool operator==(const AttentionProblem&) const = default;
+  // "attn_bf16"
+  std::string text() const;
+  std::vector<ProblemArg> arguments() const;
+  std::vector<std::pair<std::string, Intent>> args() const;
+  std::string what() const;
+  // The argument a call may pass as a cell: S (index 5).
+  static constexpr int kCellArg = 5;
+};
+
+// Reads "attn_bf16"; nullopt when it is not an attention problem kiln knows.
+std::optional<AttentionProblem> parse_attention_problem(std::string_view s);
+
+struct AttentionOperands {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  int64_t t = 0, s = 0, cap = 0, hq = 0, hkv = 0;  // s: the value passed, or a cell (negative)
+};
+AttentionOperands attention_operands(void* const* params);
+
 constexpr int kLibraryRanks = 16;
 
 // A library choice read from its name: the library, the problem, and the
@@ -92,11 +124,16 @@ constexpr int kLibraryRanks = 16;
 // ranks them).
 struct LibraryChoice {
   std::string library;  // "cublaslt"
-  GemmProblem problem;
+  GemmProblem problem;  // the GEMM it computes, unless `attention` is set
+  std::optional<AttentionProblem> attention;
   int rank = -1;
 
   // The name it was read from: "<library>_<problem>[#k]".
   std::string name() const;
+  // The problem's arguments (type, intent), what it computes, whether argument i may be a cell.
+  std::vector<std::pair<std::string, Intent>> args() const;
+  std::string what() const;
+  bool may_be_cell(size_t i) const { return attention && i == static_cast<size_t>(AttentionProblem::kCellArg); }
 };
 
 // Reads a choice's name; nullopt with `why` when it is not of the grammar

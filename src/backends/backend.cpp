@@ -309,7 +309,8 @@ std::string Backend::library_unavailable(const std::string& name) {
   if (!l) return why;
   if (c->rank >= 0 && !l->ranked()) return fmt::format("{} does not rank algorithms: '#{}' names none", l->name(), c->rank);
   if (c->rank < 0 && l->ranked()) return fmt::format("{} ranks algorithms: name one as {}#k", l->name(), name);
-  if (std::string no = l->implements(c->problem); !no.empty()) return no;
+  if (std::string no = c->attention ? l->implements_attention(*c->attention) : l->implements(c->problem); !no.empty())
+    return no;
   return l->unavailable();
 }
 

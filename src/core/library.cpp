@@ -159,8 +159,58 @@ GemmOperands gemm_operands(const GemmProblem& p, void* const* params) {
   return o;
 }
 
+std::string AttentionProblem::text() const { return fmt::format("attn_{}", dtype_name(dtype)); }
+
+std::optional<AttentionProblem> parse_attention_problem(std::string_view s) {
+  if (s == "attn_bf16") return AttentionProblem{};
+  return std::nullopt;
+}
+
+std::vector<ProblemArg> AttentionProblem::arguments() const {
+  const std::string t = std::string(dtype_name(dtype)) + "*";
+  std::vector<ProblemArg> a = {{"q", t, "T*HQ*128", Intent::in},
+                               {"k_cache", t, "CAP*HKV*128", Intent::in},
+                               {"v_cache", t, "CAP*HKV*128", Intent::in},
+                               {"o", t, "T*HQ*128", Intent::out}};
+  for (const char* n : {"T", "S", "CAP", "HQ", "HKV"}) a.push_back({n, "i64", "", Intent::in});
+  return a;
+}
+
+std::vector<std::pair<std::string, Intent>> AttentionProblem::args() const {
+  std::vector<std::pair<std::string, Intent>> out;
+  for (const ProblemArg& a : arguments()) out.push_back({a.type, a.intent});
+  return out;
+}
+
+std::string AttentionProblem::what() const {
+  return fmt::format("o[T,HQ,128] = causal attention of q[T,HQ,128] at positions S .. S+T-1 over the first S+T rows of "
+                     "k_cache and v_cache[CAP,HKV,128] (grouped-query), {} (args q, k_cache, v_cache, o, T, S, CAP, HQ, "
+                     "HKV)",
+                     dtype_name(dtype));
+}
+
+AttentionOperands attention_operands(void* const* params) {
+  AttentionOperands o;
+  o.q = *static_cast<const void* const*>(params[0]);
+  o.k = *static_cast<const void* const*>(params[1]);
+  o.v = *static_cast<const void* const*>(params[2]);
+  o.o = *static_cast<void* const*>(params[3]);
+  o.t = *static_cast<const int64_t*>(params[4]);
+  o.s = *static_cast<const int64_t*>(params[5]);
+  o.cap = *static_cast<const int64_t*>(params[6]);
+  o.hq = *static_cast<const int64_t*>(params[7]);
+  o.hkv = *static_cast<const int64_t*>(params[8]);
+  return o;
+}
+
+std::vector<std::pair<std::string, Intent>> LibraryChoice::args() const {
+  return attention ? attention->args() : problem.args();
+}
+
+std::string LibraryChoice::what() const { return attention ? attention->what() : problem.what(); }
+
 std::string LibraryChoice::name() const {
-  std::string n = library + "_" + problem.text();
+  std::string n = library + "_" + (attention ? attention->text() : problem.text());
   if (rank >= 0) n += "#" + std::to_string(rank);
   return n;
 }
@@ -187,10 +237,14 @@ std::optional<LibraryChoice> parse_library_choice(std::string_view name, std::st
   for (char ch : base.substr(0, u))
     if (!std::isalnum(static_cast<unsigned char>(ch))) return no("a library's name is letters and digits");
   c.library = std::string(base.substr(0, u));
+  if (auto a = parse_attention_problem(base.substr(u + 1))) {
+    c.attention = *a;
+    return c;
+  }
   auto p = parse_gemm_problem(base.substr(u + 1));
   if (!p)
-    return no(fmt::format("'{}' is not a problem kiln knows: sgemm, or <f32|f64|f16|bf16>_<nn|nt>[_rmsnorm][_bias|"
-                          "_residual|_silu|_gelu|_bias_gelu|_gated]",
+    return no(fmt::format("'{}' is not a problem kiln knows: sgemm, <f32|f64|f16|bf16>_<nn|nt>[_rmsnorm][_bias|"
+                          "_residual|_silu|_gelu|_bias_gelu|_gated], or attn_bf16",
                           base.substr(u + 1)));
   c.problem = *p;
   return c;

@@ -802,16 +802,16 @@ class SpecReader {
       if (!c) error(el, fmt::format("library: '{}': {}", name, why));
       // The problem decides the arguments; which library implements it is
       // the backend's to say (an unknown library is unavailable there, with why).
-      const auto want = c->problem.args();
+      const auto want = c->args();
       if (want.size() != s.args.size())
         error(el, fmt::format("library: '{}' takes {} arguments ({}); the spec has {}", name, want.size(),
-                              c->problem.what(), s.args.size()));
+                              c->what(), s.args.size()));
       for (size_t i = 0; i < s.args.size(); ++i) {
         const ArgSpec& a = s.args[i];
         const auto& [type, intent] = want[i];
-        if (a.cell)
-          error(el, fmt::format("library: '{}' cannot read args[{}] '{}' from a cell; a spec with library choices "
-                                "has no cell arguments", name, i, a.name));
+        if (a.cell && !c->may_be_cell(i))
+          error(el, fmt::format("library: '{}' cannot read args[{}] '{}' from a cell; only an attention problem's S "
+                                "may be one", name, i, a.name));
         if (a.type_text() != type || (a.pointer && a.intent != intent))
           error(el, fmt::format("library: '{}' takes {} {} as argument {}, but args[{}] '{}' is {}{}", name,
                                 a.pointer ? intent_name(intent) : "", type, i, i, a.name, a.type_text(),

@@ -370,7 +370,7 @@ void Kernel::Impl::tune_behind(const CallView& call, const std::vector<int64_t>&
 
 Launchable::Running Kernel::running(void* const* params) {
   const Choice& c = choice(params);
-  return {c.config.str(), c.source};
+  return {c.config.str(), c.source, !c.config.library.empty()};
 }
 
 bool Kernel::settled(void* const* params) { return choice(params).source != ChoiceSource::safe; }

@@ -1113,7 +1113,9 @@ void MultiKernel::launch(void* const* params, Stream stream) {
 Launchable::Running MultiKernel::running(void* const* params) {
   int64_t slots[CallShape::kMaxArgs];
   const Impl::Chosen* c = impl_->find(params, slots, nullptr);
-  return {fmt::format("variant {}: {}", c->variant, c->text), c->source};
+  bool library = false;
+  for (const auto& r : c->runs) library = library || !r.config.library.empty();
+  return {fmt::format("variant {}: {}", c->variant, c->text), c->source, library};
 }
 
 // Settled: the choice is not a safe one waiting for a tuning, and this

@@ -456,6 +456,14 @@ struct Program::Impl {
         if (!all && log::debugging())
           log::debug("program '{}': step {} ({}) at {} runs {}, a choice its tuning may replace", spec.name, i + 1,
                      steps[i].kernel, sym_text(b), r.what);
+        if (all && r.library && steps[i].moves) {
+          // A library reads the scalar from the call, not from a cell: this shape keeps exact launches.
+          log::debug("program '{}': no cells for {}: step {} ({}) runs {}, a library choice", spec.name, sym_text(b),
+                     i + 1, steps[i].kernel, r.what);
+          sh.cells_refused = true;
+          back_to_exact();
+          return false;
+        }
       }
     } catch (const WorkerError&) {
       back_to_exact();

@@ -21,6 +21,10 @@ class Library {
   virtual bool ranked() const { return false; }
   // "" when it implements the problem, else why not.
   virtual std::string implements(const GemmProblem& p) const = 0;
+  // The same for an attention problem; by default none is.
+  virtual std::string implements_attention(const AttentionProblem& p) const {
+    return name() + " implements no attention problem (" + p.text() + ")";
+  }
   // "" when it can be used here (installed, with a device), else why not.
   virtual std::string unavailable() = 0;
   // Its name, version and settings: what its results are kept by.

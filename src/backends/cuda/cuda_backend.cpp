@@ -1565,6 +1565,7 @@ template <class... kiln_P> struct kiln_sig_of<void (*)(kiln_P...)> {
       host.arch = [this] { return unavailable_reason().empty() ? cuda_device().info().arch : std::string("no device"); };
       libraries_.push_back(make_cublas(host));
       libraries_.push_back(make_cublaslt(host));
+      libraries_.push_back(make_cudnn(host));
     });
     std::vector<Library*> out;
     for (const auto& l : libraries_) out.push_back(l.get());

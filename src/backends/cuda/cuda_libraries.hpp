@@ -2,6 +2,7 @@
 // all opened with dlopen: absent, their choices are unavailable.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,9 +36,17 @@ void ready_cublaslt(const std::function<Device*()>& device_when_made, bool devic
 // that opens and readies it starts) and no longer (when that thread is done,
 // or could not start). Its Library::readying() is true in between.
 void cublaslt_readying(bool begun);
+
+// For cuDNN's attention (cudnn.cpp, which sees cuDNN's headers and not kiln's driver
+// declarations; cudnn_support.cpp):
+// The stream a launch given none runs on (the calling thread's).
+void* default_stream();
+// The directory of the CUDA toolkit's libraries NVRTC was found in, or "".
+std::string toolkit_library_dir();
 }  // namespace cuda
 
 std::unique_ptr<Library> make_cublas(const CudaLibraryHost& host);    // cublas.cpp: cublas_sgemm
 std::unique_ptr<Library> make_cublaslt(const CudaLibraryHost& host);  // cublaslt.cpp: bf16 and f16, ranked
+std::unique_ptr<Library> make_cudnn(const CudaLibraryHost& host);     // cudnn.cpp: attention (attn_bf16)
 
 }  // namespace kiln
