@@ -341,7 +341,7 @@ TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
 // rows not yet written may hold anything: they must not reach the output). A launch given S as
 // a cell (a program's launch sized for a larger S of its bucket) is refused: cuDNN reads S from
 // the call, and a program keeps exact launches for a shape whose choice is a library's.
-TEST_F(AttentionTest, CudnnAttentionMatchesAPlainComputationAndRefusesACell) {
+TEST_F(AttentionTest, CudnnAttentionMatchesAPlainComputationInAndOutOfGraphsAndRefusesACell) {
   std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
   Runtime rt(opts);
@@ -373,6 +373,23 @@ TEST_F(AttentionTest, CudnnAttentionMatchesAPlainComputationAndRefusesACell) {
           },
           spec.name, spec.args, sh, nan_rows);
     }
+  // Captured into a graph: a (T, S) not seen before is refused inside a capture (its plan is
+  // made outside one); once made, the captured launch replays to the same result.
+  {
+    const Shape sh{200, 50, 8, 2};
+    SCOPED_TRACE("cudnn in a graph: T=200 S=50");
+    check_gpu_call(
+        dev,
+        [&](void* const* p) {
+          EXPECT_THROW(dev.capture([&](Stream cs) { lib->launch(p, LaunchDims{}, cs); }), Error);
+          lib->launch(p, LaunchDims{}, nullptr);
+          dev.sync(nullptr);
+          std::unique_ptr<Graph> g = dev.capture([&](Stream cs) { lib->launch(p, LaunchDims{}, cs); });
+          ASSERT_TRUE(g);
+          g->launch(nullptr);
+        },
+        spec.name, spec.args, sh);
+  }
   // S as a cell: refused, nothing run.
   void* word = dev.alloc(4);
   int64_t t = 65, s = 40, cap = 200, hq = 8, hkv = 2;

@@ -271,7 +271,8 @@ size_t SizeHintMultiKernel::nearest(const std::vector<int64_t>& key) const {
 }
 
 Launchable::Running SizeHintMultiKernel::running(void* const* params) {
-  return {config_for(params).str(), ChoiceSource::size_hints};
+  const Config c = config_for(params);
+  return {c.str(), ChoiceSource::size_hints, !c.library.empty()};
 }
 
 Config SizeHintMultiKernel::config_for(void* const* params) {

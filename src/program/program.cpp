@@ -1062,14 +1062,27 @@ struct Program::Impl {
       }
       // Capture this shape's launches for these buffers, then replay them.
       std::vector<size_t> counts;
-      std::unique_ptr<Graph> g = dev->capture([&](Stream cs) {
-        counts.clear();
-        for (size_t i = 0; i < steps.size(); ++i) {
-          const size_t before = dev->graph_nodes(cs);
-          launch_step(sh, i, cs);
-          counts.push_back(dev->graph_nodes(cs) - before);
-        }
-      });
+      std::unique_ptr<Graph> g;
+      try {
+        g = dev->capture([&](Stream cs) {
+          counts.clear();
+          for (size_t i = 0; i < steps.size(); ++i) {
+            const size_t before = dev->graph_nodes(cs);
+            launch_step(sh, i, cs);
+            counts.push_back(dev->graph_nodes(cs) - before);
+          }
+        });
+      } catch (const WorkerError&) {
+        throw;
+      } catch (const Error& e) {
+        // A step that cannot be captured yet (a library's plan for a new size is made outside a
+        // capture): launched as it runs now, where an error of its own shows again; captured
+        // on a later call.
+        log::debug("program '{}': capturing {}: {}; launched without a graph", spec.name, sym_text(call_slots),
+                   e.what());
+        launch_steps(sh, s);
+        return;
+      }
       if (g) {
         const bool counted = std::any_of(counts.begin(), counts.end(), [](size_t n) { return n > 0; });
         keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, std::move(counts), counted, false, {}}, s);

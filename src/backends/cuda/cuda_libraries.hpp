@@ -41,6 +41,8 @@ void cublaslt_readying(bool begun);
 // declarations; cudnn_support.cpp):
 // The stream a launch given none runs on (the calling thread's).
 void* default_stream();
+// Whether work launched on `stream` is being captured into a graph now.
+bool stream_capturing(void* stream);
 // The directory of the CUDA toolkit's libraries NVRTC was found in, or "".
 std::string toolkit_library_dir();
 }  // namespace cuda

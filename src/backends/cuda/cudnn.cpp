@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -110,8 +111,9 @@ class CudnnAttention final : public LoadedKernel {
   ~CudnnAttention() override {
     try {
       dev_.bind();
-      for (auto& [k, g] : graphs_)
-        if (g.workspace) dev_.free(g.workspace);
+      for (void* w : retired_)
+        if (w) dev_.free(w);
+      if (workspace_) dev_.free(workspace_);
     } catch (const Error&) {
     }
     graphs_.clear();
@@ -125,16 +127,19 @@ class CudnnAttention final : public LoadedKernel {
     if (o.s < 0) return "cuDNN's attention takes S from the call, not from a cell";
     if (o.s + o.t > o.cap) return "S + T is past the cache's capacity";
     if (o.t > INT32_MAX || o.cap > INT32_MAX) return "cuDNN's lengths are 32-bit";
+    // (The graph is built by the first launch, never here: a check may come during a capture.)
     std::lock_guard<std::mutex> g(m_);
-    const Built& b = built(o);
-    return b.why;
+    auto it = graphs_.find(key_of(o));
+    return it == graphs_.end() ? "" : it->second.why;
   }
 
   std::string describe(void* const* params) const override {
     const AttentionOperands o = attention_operands(params);
     if (o.t <= 0) return "";
     std::lock_guard<std::mutex> g(m_);
-    const Built& b = built(o);
+    auto it = graphs_.find(key_of(o));
+    if (it == graphs_.end()) return "";
+    const Built& b = it->second;
     return b.why.empty() ? fmt::format("cuDNN {} SDPA (graph built in {:.0f} ms), workspace {} B", Cudnn::get().version,
                                        b.build_ms, b.workspace_bytes)
                          : "";
@@ -156,6 +161,10 @@ class CudnnAttention final : public LoadedKernel {
     void* s = stream ? stream : cuda::default_stream();
     std::lock_guard<std::mutex> g(m_);
     dev_.bind();
+    // A graph is built (memory allocated, the device asked) outside a capture only: a capture
+    // meeting a new (T, S) is refused, and its caller launches once without one first.
+    if (!graphs_.count(key_of(o)) && cuda::stream_capturing(s))
+      fail(Errc::launch, "{}: the graph of T={} S={} is built outside a capture first", name_, o.t, o.s);
     Built& b = built(o);
     if (!b.why.empty()) fail(Errc::launch, "{}: {}", name_, b.why);
     try {
@@ -165,7 +174,9 @@ class CudnnAttention final : public LoadedKernel {
           {kQ, const_cast<void*>(o.q)}, {kK, const_cast<void*>(o.k)}, {kV, const_cast<void*>(o.v)}, {kO, o.o}};
       fe::error_t e = b.graph->execute(h_, pack, b.workspace);
       if (e.is_bad()) fail(Errc::launch, "{}: cuDNN's SDPA failed: {}", name_, fe_error(e));
-    } catch (const std::runtime_error& e) {  // the frontend's own (a symbol the library lacks)
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // the frontend's own (a symbol the library lacks)
       fail(Errc::launch, "{}: {}", name_, e.what());
     }
   }
@@ -179,12 +190,33 @@ class CudnnAttention final : public LoadedKernel {
     double build_ms = 0;
     std::string why;  // "" when it runs
   };
-  // The graph of a call's (T, S, CAP, HQ, HKV), built on first sight (under m_).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  static Key key_of(const AttentionOperands& o) { return {o.t, o.s, o.cap, o.hq, o.hkv}; }
+  // The graph of a call's (T, S, CAP, HQ, HKV), built on first sight (under m_); kept whole
+  // or, where it cannot be built, with why.
   Built& built(const AttentionOperands& o) const {
-    auto key = std::make_tuple(o.t, o.s, o.cap, o.hq, o.hkv);
+    const Key key = key_of(o);
     auto it = graphs_.find(key);
     if (it != graphs_.end()) return it->second;
-    Built& b = graphs_[key];
+    Built b;
+    try {
+      build(o, b);
+    } catch (const std::exception& e) {  // the frontend's (or an allocation's): the choice cannot run it
+      b.graph.reset();
+      b.why = fmt::format("cuDNN's graph of T={} S={} HQ={} HKV={} was not built: {}", o.t, o.s, o.hq, o.hkv, e.what());
+    }
+    if (!b.why.empty()) log::debug("{}: {}", name_, b.why);
+    // At most kMaxGraphs kept (a prompt in chunks meets a new S each chunk): the oldest goes,
+    // its plan with it. The workspace is the handle's, never freed before the choice (a graph
+    // captured over an evicted plan still uses it).
+    if (graphs_.size() >= kMaxGraphs) {
+      graphs_.erase(order_.front());
+      order_.pop_front();
+    }
+    order_.push_back(key);
+    return graphs_.emplace(key, std::move(b)).first->second;
+  }
+  void build(const AttentionOperands& o, Built& b) const {
     const auto t0 = std::chrono::steady_clock::now();
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
@@ -216,22 +248,32 @@ class CudnnAttention final : public LoadedKernel {
     if (e.is_good()) e = g->get_workspace_size(b.workspace_bytes);
     if (e.is_bad()) {
       b.why = fmt::format("cuDNN cannot run T={} S={} HQ={} HKV={}: {}", T, S, HQ, HKV, fe_error(e));
-      log::debug("{}: {}", name_, b.why);
-      return b;
+      return;
     }
-    if (b.workspace_bytes > 0) b.workspace = dev_.alloc(static_cast<size_t>(b.workspace_bytes));
+    if (b.workspace_bytes > workspace_bytes_) {
+      // A larger workspace for the handle; the smaller one is kept until the choice goes
+      // (graphs captured before may still use it).
+      retired_.push_back(workspace_);
+      workspace_ = dev_.alloc(static_cast<size_t>(b.workspace_bytes));
+      workspace_bytes_ = b.workspace_bytes;
+    }
+    b.workspace = workspace_;
     b.graph = std::move(g);
     b.build_ms = log::ms_since(t0);
     log::debug("{}: the graph of T={} S={} HQ={} HKV={} built in {:.1f} ms (workspace {} B)", name_, T, S, HQ, HKV,
                b.build_ms, b.workspace_bytes);
-    return b;
   }
 
   Device& dev_;
   std::string name_;
   cudnnHandle_t h_ = nullptr;
   mutable std::mutex m_;
-  mutable std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, Built> graphs_;
+  static constexpr size_t kMaxGraphs = 64;
+  mutable std::map<Key, Built> graphs_;
+  mutable std::deque<Key> order_;  // graphs_' keys, oldest first
+  mutable void* workspace_ = nullptr;  // the largest any graph needs, shared by them (under m_)
+  mutable int64_t workspace_bytes_ = 0;
+  mutable std::vector<void*> retired_;  // smaller workspaces, freed with the choice
 };
 
 #endif  // KILN_HAVE_CUDNN_FRONTEND

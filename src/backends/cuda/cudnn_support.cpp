@@ -10,6 +10,18 @@ namespace kiln::cuda {
 
 void* default_stream() { return per_thread_stream(); }
 
+bool stream_capturing(void* stream) {
+  std::string why;
+  const Driver* d = Driver::get(&why);
+  if (!d) return false;
+  int status = 0;
+  unsigned long long id = 0;
+  CUgraph g = nullptr;
+  const CUgraphNode* deps = nullptr;
+  size_t n = 0;
+  return d->capture_info(static_cast<CUstream>(stream), &status, &id, &g, &deps, &n) == CUDA_SUCCESS && status != 0;
+}
+
 std::string toolkit_library_dir() {
   std::string why;
   const Nvrtc* nv = Nvrtc::get(&why);
