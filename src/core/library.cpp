@@ -25,6 +25,13 @@ std::string upper(std::string_view s) {
   return u;
 }
 
+// A problem's arguments as (type, intent) pairs.
+std::vector<std::pair<std::string, Intent>> types_and_intents(const std::vector<ProblemArg>& args) {
+  std::vector<std::pair<std::string, Intent>> out;
+  for (const ProblemArg& a : args) out.push_back({a.type, a.intent});
+  return out;
+}
+
 }  // namespace
 
 // "bf16_nt_bias", "f16_nn", "sgemm".
@@ -91,11 +98,7 @@ std::vector<ProblemArg> GemmProblem::arguments() const {
   return a;
 }
 
-std::vector<std::pair<std::string, Intent>> GemmProblem::args() const {
-  std::vector<std::pair<std::string, Intent>> out;
-  for (const ProblemArg& a : arguments()) out.push_back({a.type, a.intent});
-  return out;
-}
+std::vector<std::pair<std::string, Intent>> GemmProblem::args() const { return types_and_intents(arguments()); }
 
 std::string GemmProblem::what() const {
   const std::string b = layout == GemmLayout::nn ? "K,N" : "N,K";
@@ -176,11 +179,7 @@ std::vector<ProblemArg> AttentionProblem::arguments() const {
   return a;
 }
 
-std::vector<std::pair<std::string, Intent>> AttentionProblem::args() const {
-  std::vector<std::pair<std::string, Intent>> out;
-  for (const ProblemArg& a : arguments()) out.push_back({a.type, a.intent});
-  return out;
-}
+std::vector<std::pair<std::string, Intent>> AttentionProblem::args() const { return types_and_intents(arguments()); }
 
 std::string AttentionProblem::what() const {
   return fmt::format("o[T,HQ,128] = causal attention of q[T,HQ,128] at positions S .. S+T-1 over the first S+T rows of "
