@@ -423,6 +423,10 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
   const auto t0 = std::chrono::steady_clock::now();
   BinaryKeyer keyer(spec_, *p_.backend);
   Candidates plan = prune(call_, rec, &keyer, *p_.backend);
+  // Nothing of this space can run the call: a record (of another space at this key) has nothing
+  // to answer, and the tuning says why (each config's reason), where the record would say only
+  // that no config survived.
+  if (plan.runnable.empty() && plan.libraries.empty()) return std::nullopt;
   automatic_search(plan.runnable.size());
   const bool whole = complete(plan, *rec, spec_, search_.kind);
   log::debug("kernel '{}' at {}: its record checked against the space pruned for this call ({} configs) in {:.2f} ms",
