@@ -18,6 +18,9 @@
 #include "kiln/ext/library.hpp"
 #include "kiln/library.hpp"
 #include "kiln/multi_kernel.hpp"
+#include "kiln/program.hpp"
+#include "kiln/program_spec.hpp"
+#include "kiln/tuning.hpp"
 #include "kiln/runtime.hpp"
 #include "util.hpp"
 
@@ -505,4 +508,149 @@ TEST_F(AttentionTest, ACallInADecidedBucketIsCheckedAgainstTheAlignmentOfItsOwnB
   Runtime rt2(opts);
   MultiKernel attn2(rt2, ms);
   attn2(q, kc.data(), vc.data(), o.data(), T, int64_t{150}, CAP, HQ, HKV);
+}
+
+// cuDNN's attention inside a program: the prefill step's record says cuDNN (the record a first
+// tuning wrote, cuDNN's timing in it set below the others'), and a fresh process runs calls over
+// one bucket of S with graphs on. A library reads S from the call, so the program keeps exact
+// launches (no cells); a call with another S of the bucket cannot be set in place (a library's
+// launch declines the update) nor captured before its plan is made (it runs without a graph
+// once, then is captured). Every call is checked against float64, with NaN in the caches' rows
+// past S + T: a launch left at another S of the bucket would read them.
+TEST_F(AttentionTest, AProgramRunningCudnnsAttentionKeepsExactLaunchesAcrossABucketOfS) {
+  std::string why = make_backend("cuda", Options::from_env())->unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  {
+    Runtime probe(opts);
+    if (std::string no = probe.backend("cuda").library_unavailable("cudnn_attn_bf16"); !no.empty())
+      GTEST_SKIP() << "cuDNN's attention cannot run here: " << no;
+    if (std::string arch = probe.backend("cuda").device().info().arch; arch != "sm_90")
+      GTEST_SKIP() << "the GPU is " << arch << ": the wgmma prefill beside cuDNN is compiled for sm_90a alone";
+  }
+  const std::string spec_path = test::kernels() + "/cuda/attn_prefill_wg_bf16.toml";
+  const std::string text = R"(kind = "program"
+version = 1
+name = "attn_cudnn"
+backend = "cuda"
+constants = { HQ = 8, HKV = 2 }
+symbols = ["T", "CAP"]
+scalars = ["S"]
+buckets = { S = "pow2" }
+guards  = ["T >= 1", "S >= 0", "S + T <= CAP"]
+[[inputs]]
+name = "q"
+dtype = "bf16"
+shape = ["T", "HQ * 128"]
+[[inputs]]
+name = "k_cache"
+dtype = "bf16"
+shape = ["CAP", "HKV", "128"]
+[[inputs]]
+name = "v_cache"
+dtype = "bf16"
+shape = ["CAP", "HKV", "128"]
+[[outputs]]
+name = "o"
+dtype = "bf16"
+shape = ["T", "HQ * 128"]
+[kernels]
+attention = ")" + spec_path + R"("
+[[steps]]
+launch = "attention"
+args   = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
+)";
+  const ProgramSpec p = parse_program(text, dir.path() / "attn.toml");
+  const int64_t T = 96, CAP = 300, HQ = 8, HKV = 2;
+  const size_t qn = static_cast<size_t>(T * HQ * kD), cn = static_cast<size_t>(CAP * HKV * kD);
+  struct Buffers {
+    Device& dev;
+    DeviceBuffer q, k, v, o;
+    std::vector<std::byte> hq, hk, hv;
+    Buffers(Device& d, size_t qn, size_t cn)
+        : dev(d), q(d, qn * 2), k(d, cn * 2), v(d, cn * 2), o(d, qn * 2), hq(qn * 2), hk(cn * 2), hv(cn * 2) {}
+    // Fresh inputs for a call at S: rows past S + T of the caches NaN.
+    void fill(int64_t S, uint64_t seed) {
+      fill_random(DType::bf16, hq, seed);
+      fill_random(DType::bf16, hk, seed + 1);
+      fill_random(DType::bf16, hv, seed + 2);
+      for (std::vector<std::byte>* c : {&hk, &hv})
+        for (size_t i = static_cast<size_t>((S + T) * HKV * kD); i < c->size() / 2; ++i) {
+          const uint16_t nan = 0x7FC0;
+          std::memcpy(c->data() + 2 * i, &nan, 2);
+        }
+      dev.to_device(q.get(), hq.data(), hq.size(), nullptr);
+      dev.to_device(k.get(), hk.data(), hk.size(), nullptr);
+      dev.to_device(v.get(), hv.data(), hv.size(), nullptr);
+    }
+    std::vector<Tensor> in() { return {{q.get(), {T, HQ * 128}}, {k.get(), {CAP, HKV, 128}}, {v.get(), {CAP, HKV, 128}}}; }
+    std::vector<Tensor> out() { return {{o.get(), {T, HQ * 128}}}; }
+  };
+  auto doubles = [](const std::vector<std::byte>& b) {
+    std::vector<double> d(b.size() / 2);
+    for (size_t j = 0; j < d.size(); ++j) {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * j, 2);
+      d[j] = bf16_bits_to_f32(h);
+    }
+    return d;
+  };
+  // A first process tunes the step at S = 70 (bucket 128); its records are then set to cuDNN.
+  {
+    Runtime rt(opts);
+    Buffers b(rt.backend("cuda").device(), qn, cn);
+    b.fill(70, 1);
+    Program prog(rt, p);
+    prog.run(b.in(), b.out(), nullptr, {70});
+    rt.wait_tuned();
+    b.dev.sync(nullptr);
+    const KernelSpec spec = load_spec(spec_path);
+    std::shared_ptr<TuningCache> tc = rt.tuning_cache();
+    ASSERT_TRUE(tc);
+    const TuningKey any = make_tuning_key(spec, rt.backend("cuda"), {{"T", T}, {"S", 128}, {"HQ", HQ}, {"HKV", HKV}});
+    std::vector<TuningRecord> recs = tc->all(any);
+    ASSERT_FALSE(recs.empty()) << "the first call wrote no record of " << spec.name;
+    // (A choice is made from the record's timings, fastest first: cuDNN's is set below the rest.)
+    for (TuningRecord& r : recs) {
+      ConfigResult* lib = nullptr;
+      double fastest = 0;
+      for (ConfigResult& c : r.configs) {
+        if (c.config.library == "cudnn_attn_bf16" && c.ok()) lib = &c;
+        if (c.ok() && (fastest == 0 || *c.ns < fastest)) fastest = *c.ns;
+      }
+      ASSERT_TRUE(lib) << "cuDNN has no result that agreed with the reference in the record:\n" << record_to_text(r);
+      lib->ns = lib->min_ns = lib->max_ns = fastest / 2;
+      r.best = lib->config;
+      r.best_ns = *lib->ns;
+      tc->put(r);
+    }
+  }
+  Runtime rt(opts);
+  Buffers b(rt.backend("cuda").device(), qn, cn);
+  Program prog(rt, p);
+  const int64_t calls[] = {70, 70, 70, 100, 100, 100, 128, 70, 65};
+  uint64_t seed = 10;
+  for (int64_t S : calls) {
+    SCOPED_TRACE(testing::Message() << "S=" << S << " (call " << prog.stats().calls + 1 << ")");
+    b.fill(S, seed += 3);
+    prog.run(b.in(), b.out(), nullptr, {S});
+    b.dev.sync(nullptr);
+    std::vector<std::byte> ho(qn * 2);
+    b.dev.to_host(ho.data(), b.o.get(), ho.size(), nullptr);
+    const std::vector<double> want = attention_ref(doubles(b.hq), doubles(b.hk), doubles(b.hv), T, S, HQ, HKV);
+    const std::vector<double> got = doubles(ho);
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
+        ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
+    EXPECT_EQ(bad, 0u);
+  }
+  const std::vector<std::string> ch = prog.choices(b.in(), b.out(), {100});
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_NE(ch[0].find("cudnn_attn_bf16"), std::string::npos) << ch[0];
+  const Program::Stats st = prog.stats();
+  EXPECT_EQ(st.cell_calls, 0u) << "a call ran with S in a cell";
+  EXPECT_GE(st.graph_captures, 2u) << "graphs at S = 70 and S = 100";
+  EXPECT_GE(st.graph_replays, 2u);
+  std::cout << "program stats: " << st.calls << " calls, " << st.graph_captures << " captures, " << st.graph_replays
+            << " replays, " << st.graph_updates << " updates\n";
 }
