@@ -13,7 +13,9 @@
 // rows are then merged through shared memory into the split's partial rows (fp32: the
 // output divided by its sum l, the max m in log2 units, l), as attn_part writes them:
 //   part[((c T + i) HQ + hq) 130 + {0..127, 128, 129}].
-// Params: NW warps a block, BN keys a tile, TR 1 for the products transposed (R <= 8; below).
+// Params: NW warps a block, BN keys a tile, TR 1 for the products transposed (R <= 8; below),
+// TR 2 for the same products with K and V loaded straight into registers as mma fragments
+// (no shared buffers: attn_split_warp_rg below).
 //
 // With CL (attn_split_cluster_bf16.toml) the kernel is the whole attention in one launch: the
 // CL splits of a KV head are one thread-block cluster (grid HKV x CL, CHUNK = cdiv(S + T, CL)),
@@ -40,6 +42,9 @@ static_assert(CL >= 1 && CL <= 16, "CL: 1 to 16 blocks a cluster (more than 8 is
 #ifndef TR
 #define TR 0
 #endif
+#ifndef RB
+#define RB 2
+#endif
 
 #if TR
 // movmatrix: the transpose of an 8 x 8 matrix of b16 held as one register a lane (lane g t
@@ -50,6 +55,9 @@ __device__ __forceinline__ unsigned as_trans8(unsigned x) {
   return y;
 }
 
+#endif
+
+#if TR == 1
 // TR = 1, for R = T G <= 8 rows (decode: one token, up to 8 query heads a KV head): the
 // products transposed, so the rows fill the mma's n8 side instead of a quarter of its m16:
 //   S^T (16 keys x 8 rows) = K (16 keys x 128 dims, A from ldmatrix) . Q^T (B fragments)
@@ -203,6 +211,193 @@ __device__ __forceinline__ void attn_split_warp_tr(float (&acc)[8][4], float (&m
 }
 #endif
 
+#if TR == 2
+// One 16-byte load from global memory, not kept in L1 (the cache is read once); zero where !ok.
+__device__ __forceinline__ uint4 ap_ldg16(const __nv_bfloat16* p, bool ok) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (ok)
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned ap_word(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+// TR = 2: the products of TR = 1 (S^T = K . Q^T, O^T += V^T . P^T, R <= 8 rows on the n8
+// side) with K and V loaded from global memory straight into registers, as the mma's
+// fragments, instead of through shared buffers: the warps an SM are then bounded by registers,
+// not by shared memory, and more of the cache is in flight (a plain reader of these rows
+// streams at ~98% of the copy bandwidth with 16 warps an SM, where the shared buffers allowed 8).
+// A dot product's order over the dims is free, and so is the order of the output's dims, so
+// each lane's loads are whole 16-byte pieces of rows:
+//   lane (g, t) loads, of each 16-key group, keys g and g + 8 at dims 32 i + 8 t .. + 7
+//   (i = 0..3): a row's 64 contiguous bytes a load, over its four lanes t.
+//   K as A fragments: k16 step j = 2 i + h takes 32-bit words 2h, 2h + 1 of load i; its k
+//   indices 2t + e and 2t + 8 + e are dims 32 i + 8 t + 4 h + e and + 2 + e, so Q^T's B
+//   fragments are Q's row g at those dims (loaded the same way).
+//   V^T as A fragments: word w of load i (keys g, or g + 8) is one 8 x 8 block of V (keys by
+//   dims 32 i + 8 t + 2 w + {0, 1}); movmatrix transposes it to (dim, two keys) pairs, and
+//   m16 tile 2 i + p is blocks w = 2p (m rows 0..7) and 2p + 1 (8..15), keys g and g + 8 its
+//   two k halves. m row g of block w is dim 32 i + 8 (g / 2) + 2 w + g % 2.
+// RB = 2: the next tile's loads are issued before this tile is used (two tiles in registers);
+// RB = 1: one tile (fewer registers, more warps an SM).
+// On return acc, mx and sum are as attn_split_warp_tr leaves them, but acc's dims are in the
+// order above (the caller writes them by ap_rg_dim).
+__device__ __forceinline__ int ap_rg_dim(int m, int e, int g) {
+  const int i = m >> 1, w = 2 * (m & 1) + (e >> 1);
+  return 32 * i + 8 * (g >> 1) + 2 * w + (g & 1);
+}
+__device__ __forceinline__ void attn_split_warp_rg(float (&acc)[8][4], float (&mx)[2], float (&sum)[2],
+                                                   const __nv_bfloat16* __restrict__ q,
+                                                   const __nv_bfloat16* __restrict__ kc,
+                                                   const __nv_bfloat16* __restrict__ vc, long long S, long long HQ,
+                                                   long long HKV, long long h, long long G, long long R, long long w0,
+                                                   long long w1, int tiles, int lane) {
+  constexpr int NG = BN / 16;  // 16-key groups a tile
+  const int g = lane >> 2, t = lane & 3;
+  unsigned qf[8][2];
+  {
+    const bool ok = g < R;
+    const __nv_bfloat16* qr = q + (ok ? ((g / G) * HQ + h * G + g % G) * 128 : 0) + t * 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = ap_ldg16(qr + 32 * i, ok);
+      qf[2 * i][0] = v.x, qf[2 * i][1] = v.y, qf[2 * i + 1][0] = v.z, qf[2 * i + 1][1] = v.w;
+    }
+  }
+  // Tile ti's keys into k and v (keys past the slice not read: zero, so that V's NaN-free).
+  auto load = [&](int ti, uint4 (&k)[NG][2][4], uint4 (&v)[NG][2][4]) {
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const long long r = w0 + static_cast<long long>(ti) * BN + 16 * n + g + 8 * hf;
+        const bool ok = r < w1;
+        const long long off = (ok ? r * HKV + h : 0) * 128 + t * 8;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) k[n][hf][i] = ap_ldg16(kc + off + 32 * i, ok);
+      }
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const long long r = w0 + static_cast<long long>(ti) * BN + 16 * n + g + 8 * hf;
+        const bool ok = r < w1;
+        const long long off = (ok ? r * HKV + h : 0) * 128 + t * 8;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[n][hf][i] = ap_ldg16(vc + off + 32 * i, ok);
+      }
+  };
+  auto lim = [&](int r) {
+    if (r >= R) return -1;
+    const long long last = S + r / G;
+    return static_cast<int>(max(min(last, w1 - 1) - w0, -1LL));
+  };
+  const int lim0 = lim(2 * t), lim1 = lim(2 * t + 1);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  mx[0] = mx[1] = -AP_INF;
+  sum[0] = sum[1] = 0.f;
+  const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
+
+  auto use = [&](const uint4 (&ck)[NG][2][4], const uint4 (&cv)[NG][2][4], int ti) {
+    float s[NG][4];
+#pragma unroll
+    for (int n = 0; n < NG; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int i = j >> 1, hh = j & 1;
+        const unsigned a[4] = {ap_word(ck[n][0][i], 2 * hh), ap_word(ck[n][1][i], 2 * hh),
+                               ap_word(ck[n][0][i], 2 * hh + 1), ap_word(ck[n][1][i], 2 * hh + 1)};
+        ap_mma(s[n], a, qf[j][0], qf[j][1]);
+      }
+    }
+    // s[n]: {key 16n + g: rows 2t, 2t+1}, {key 16n + g + 8: rows 2t, 2t+1}; masked to -inf.
+    const int jb = ti * BN + g;
+    float tmax[2] = {-AP_INF, -AP_INF};
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = jb + 16 * n + (e >> 1) * 8;
+        const bool vis = j <= ((e & 1) ? lim1 : lim0);
+        s[n][e] = vis ? s[n][e] * scale : -AP_INF;
+        tmax[e & 1] = fmaxf(tmax[e & 1], s[n][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 4));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 8));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 16));
+      const float mnew = fmaxf(mx[r], tmax[r]);
+      const float base = mnew == -AP_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
+      corr[r] = mnew == -AP_INF ? 1.f : exp2f(mx[r] - base);
+      mx[r] = mnew;
+      tmax[r] = base;
+    }
+    float tsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - tmax[e & 1]);
+        s[n][e] = p;
+        tsum[e & 1] += p;
+      }
+    sum[0] = sum[0] * corr[0] + tsum[0];
+    sum[1] = sum[1] * corr[1] + tsum[1];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[j][0] *= corr[0], acc[j][1] *= corr[1];
+      acc[j][2] *= corr[0], acc[j][3] *= corr[1];
+    }
+#pragma unroll
+    for (int n = 0; n < NG; ++n) {
+      // P^T as B fragments: {key 16n + g: rows 2t, 2t+1} transposed is {row g: keys 16n + 2t, +1}.
+      const unsigned b0 = as_trans8(ap_pack(s[n][0], s[n][1])), b1 = as_trans8(ap_pack(s[n][2], s[n][3]));
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int i = m >> 1, p = m & 1;
+        const unsigned a[4] = {as_trans8(ap_word(cv[n][0][i], 2 * p)), as_trans8(ap_word(cv[n][0][i], 2 * p + 1)),
+                               as_trans8(ap_word(cv[n][1][i], 2 * p)), as_trans8(ap_word(cv[n][1][i], 2 * p + 1))};
+        ap_mma(acc[m], a, b0, b1);
+      }
+    }
+  };
+#if RB == 1
+  // One tile in registers: its loads, then its use (more warps fit an SM).
+  for (int ti = 0; ti < tiles; ++ti) {
+    uint4 ck[NG][2][4], cv[NG][2][4];
+    load(ti, ck, cv);
+    use(ck, cv, ti);
+  }
+#else
+  // Two: the next tile's loads issued before this one is used.
+  uint4 ck[NG][2][4], cv[NG][2][4];
+  load(0, ck, cv);
+  for (int ti = 0; ti < tiles; ++ti) {
+    uint4 nk[NG][2][4], nv[NG][2][4];
+    load(ti + 1, nk, nv);  // past the last tile nothing is read
+    use(ck, cv, ti);
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ck[n][hf][i] = nk[n][hf][i], cv[n][hf][i] = nv[n][hf][i];
+  }
+#endif
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 4);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 8);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 16);
+  }
+}
+#endif
+
 extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
     attn_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc,
                const __nv_bfloat16* __restrict__ vc,
@@ -234,9 +429,12 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
   const long long w0 = c * CHUNK + warp * KW, w1 = min(w0 + KW, j_end);
   const int tiles = w1 > w0 ? static_cast<int>((w1 - w0 + BN - 1) / BN) : 0;
 
-#if TR
+#if TR == 1
   float acc[8][4], mx[2], sum[2];  // the warp's O^T (128 dims x 8 rows), and rows 2t, 2t+1's max and sum
   attn_split_warp_tr(acc, mx, sum, q, kc, vc, smem, S, HQ, HKV, h, G, R, w0, w1, tiles, lane, warp);
+#elif TR == 2
+  float acc[8][4], mx[2], sum[2];  // as TR = 1, the dims in ap_rg_dim's order
+  attn_split_warp_rg(acc, mx, sum, q, kc, vc, S, HQ, HKV, h, G, R, w0, w1, tiles, lane);
 #else
   const unsigned sq = ap_smem(smem);                  // Q: 16 rows
   const unsigned sw = sq + 16 * 256 + warp * 4 * BN * 256;  // this warp's K0, K1, V0, V1
@@ -334,7 +532,14 @@ extern "C" __global__ void AS_CLUSTER __launch_bounds__(NW * 32)
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) mine[(2 * t + (e & 1)) * 130 + 16 * j + g + (e >> 1) * 8] = acc[j][e];
+      for (int e = 0; e < 4; ++e) {
+#if TR == 2
+        const int d = ap_rg_dim(j, e, g);
+#else
+        const int d = 16 * j + g + (e >> 1) * 8;
+#endif
+        mine[(2 * t + (e & 1)) * 130 + d] = acc[j][e];
+      }
     if (g == 0) {
       mine[(2 * t) * 130 + 128] = mx[0], mine[(2 * t) * 130 + 129] = sum[0];
       mine[(2 * t + 1) * 130 + 128] = mx[1], mine[(2 * t + 1) * 130 + 129] = sum[1];
