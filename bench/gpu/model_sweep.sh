@@ -6,7 +6,8 @@
 # reuse the cache (the GEMMs' records by shape; attention is tuned a power of two of S).
 # Usage (GPU machine): bench/gpu/model_sweep.sh [build dir]   (SWEEP="128 1024 4096 8192"; or
 #   POINTS="T,S ...", any (T, S): a prefill of T tokens over S cached ones, as "1024,0");
-#   RECORDS_IN=F: start from the tuning records of an earlier run (its $OUT/records.tgz).
+#   RECORDS_IN=F: start from the tuning records of an earlier run (its $OUT/records.tgz);
+#   TORCH=0: kiln's side alone.
 #   Results: $OUT/model_summary.txt (bench/gpu/model_sweep_summary.py), $OUT/model_sweep.tgz
 #   (each point's kiln run --json and stderr, torch_sweep.json), $OUT/records.tgz
 set -uo pipefail
@@ -19,15 +20,16 @@ POINTS=${POINTS:-$(for s in $SWEEP; do printf '1,%s ' "$s"; done)}
 DEADLINE=${DEADLINE:-560}
 start=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - start))); }
+reserve=$([ "${TORCH:-1}" = 1 ] && echo 120 || echo 10)  # seconds kept for PyTorch's side
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 M=kernels/programs/model_llama3_8b.toml
 # a point's files: kiln_S<S> for a decode step (as before), kiln_T<T>_S<S> for T > 1
 name() { if [ "$1" = 1 ]; then echo "kiln_S$2"; else echo "kiln_T$1_S$2"; fi; }
 for p in $POINTS; do
   t=${p%,*}; s=${p#*,}
-  [ "$(left)" -gt 150 ] || { echo "-- out of time: kiln T=$t S=$s not run"; continue; }
+  [ "$(left)" -gt $((reserve + 30)) ] || { echo "-- out of time: kiln T=$t S=$s not run"; continue; }
   t0=$(date +%s)
-  timeout $(($(left) - 120)) "$B/kiln" -q run --json --calls 30 --reps 5 "$M" --set T=$t --set S=$s \
+  timeout $(($(left) - reserve)) "$B/kiln" -q run --json --calls 30 --reps 5 "$M" --set T=$t --set S=$s \
     --set CAP=$((s + t)) > "$R/$(name "$t" "$s").json" 2> "$R/$(name "$t" "$s").err"
   rc=$?
   python3 - "$R/$(name "$t" "$s").json" "T=$t S=$s" "$rc" "$(($(date +%s) - t0))" <<'PY'
@@ -42,9 +44,11 @@ PY
 done
 records_out  # $OUTD/records.tgz: what this run tuned, for RECORDS_IN on the next machine
 points=$POINTS
-TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout $(($(left) > 30 ? $(left) : 30)) \
-  python3 bench/gpu/torch_model.py --out "$R/torch_sweep.json" --points $points --forms reduce-overhead \
-  --calls 30 2> "$R/torch_stderr.txt"
-echo "torch exit code $?"
+if [ "${TORCH:-1}" = 1 ]; then
+  TORCHINDUCTOR_CACHE_DIR=$(mktemp -d /tmp/kiln-inductor-XXXXXX) timeout $(($(left) > 30 ? $(left) : 30)) \
+    python3 bench/gpu/torch_model.py --out "$R/torch_sweep.json" --points $points --forms reduce-overhead \
+    --calls 30 2> "$R/torch_stderr.txt"
+  echo "torch exit code $?"
+fi
 python3 bench/gpu/model_sweep_summary.py "$R" | tee "$R/summary.txt" "$OUTD/model_summary.txt"
 tar czf "$OUTD/model_sweep.tgz" -C "$R" .
