@@ -655,6 +655,7 @@ args   = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
   EXPECT_NE(ch[0].find("cudnn_attn_bf16"), std::string::npos) << ch[0];
   const Program::Stats st = prog.stats();
   EXPECT_EQ(st.cell_calls, 0u) << "a call ran with S in a cell";
+  EXPECT_EQ(st.graph_updates, 0u) << "a graph with cuDNN's launch in it was set to another S in place";
   EXPECT_GE(st.graph_captures, 2u) << "graphs at S = 70 and S = 100";
   EXPECT_GE(st.graph_replays, 2u);
   std::cout << "program stats: " << st.calls << " calls, " << st.graph_captures << " captures, " << st.graph_replays

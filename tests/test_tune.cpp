@@ -163,7 +163,8 @@ void p(kiln::program_id pid, int64_t* y, int64_t n) {
 // A spec narrowed to a config that cannot run the call, at a key where the record of another
 // space (the same kernel with other params) was stored: the error names the constraint, not
 // "no config survived tuning" (the record, none of whose configs is in this space, has nothing
-// to say). Seen with one-config specs cut from a GPU kernel's space in a test.
+// to say), and that record stays (a tuning of the narrowed space would have replaced it with its
+// pruned configs alone). Seen with one-config specs cut from a GPU kernel's space in a test.
 TEST_F(TuneTest, ASpaceThatCannotRunTheCallSaysWhyWhereAnotherSpacesRecordIsStored) {
   const std::string body = R"SPEC(name = "narrow"
 backend = "cpu"
@@ -196,6 +197,11 @@ void n(kiln::program_id, int64_t* y, int64_t n) {
     EXPECT_NE(std::string(e.what()).find("constraint 'B <= n' is false"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find("no config survived"), std::string::npos) << e.what();
   }
+  // ... and the record at that key, which the first space's calls use, is left as it was.
+  TuneOutcome again = rt.tune(fits, args.params());
+  EXPECT_TRUE(again.from_cache);
+  ASSERT_TRUE(again.choice);
+  EXPECT_EQ(again.choice->str(), "B=4");
 }
 
 TEST_F(TuneTest, InoutArgumentsAreRestoredBeforeEveryRun) {

@@ -423,17 +423,28 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
   const auto t0 = std::chrono::steady_clock::now();
   BinaryKeyer keyer(spec_, *p_.backend);
   Candidates plan = prune(call_, rec, &keyer, *p_.backend);
-  // Nothing of this space can run the call: a record (of another space at this key) has nothing
-  // to answer, and the tuning says why (each config's reason), where the record would say only
-  // that no config survived.
-  if (plan.runnable.empty() && plan.libraries.empty()) return std::nullopt;
   automatic_search(plan.runnable.size());
   const bool whole = complete(plan, *rec, spec_, search_.kind);
   log::debug("kernel '{}' at {}: its record checked against the space pruned for this call ({} configs) in {:.2f} ms",
              spec_.name, call_.key.values_text(), spec_.space.size(), log::ms_since(t0));
   if (!whole) return std::nullopt;
   auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits);
-  return answered(std::move(*rec), c);
+  TuneOutcome out = answered(std::move(*rec), c);
+  // Nothing of this space can run the call, and the record (of another space at this key, none
+  // of whose results is a config here) says nothing of why: the verdict is this space's reasons,
+  // in the answer only (the record, which may hold results other calls use, is left as it is).
+  if (!out.choice && out.record.verdict.empty() && plan.runnable.empty() && plan.libraries.empty()) {
+    std::vector<std::string> why;
+    for (const std::string& w : plan.pruned)
+      if (!w.empty() && std::find(why.begin(), why.end(), w) == why.end()) why.push_back(w);
+    if (spec_.space.size() == 1 && spec_.libraries.empty() && !why.empty())
+      out.record.verdict = fmt::format("its one config cannot run this call ({})", why[0]);
+    else if (!why.empty())
+      out.record.verdict = why.size() <= 3 ? fmt::format("no config can run this call ({})", fmt::join(why, "; "))
+                                           : fmt::format("no config can run this call ({}; and {} more reasons)",
+                                                         fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3);
+  }
+  return out;
 }
 
 TuneOutcome Tuning::none() const {
