@@ -55,6 +55,75 @@ __device__ __forceinline__ unsigned as_trans8(unsigned x) {
   return y;
 }
 
+// What TR = 1 and 2 share: the scores S^T of a tile in s[n] (16-key group n: {key 16n + g:
+// rows 2t, 2t+1}, {key 16n + g + 8: rows 2t, 2t+1}, lane (g, t)), O^T in acc (rows 2t, 2t + 1
+// in columns 0, 1 and 2, 3), and each lane's running max and sum of its rows 2t, 2t + 1.
+// The last key of the warp's slice [w0, w1) row r sees, as a place in the slice (-1: none).
+__device__ __forceinline__ int ap_tr_last(int r, long long R, long long G, long long S, long long w0, long long w1) {
+  if (r >= R) return -1;
+  const long long last = S + r / G;
+  return static_cast<int>(max(min(last, w1 - 1) - w0, -1LL));
+}
+// One tile's online softmax step: keys past a row's last (lim0, lim1: rows 2t, 2t + 1; jb the
+// tile's key g as a place in the slice) masked to -inf, the scores scaled, the rows' max reduced
+// over g (lanes xor 4, 8, 16), s turned into probabilities, and sum and acc rescaled to the new max.
+// VOTE: acc is rescaled only where a lane's max moved (a warp vote); TR = 2 rescales always, as
+// the vote's branch costs it 22-26 registers a thread (ptxas), which it spends on tiles in flight.
+template <int NG, bool VOTE>
+__device__ __forceinline__ void ap_tr_softmax(float (&s)[NG][4], float (&acc)[8][4], float (&mx)[2], float (&sum)[2],
+                                              int jb, int lim0, int lim1) {
+  const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
+  float tmax[2] = {-AP_INF, -AP_INF};
+#pragma unroll
+  for (int n = 0; n < NG; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = jb + 16 * n + (e >> 1) * 8;
+      const bool vis = j <= ((e & 1) ? lim1 : lim0);
+      s[n][e] = vis ? s[n][e] * scale : -AP_INF;
+      tmax[e & 1] = fmaxf(tmax[e & 1], s[n][e]);
+    }
+  float corr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 4));
+    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 8));
+    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 16));
+    const float mnew = fmaxf(mx[r], tmax[r]);
+    const float base = mnew == -AP_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
+    corr[r] = mnew == -AP_INF ? 1.f : exp2f(mx[r] - base);
+    mx[r] = mnew;
+    tmax[r] = base;
+  }
+  float tsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < NG; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2f(s[n][e] - tmax[e & 1]);
+      s[n][e] = p;
+      tsum[e & 1] += p;
+    }
+  sum[0] = sum[0] * corr[0] + tsum[0];
+  sum[1] = sum[1] * corr[1] + tsum[1];
+  if (!VOTE || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[j][0] *= corr[0], acc[j][1] *= corr[1];
+      acc[j][2] *= corr[0], acc[j][3] *= corr[1];
+    }
+  }
+}
+// The rows' sums reduced over g: every lane of a row then holds the warp's.
+__device__ __forceinline__ void ap_tr_sum_rows(float (&sum)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 4);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 8);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 16);
+  }
+}
+
 #endif
 
 #if TR == 1
@@ -112,19 +181,12 @@ __device__ __forceinline__ void attn_split_warp_tr(float (&acc)[8][4], float (&m
     ap_ldsm4(sq + ap_off(lane & 7, 2 * kk + (lane >> 3)), qf[kk][0], qf[kk][1], qf[kk + 1][0], qf[kk + 1][1]);
 
   const int g = lane >> 2, t = lane & 3;
-  // The last key of the slice rows 2t and 2t + 1 see, as a place in the slice (-1: none).
-  auto lim = [&](int r) {
-    if (r >= R) return -1;
-    const long long last = S + r / G;
-    return static_cast<int>(max(min(last, w1 - 1) - w0, -1LL));
-  };
-  const int lim0 = lim(2 * t), lim1 = lim(2 * t + 1);
+  const int lim0 = ap_tr_last(2 * t, R, G, S, w0, w1), lim1 = ap_tr_last(2 * t + 1, R, G, S, w0, w1);
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   mx[0] = mx[1] = -AP_INF;
   sum[0] = sum[1] = 0.f;
-  const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
-  constexpr int NG = BN / 16;                               // 16-key groups a tile
+  constexpr int NG = BN / 16;  // 16-key groups a tile
 
   for (int ti = 0; ti < tiles; ++ti) {
     if (ti + 1 < tiles) {
@@ -146,48 +208,8 @@ __device__ __forceinline__ void attn_split_warp_tr(float (&acc)[8][4], float (&m
         ap_mma(s[n], a, qf[kk][0], qf[kk][1]);
       }
     }
-    // s[n]: {key 16n + g: rows 2t, 2t+1}, {key 16n + g + 8: rows 2t, 2t+1}; masked to -inf.
-    const int jb = ti * BN + g;
-    float tmax[2] = {-AP_INF, -AP_INF};
-#pragma unroll
-    for (int n = 0; n < NG; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = jb + 16 * n + (e >> 1) * 8;
-        const bool vis = j <= ((e & 1) ? lim1 : lim0);
-        s[n][e] = vis ? s[n][e] * scale : -AP_INF;
-        tmax[e & 1] = fmaxf(tmax[e & 1], s[n][e]);
-      }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 4));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 8));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 16));
-      const float mnew = fmaxf(mx[r], tmax[r]);
-      const float base = mnew == -AP_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
-      corr[r] = mnew == -AP_INF ? 1.f : exp2f(mx[r] - base);
-      mx[r] = mnew;
-      tmax[r] = base;
-    }
-    float tsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NG; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] - tmax[e & 1]);
-        s[n][e] = p;
-        tsum[e & 1] += p;
-      }
-    sum[0] = sum[0] * corr[0] + tsum[0];
-    sum[1] = sum[1] * corr[1] + tsum[1];
-    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        acc[j][0] *= corr[0], acc[j][1] *= corr[1];
-        acc[j][2] *= corr[0], acc[j][3] *= corr[1];
-      }
-    }
+    // s[n] masked, turned into probabilities; acc, mx and sum to the tile's new max.
+    ap_tr_softmax<NG, true>(s, acc, mx, sum, ti * BN + g, lim0, lim1);
     // P^T as B fragments: {key 16n + g: rows 2t, 2t+1} transposed is {row g: keys 16n + 2t, +1}.
 #pragma unroll
     for (int n = 0; n < NG; ++n) {
@@ -202,12 +224,7 @@ __device__ __forceinline__ void attn_split_warp_tr(float (&acc)[8][4], float (&m
     }
     __syncwarp();  // every lane's ldmatrix of this tile's buffers is done before they refill
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 4);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 8);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 16);
-  }
+  ap_tr_sum_rows(sum);
 }
 #endif
 
@@ -288,17 +305,11 @@ __device__ __forceinline__ void attn_split_warp_rg(float (&acc)[8][4], float (&m
         for (int i = 0; i < 4; ++i) v[n][hf][i] = ap_ldg16(vc + off + 32 * i, ok);
       }
   };
-  auto lim = [&](int r) {
-    if (r >= R) return -1;
-    const long long last = S + r / G;
-    return static_cast<int>(max(min(last, w1 - 1) - w0, -1LL));
-  };
-  const int lim0 = lim(2 * t), lim1 = lim(2 * t + 1);
+  const int lim0 = ap_tr_last(2 * t, R, G, S, w0, w1), lim1 = ap_tr_last(2 * t + 1, R, G, S, w0, w1);
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   mx[0] = mx[1] = -AP_INF;
   sum[0] = sum[1] = 0.f;
-  const float scale = 1.4426950408889634f * rsqrtf(128.f);  // log2(e) / sqrt(d)
 
   auto use = [&](const uint4 (&ck)[NG][2][4], const uint4 (&cv)[NG][2][4], int ti) {
     float s[NG][4];
@@ -313,46 +324,8 @@ __device__ __forceinline__ void attn_split_warp_rg(float (&acc)[8][4], float (&m
         ap_mma(s[n], a, qf[j][0], qf[j][1]);
       }
     }
-    // s[n]: {key 16n + g: rows 2t, 2t+1}, {key 16n + g + 8: rows 2t, 2t+1}; masked to -inf.
-    const int jb = ti * BN + g;
-    float tmax[2] = {-AP_INF, -AP_INF};
-#pragma unroll
-    for (int n = 0; n < NG; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = jb + 16 * n + (e >> 1) * 8;
-        const bool vis = j <= ((e & 1) ? lim1 : lim0);
-        s[n][e] = vis ? s[n][e] * scale : -AP_INF;
-        tmax[e & 1] = fmaxf(tmax[e & 1], s[n][e]);
-      }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 4));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 8));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 16));
-      const float mnew = fmaxf(mx[r], tmax[r]);
-      const float base = mnew == -AP_INF ? 0.f : mnew;  // a row with no key yet subtracts 0
-      corr[r] = mnew == -AP_INF ? 1.f : exp2f(mx[r] - base);
-      mx[r] = mnew;
-      tmax[r] = base;
-    }
-    float tsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NG; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] - tmax[e & 1]);
-        s[n][e] = p;
-        tsum[e & 1] += p;
-      }
-    sum[0] = sum[0] * corr[0] + tsum[0];
-    sum[1] = sum[1] * corr[1] + tsum[1];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      acc[j][0] *= corr[0], acc[j][1] *= corr[1];
-      acc[j][2] *= corr[0], acc[j][3] *= corr[1];
-    }
+    // s[n] masked, turned into probabilities; acc, mx and sum to the tile's new max.
+    ap_tr_softmax<NG, false>(s, acc, mx, sum, ti * BN + g, lim0, lim1);
 #pragma unroll
     for (int n = 0; n < NG; ++n) {
       // P^T as B fragments: {key 16n + g: rows 2t, 2t+1} transposed is {row g: keys 16n + 2t, +1}.
@@ -389,12 +362,7 @@ __device__ __forceinline__ void attn_split_warp_rg(float (&acc)[8][4], float (&m
         for (int i = 0; i < 4; ++i) ck[n][hf][i] = nk[n][hf][i], cv[n][hf][i] = nv[n][hf][i];
   }
 #endif
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 4);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 8);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 16);
-  }
+  ap_tr_sum_rows(sum);
 }
 #endif
 
