@@ -163,6 +163,27 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
   }
 }
 
+// bf16 values (their bytes) as doubles.
+std::vector<double> bf16_doubles(const std::vector<std::byte>& b) {
+  std::vector<double> v(b.size() / 2);
+  for (size_t j = 0; j < v.size(); ++j) {
+    uint16_t h;
+    std::memcpy(&h, b.data() + 2 * j, 2);
+    v[j] = bf16_bits_to_f32(h);
+  }
+  return v;
+}
+
+// An attention output in bf16 against the double-precision one, at bf16's tolerance.
+void expect_attention_close(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
+      ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
+  EXPECT_EQ(bad, 0u);
+}
+
 // One call of an attention handle (the arguments q, k_cache, v_cache, o, T, S, CAP, HQ, HKV)
 // in bf16 on the GPU, against the double-precision computation on its bf16 inputs. The caches
 // hold 5 rows past S + T; with nan_rows, that many rows past S + T instead, all NaN (a cache's
@@ -187,23 +208,8 @@ void check_gpu_call(Device& dev, const LaunchFn& launch, const std::string& name
   }
   launch(args.params());
   dev.sync(nullptr);
-  auto host = [&](size_t i) {
-    std::vector<std::byte> b = args.read(i);
-    std::vector<double> v(b.size() / 2);
-    for (size_t j = 0; j < v.size(); ++j) {
-      uint16_t h;
-      std::memcpy(&h, b.data() + 2 * j, 2);
-      v[j] = bf16_bits_to_f32(h);
-    }
-    return v;
-  };
-  const std::vector<double> want = attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV);
-  const std::vector<double> got = host(3);
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
-      ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
-  EXPECT_EQ(bad, 0u);
+  auto host = [&](size_t i) { return bf16_doubles(args.read(i)); };
+  expect_attention_close(host(3), attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV));
 }
 
 void check_gpu_call(Device& dev, Launchable& k, const std::string& name, const std::vector<ArgSpec>& spec_args,
@@ -591,15 +597,6 @@ args   = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
     std::vector<Tensor> in() { return {{q.get(), {T, HQ * 128}}, {k.get(), {CAP, HKV, 128}}, {v.get(), {CAP, HKV, 128}}}; }
     std::vector<Tensor> out() { return {{o.get(), {T, HQ * 128}}}; }
   };
-  auto doubles = [](const std::vector<std::byte>& b) {
-    std::vector<double> d(b.size() / 2);
-    for (size_t j = 0; j < d.size(); ++j) {
-      uint16_t h;
-      std::memcpy(&h, b.data() + 2 * j, 2);
-      d[j] = bf16_bits_to_f32(h);
-    }
-    return d;
-  };
   // A first process tunes the step at S = 70 (bucket 128); its records are then set to cuDNN.
   {
     Runtime rt(opts);
@@ -642,13 +639,8 @@ args   = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
     b.dev.sync(nullptr);
     std::vector<std::byte> ho(qn * 2);
     b.dev.to_host(ho.data(), b.o.get(), ho.size(), nullptr);
-    const std::vector<double> want = attention_ref(doubles(b.hq), doubles(b.hk), doubles(b.hv), T, S, HQ, HKV);
-    const std::vector<double> got = doubles(ho);
-    size_t bad = 0;
-    for (size_t i = 0; i < want.size(); ++i)
-      if (!(std::abs(got[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 4e-3) && bad++ < 3)
-        ADD_FAILURE() << "o[" << i << "] = " << got[i] << ", want " << want[i];
-    EXPECT_EQ(bad, 0u);
+    expect_attention_close(bf16_doubles(ho),
+                           attention_ref(bf16_doubles(b.hq), bf16_doubles(b.hk), bf16_doubles(b.hv), T, S, HQ, HKV));
   }
   const std::vector<std::string> ch = prog.choices(b.in(), b.out(), {100});
   ASSERT_EQ(ch.size(), 1u);

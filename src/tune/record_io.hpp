@@ -21,6 +21,10 @@ std::string checked_text(std::string_view magic, int version, std::string_view b
 // The body of a checked text, or nullopt when the header, version, length or checksum is wrong.
 std::optional<std::string_view> checked_body(std::string_view text, std::string_view magic, int version);
 
+// "no config can run this call (reason; ...)": each configs' reason (a stage's "pruned: " prefix
+// left out) said once, the first three and a count of the rest.
+std::string no_config_can_run(const std::vector<std::string>& reasons);
+
 // A config's params (and library name) as a JSON object.
 nlohmann::json config_json(const Config& c);
 

@@ -321,7 +321,8 @@ class Tuning {
 
  private:
   bool warm_answer(const TuningRecord& rec) const;
-  TuneOutcome answered(TuningRecord rec, std::optional<Config> choice) const;
+  // `plan`: this space pruned for the call, where it was (its reasons where none can run it).
+  TuneOutcome answered(TuningRecord rec, std::optional<Config> choice, const Candidates* plan = nullptr) const;
   // A space with many runnable configs for this call is searched quickly
   // when nobody chose the search.
   void automatic_search(size_t runnable) {
@@ -387,7 +388,7 @@ bool Tuning::warm_answer(const TuningRecord& rec) const {
   return whole || (rec.method != SearchMethod::exhaustive && wanted != SearchKind::exhaustive);
 }
 
-TuneOutcome Tuning::answered(TuningRecord rec, std::optional<Config> choice) const {
+TuneOutcome Tuning::answered(TuningRecord rec, std::optional<Config> choice, const Candidates* plan) const {
   // A record with results none of which can run this call (a misaligned buffer, a size past a
   // bound, where the tuning key does not hold what the constraint reads): why, for the message
   // (this record is the cache's and is not stored again).
@@ -404,6 +405,18 @@ TuneOutcome Tuning::answered(TuningRecord rec, std::optional<Config> choice) con
                                       r->config.str(), why);
       break;
     }
+  // Nothing of this space can run the call, and the record (of another space at this key, none of
+  // whose results is a config here) says nothing of why: this space's reasons, in the answer only
+  // (the record, which may hold results other calls use, is not stored again).
+  if (!choice && rec.verdict.empty() && plan && plan->runnable.empty() && plan->libraries.empty()) {
+    std::vector<std::string> why;
+    for (const std::string& w : plan->pruned)
+      if (!w.empty()) why.push_back(w);
+    if (spec_.space.size() == 1 && spec_.libraries.empty() && !why.empty())
+      rec.verdict = fmt::format("its one config cannot run this call ({})", why[0]);
+    else if (!why.empty())
+      rec.verdict = no_config_can_run(why);
+  }
   TuneOutcome out;
   out.choice = std::move(choice);
   out.record = std::move(rec);
@@ -429,22 +442,7 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
              spec_.name, call_.key.values_text(), spec_.space.size(), log::ms_since(t0));
   if (!whole) return std::nullopt;
   auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits);
-  TuneOutcome out = answered(std::move(*rec), c);
-  // Nothing of this space can run the call, and the record (of another space at this key, none
-  // of whose results is a config here) says nothing of why: the verdict is this space's reasons,
-  // in the answer only (the record, which may hold results other calls use, is left as it is).
-  if (!out.choice && out.record.verdict.empty() && plan.runnable.empty() && plan.libraries.empty()) {
-    std::vector<std::string> why;
-    for (const std::string& w : plan.pruned)
-      if (!w.empty() && std::find(why.begin(), why.end(), w) == why.end()) why.push_back(w);
-    if (spec_.space.size() == 1 && spec_.libraries.empty() && !why.empty())
-      out.record.verdict = fmt::format("its one config cannot run this call ({})", why[0]);
-    else if (!why.empty())
-      out.record.verdict = why.size() <= 3 ? fmt::format("no config can run this call ({})", fmt::join(why, "; "))
-                                           : fmt::format("no config can run this call ({}; and {} more reasons)",
-                                                         fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3);
-  }
-  return out;
+  return answered(std::move(*rec), c, &plan);
 }
 
 TuneOutcome Tuning::none() const {

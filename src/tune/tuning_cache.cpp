@@ -191,6 +191,19 @@ const ConfigResult* TuningRecord::find(const Config& c) const {
   return nullptr;
 }
 
+std::string no_config_can_run(const std::vector<std::string>& reasons) {
+  std::vector<std::string> why;
+  for (std::string e : reasons) {
+    // (Without the stage it was pruned at, so that one reason met at two stages is said once.)
+    for (const char* stage : {"pruned before compiling: ", "pruned: "})
+      if (e.rfind(stage, 0) == 0) e.erase(0, std::strlen(stage));
+    if (std::find(why.begin(), why.end(), e) == why.end()) why.push_back(std::move(e));
+  }
+  if (why.size() <= 3) return fmt::format("no config can run this call ({})", fmt::join(why, "; "));
+  return fmt::format("no config can run this call ({}; and {} more reason{})", fmt::join(why.begin(), why.begin() + 3, "; "),
+                     why.size() - 3, why.size() == 4 ? "" : "s");
+}
+
 std::string TuningRecord::all_failed_message() const {
   std::string s = fmt::format("kernel '{}' at {}: ", kernel, key.values_text());
   // Where no config was even tried (each pruned for this call, or its library absent), the first
@@ -203,19 +216,12 @@ std::string TuningRecord::all_failed_message() const {
       none_tried = false;
       break;
     }
-    // (Without the stage it was pruned at, so that one reason met at two stages is said once.)
-    std::string e = c.error;
-    for (const char* stage : {"pruned before compiling: ", "pruned: "})
-      if (e.rfind(stage, 0) == 0) e.erase(0, std::strlen(stage));
-    if (std::find(why.begin(), why.end(), e) == why.end()) why.push_back(std::move(e));
+    why.push_back(c.error);
   }
   if (!verdict.empty())
     s += verdict;
-  else if (none_tried && why.size() <= 3)
-    s += fmt::format("no config can run this call ({})", fmt::join(why, "; "));
   else if (none_tried)
-    s += fmt::format("no config can run this call ({}; and {} more reason{})",
-                     fmt::join(why.begin(), why.begin() + 3, "; "), why.size() - 3, why.size() == 4 ? "" : "s");
+    s += no_config_can_run(why);
   else
     s += "no config survived tuning";
   for (const auto& c : configs)
