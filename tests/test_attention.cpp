@@ -269,22 +269,6 @@ TEST_F(AttentionTest, AttentionOnTheGpuMatchesAPlainComputationForAnyTokenCount)
                       });
 }
 
-// The cuda spec `file` (in kernels/cuda) with its space narrowed to one config, `params` (its
-// [params] lines, "NAME = [value]"), which is also its default: no tuning can pass it over.
-void one_config_spec(const std::string& file, const std::string& params, KernelSpec& out) {
-  const std::string dir = test::kernels() + "/cuda/";
-  std::string t = read_file(dir + file).value();
-  const size_t a = t.find("[params]"), b = t.find("[tuning]");
-  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
-  t.replace(a, b - a, "[params]\n" + params);
-  const size_t d = t.find("default = {");
-  ASSERT_NE(d, std::string::npos);
-  t.erase(d, t.find('\n', d) - d);  // the one config is the default
-  for (const char* key : {"\nlibrary = [", "\nreference = {"})  // no library choice, no reference but the config
-    if (const size_t l = t.find(key); l != std::string::npos) t.erase(l + 1, t.find('\n', l + 1) - l);
-  out = parse_spec(t, dir + file, read_file);
-}
-
 // The tensor-core split in one launch with its products transposed (TR = 1: the rows on the
 // mma's n8 side, for T HQ / HKV <= 8; TR = 2: the same with K and V loaded into registers, one
 // tile or two at a time: the two-launch split's form, outside this spec's space, checked through
@@ -306,7 +290,7 @@ TEST_F(AttentionTest, TheTransposedSplitMatchesAPlainComputationInEveryConfig) {
         "NW = [4]\nBN = [16]\nTR = [2]\nRB = [1]\nCL = [8]", "NW = [2]\nBN = [16]\nTR = [2]\nRB = [2]\nCL = [16]",
         "NW = [4]\nBN = [32]\nTR = [2]\nRB = [1]\nCL = [4]", "NW = [4]\nBN = [16]\nTR = [2]\nRB = [2]\nCL = [2]"}) {
     KernelSpec spec;
-    ASSERT_NO_FATAL_FAILURE(one_config_spec("attn_split_cluster_bf16.toml", std::string(cfg) + "\n", spec));
+    ASSERT_NO_FATAL_FAILURE(test::one_config_spec("attn_split_cluster_bf16.toml", std::string(cfg) + "\n", spec));
     Kernel k(rt, spec);
     // (The last two, a lane's two rows in two tokens: 8 tokens of one head a KV head, and 3 of 2
     // (6 rows), were added after the run on the GPU that measured TR = 1.)
@@ -338,7 +322,7 @@ TEST_F(AttentionTest, ThePrefillOnWgmmaMatchesAPlainComputationInEveryConfig) {
     std::string cfg;
     for (const auto& [name, value] : c.values) cfg += name + " = [" + std::to_string(value) + "]\n";
     KernelSpec spec;
-    ASSERT_NO_FATAL_FAILURE(one_config_spec("attn_prefill_wg_bf16.toml", cfg, spec));
+    ASSERT_NO_FATAL_FAILURE(test::one_config_spec("attn_prefill_wg_bf16.toml", cfg, spec));
     Kernel k(rt, spec);
     for (const Shape& sh : std::vector<Shape>{{1, 0, 32, 8}, {64, 0, 8, 2}, {65, 37, 8, 2}, {129, 1000, 32, 8},
                                               {300, 0, 4, 1}, {260, 300, 8, 8}}) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -423,4 +424,152 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
             << " updated in place, " << st.graph_replays << " replayed; with cells " << sc.graph_captures
             << " captured, " << sc.cell_calls << " calls sized for their bucket, " << sc.graph_updates
             << " words set; the largest difference from plain launches " << worst << "\n";
+}
+
+namespace {
+
+std::vector<double> bf16_values(const std::vector<std::byte>& b) {
+  std::vector<double> v(b.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h = 0;
+    std::memcpy(&h, b.data() + 2 * i, 2);
+    v[i] = bf16_bits_to_f32(h);
+  }
+  return v;
+}
+
+// got within bf16's rounding of want (twice its half ulp), and a little more for fp32's sums.
+::testing::AssertionResult bf16_close(double got, double want) {
+  if (std::abs(got - want) <= std::abs(want) * 0x1p-7 + 1e-4) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got << ", want " << want;
+}
+
+}  // namespace
+
+// RoPE with the cache write (rope_cache_bf16.toml) on the GPU, each config alone (its space
+// narrowed to it, so no tuning can pass it over), against the computation in double on the same
+// bf16 inputs: one token over an empty and a long cache, a prompt of 130 tokens, a position past
+// 10^5 (the angle reduced in double), one KV head for all, and head counts a block's heads do
+// not divide (24 and 12 heads a token: blocks with idle threads). The queries and the turned
+// keys within bf16's rounding, the values copied to the bit, every other row of the caches left
+// as it was.
+TEST_F(DecoderTest, RopeOnTheGpuMatchesAPlainComputationInEveryConfig) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  struct Shape {
+    int64_t T, S, HQ, HKV;
+  };
+  const double theta = 500000;
+  for (int V : {0, 1})
+    for (int HB : {1, 4, 8, 16, 32}) {
+      if (V == 1 && HB % 8 != 0) continue;  // the spec's constraint: eight heads a round
+      const std::string cfg = "HB = [" + std::to_string(HB) + "]\nV = [" + std::to_string(V) + "]\n";
+      KernelSpec spec;
+      ASSERT_NO_FATAL_FAILURE(test::one_config_spec("rope_cache_bf16.toml", cfg, spec));
+      Kernel k(rt, spec);
+      for (const Shape& sh : std::vector<Shape>{
+               {1, 0, 32, 8}, {1, 1023, 32, 8}, {3, 5, 8, 2}, {130, 7, 32, 8}, {2, 100000, 4, 1}, {1, 0, 8, 8},
+               {5, 40, 6, 3}}) {
+        SCOPED_TRACE(testing::Message() << "HB=" << HB << " V=" << V << " T=" << sh.T << " S=" << sh.S
+                                        << " HQ=" << sh.HQ << " HKV=" << sh.HKV);
+        const int64_t CAP = sh.S + sh.T + 3, heads = sh.HQ + 2 * sh.HKV;
+        std::vector<ScalarValue> sc(spec.args.size());
+        const int64_t vals[] = {sh.T, sh.S, CAP, sh.HQ, sh.HKV};
+        for (size_t i = 4; i < 9; ++i) sc[i].i = vals[i - 4];
+        sc[9].f = theta;
+        DeviceArgs args(spec, sc, dev);
+        args.fill_random(static_cast<uint64_t>(sh.T * 7 + sh.S));
+        const std::vector<std::byte> k0 = args.read(2), v0 = args.read(3);
+        k.launch(args.params());
+        dev.sync(nullptr);
+        const std::vector<double> qkv = bf16_values(args.read(0)), q = bf16_values(args.read(1));
+        const std::vector<std::byte> k1 = args.read(2), v1 = args.read(3);
+        const std::vector<double> kc = bf16_values(k1);
+        const size_t row = static_cast<size_t>(sh.HKV * 128 * 2), first = static_cast<size_t>(sh.S) * row,
+                     last = static_cast<size_t>(sh.S + sh.T) * row;
+        // the rows before S and past S + T - 1 left as they were; the values copied
+        EXPECT_TRUE(std::equal(k1.begin(), k1.begin() + first, k0.begin()));
+        EXPECT_TRUE(std::equal(k1.begin() + last, k1.end(), k0.begin() + last));
+        EXPECT_TRUE(std::equal(v1.begin(), v1.begin() + first, v0.begin()));
+        EXPECT_TRUE(std::equal(v1.begin() + last, v1.end(), v0.begin() + last));
+        const std::vector<std::byte> qkv_bytes = args.read(0);
+        size_t bad = 0;
+        for (int64_t t = 0; t < sh.T; ++t) {
+          const int64_t pos = sh.S + t;
+          for (int64_t h = 0; h < heads; ++h) {
+            const size_t in = static_cast<size_t>((t * heads + h) * 128);
+            if (h >= sh.HQ + sh.HKV) {  // a value head
+              const size_t at = static_cast<size_t>((pos * sh.HKV + h - sh.HQ - sh.HKV) * 128);
+              bad += !std::equal(v1.begin() + 2 * at, v1.begin() + 2 * at + 256, qkv_bytes.begin() + 2 * in);
+              continue;
+            }
+            const size_t out = h < sh.HQ ? static_cast<size_t>((t * sh.HQ + h) * 128)
+                                         : static_cast<size_t>((pos * sh.HKV + h - sh.HQ) * 128);
+            const std::vector<double>& o = h < sh.HQ ? q : kc;
+            for (int d = 0; d < 64; ++d) {
+              const double a = static_cast<double>(pos) * std::pow(theta, -d / 64.0);
+              const double x0 = qkv[in + d], x1 = qkv[in + d + 64];
+              const double w0 = x0 * std::cos(a) - x1 * std::sin(a), w1 = x1 * std::cos(a) + x0 * std::sin(a);
+              for (auto [got, want] : {std::pair{o[out + d], w0}, std::pair{o[out + d + 64], w1}}) {
+                const auto r = bf16_close(got, want);
+                if (!r && bad++ < 5) ADD_FAILURE() << "token " << t << " head " << h << " dim " << d << ": " << r.message();
+              }
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0u);
+      }
+    }
+}
+
+// The RMSNorm (rmsnorm_bf16.toml) on the GPU, each config that can run a shape alone, against
+// the computation in double: one row and several, a row a block's threads cover in one piece or
+// in several, a row whose last piece is short of a whole RR (H = 4104: the register form's guard),
+// and rows far smaller than a block.
+TEST_F(DecoderTest, TheRmsNormOnTheGpuMatchesAPlainComputationInEveryConfig) {
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  Runtime rt(opts);
+  Device& dev = rt.backend("cuda").device();
+  const double eps = 1e-5;
+  size_t ran_rr = 0;
+  for (int NT : {128, 256, 512})
+    for (int VEC : {1, 8})
+      for (int RR : {0, 1, 2, 4, 8}) {
+        if (RR > 0 && VEC != 8) continue;
+        KernelSpec spec;
+        ASSERT_NO_FATAL_FAILURE(test::one_config_spec(
+            "rmsnorm_bf16.toml",
+            "NT = [" + std::to_string(NT) + "]\nVEC = [" + std::to_string(VEC) + "]\nRR = [" + std::to_string(RR) + "]\n",
+            spec));
+        std::unique_ptr<Kernel> k;
+        for (auto [T, H] : std::vector<std::pair<int64_t, int64_t>>{{1, 4096}, {3, 4104}, {5, 520}, {7, 4096}, {2, 8}}) {
+          if (RR > 0 && !(H % 8 == 0 && H <= NT * 8 * RR && 2 * H > NT * 8 * RR)) continue;  // the spec's constraint
+          if (!k) k = std::make_unique<Kernel>(rt, spec);
+          ran_rr += RR > 0;
+          SCOPED_TRACE(testing::Message() << "NT=" << NT << " VEC=" << VEC << " RR=" << RR << " T=" << T << " H=" << H);
+          std::vector<ScalarValue> sc(spec.args.size());
+          sc[3].i = T, sc[4].i = H, sc[5].f = eps;
+          DeviceArgs args(spec, sc, dev);
+          args.fill_random(static_cast<uint64_t>(T * 13 + H));
+          k->launch(args.params());
+          dev.sync(nullptr);
+          const std::vector<double> x = bf16_values(args.read(0)), g = bf16_values(args.read(1)),
+                                    y = bf16_values(args.read(2));
+          size_t bad = 0;
+          for (int64_t t = 0; t < T; ++t) {
+            double ss = 0;
+            for (int64_t h = 0; h < H; ++h) ss += x[t * H + h] * x[t * H + h];
+            const double inv = 1 / std::sqrt(ss / static_cast<double>(H) + eps);
+            for (int64_t h = 0; h < H; ++h) {
+              const auto r = bf16_close(y[t * H + h], x[t * H + h] * inv * g[h]);
+              if (!r && bad++ < 5) ADD_FAILURE() << "row " << t << " element " << h << ": " << r.message();
+            }
+          }
+          EXPECT_EQ(bad, 0u);
+        }
+      }
+  EXPECT_GE(ran_rr, 10u) << "the register form ran at too few (config, shape) pairs";
 }

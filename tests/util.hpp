@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
 #include "kiln/options.hpp"
@@ -94,5 +96,21 @@ void twice(kiln::program_id, const float* x, float* y, int64_t n) {
   asm volatile("" ::: "memory");
 }
 )SRC";
+
+// The cuda spec `file` (in kernels/cuda) with its space narrowed to one config, `params` (its
+// [params] lines, "NAME = [value]"), which is also its default (one the file names is dropped):
+// no tuning can pass it over.
+inline void one_config_spec(const std::string& file, const std::string& params, KernelSpec& out) {
+  const std::string dir = test::kernels() + "/cuda/";
+  std::string t = read_file(dir + file).value();
+  const size_t a = t.find("[params]"), b = t.find("[tuning]");
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
+  t.replace(a, b - a, "[params]\n" + params);
+  if (const size_t d = t.find("default = {"); d != std::string::npos)
+    t.erase(d, t.find('\n', d) - d);  // the one config is the default
+  for (const char* key : {"\nlibrary = [", "\nreference = {"})  // no library choice, no reference but the config
+    if (const size_t l = t.find(key); l != std::string::npos) t.erase(l + 1, t.find('\n', l + 1) - l);
+  out = parse_spec(t, dir + file, read_file);
+}
 
 }  // namespace kiln::test

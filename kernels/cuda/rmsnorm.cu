@@ -3,7 +3,15 @@
 // A block of NT threads per row; each thread reads VEC elements at a time
 // (16-byte loads where VEC = 8); the sum of squares is reduced in registers,
 // across the warp with shuffles, then across warps in shared memory.
+// With RR > 0 (VEC = 8, H <= NT 8 RR) a thread holds its RR 16-byte pieces of the row, and of
+// g, in registers: every load of the row is in flight at once, and the row is read once, not
+// once for the sum and again for the output (the loop form's loads wait on each other, one
+// round trip a piece).
 #include <cuda_bf16.h>
+
+#ifndef RR
+#define RR 0
+#endif
 
 extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __restrict__ x,
                                                          const __nv_bfloat16* __restrict__ g,
@@ -15,6 +23,26 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
   if (t >= T) return;
   const __nv_bfloat16* xr = x + t * H;
   __nv_bfloat16* yr = y + t * H;
+#if RR > 0
+  static_assert(VEC == 8, "RR: the row held in registers in 16-byte pieces (VEC = 8)");
+  uint4 xv[RR], gv[RR];
+#pragma unroll
+  for (int r = 0; r < RR; ++r) {
+    const long long h = (threadIdx.x + static_cast<long long>(r) * NT) * 8;
+    xv[r] = h < H ? *reinterpret_cast<const uint4*>(xr + h) : make_uint4(0, 0, 0, 0);
+    gv[r] = h < H ? *reinterpret_cast<const uint4*>(g + h) : make_uint4(0, 0, 0, 0);
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int r = 0; r < RR; ++r) {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&xv[r]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(p[i]);
+      ss += f.x * f.x + f.y * f.y;
+    }
+  }
+#else
   float ss = 0.f;
   if (VEC == 8) {
     for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
@@ -32,6 +60,7 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
       ss += f * f;
     }
   }
+#endif
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   __shared__ float part[NT / 32];
@@ -41,6 +70,23 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
 #pragma unroll
   for (int w = 0; w < NT / 32; ++w) total += part[w];
   const float inv = rsqrtf(total / static_cast<float>(H) + eps);
+#if RR > 0
+#pragma unroll
+  for (int r = 0; r < RR; ++r) {
+    const long long h = (threadIdx.x + static_cast<long long>(r) * NT) * 8;
+    if (h >= H) break;
+    uint4 o;
+    const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&xv[r]);
+    const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&gv[r]);
+    __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 a = __bfloat1622float2(pv[i]), b = __bfloat1622float2(pw[i]);
+      po[i] = __floats2bfloat162_rn(a.x * inv * b.x, a.y * inv * b.y);
+    }
+    *reinterpret_cast<uint4*>(yr + h) = o;
+  }
+#else
   if (VEC == 8) {
     for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
       uint4 v = *reinterpret_cast<const uint4*>(xr + h);
@@ -60,4 +106,5 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
     for (long long h = threadIdx.x; h < H; h += NT)
       yr[h] = __float2bfloat16(__bfloat162float(xr[h]) * inv * __bfloat162float(g[h]));
   }
+#endif
 }
