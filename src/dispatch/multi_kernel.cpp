@@ -827,7 +827,7 @@ struct MultiKernel::Impl {
   // other in interleaved rounds on this call's arguments, checking that they
   // agree. A variant of several launches is timed as a whole, in this process
   // (each of its steps' configs was checked when its step was tuned, in a
-  // worker unless tuning runs in process), and then so is every variant. Stores and returns the record
+  // worker unless tuning runs in process). Stores and returns the record
   // (throws when every variant failed).
   // `chosen_configs`: the winner's steps' configs, as tuned here.
   TuningRecord benchmark(const TuningKey& tkey, void* const* params, Scratch& scratch, Stream stream,
@@ -845,18 +845,6 @@ struct MultiKernel::Impl {
     std::vector<std::unique_ptr<BenchInputs>> inputs(n);
     std::vector<std::unique_ptr<StepParams>> vps(n);
     std::vector<std::vector<Config>> best(n);
-    // A variant of several launches is timed in this process, where its steps run. Where one is
-    // timed here, every variant is, in the same interleaved rounds: the variants are then timed
-    // by one process under one set of conditions, and a choice between them is not a choice
-    // between two places. (A whole model's first tuning on an H200 kept a record in which the
-    // fused down projection, timed in a worker, took 184 us against 154.5 for cuBLASLt plus an
-    // add timed here, where a profiler put the two at about 151-154 us; a fresh process timed
-    // them alike in both places: bench/gpu/results/issue28-where-timed.) Each one-launch
-    // variant's config ran, and was checked, in a worker when its own tuning timed it, so
-    // running it here risks nothing a tuning has not.
-    bool some_several = false;
-    for (size_t i = 0; i < n; ++i) some_several = some_several || several(i);
-    const bool here_all = rt.options().tune_in_process || some_several;
     for (size_t i = 0; i < n; ++i) {
       rec.configs[i].config = as_kernel.space.at(i);
       rec.configs[i].binary = variant_ids[i];
@@ -870,10 +858,11 @@ struct MultiKernel::Impl {
           const KernelSpec& ks = spec.variants[i].steps[0].kernel;
           best[i] = tune_steps(i, params, scratch, stream, cancel, nullptr);
           bins[i] = rt.compile_pool(spec.backend).submit(ks, best[i][0]).get();
-          if (here_all) loaded[i] = rt.load(*bins[i]);
+          if (rt.options().tune_in_process) loaded[i] = rt.load(*bins[i]);
           vps[i] = std::make_unique<StepParams>();
           step_params(i, 0, params, scratch, *vps[i]);
-          inputs[i] = std::make_unique<BenchInputs>(ks, vps[i]->data(), backend.device(), here_all, stream);
+          inputs[i] = std::make_unique<BenchInputs>(ks, vps[i]->data(), backend.device(),
+                                                    rt.options().tune_in_process, stream);
         }
       } catch (const Error& e) {
         // A variant whose scratch does not fit in memory (io) is passed over, as one that cannot run.
@@ -901,10 +890,6 @@ struct MultiKernel::Impl {
       read_int_slots(ks, vps[i]->data(), vslots.data());
       LaunchDims dims =
           best[i][0].library.empty() ? LaunchPlan(ks, best[i][0], backend.limits()).eval(vslots.data()) : LaunchDims{};
-      if (here_all && !rt.options().tune_in_process) {  // beside the variants of several launches
-        if (!here) here = std::make_unique<BenchExecutor>(backend.device());
-        return here->run(*loaded[i], inputs[i]->plan(dims, st), inputs[i]->arena().data(), stream);
-      }
       return bench.run(*bins[i], loaded[i].get(), *inputs[i], dims, what, st, rt.options().bench_timeout_s);
     };
     for (int round = 0; round < 3; ++round) {
