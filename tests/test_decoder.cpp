@@ -423,7 +423,9 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
   EXPECT_LE(sc.graph_captures, 5u);
   EXPECT_GE(sc.cell_calls, 55u) << "the first call of each bucket decides; the rest run sized for it";
   EXPECT_GE(sc.graph_updates, 40u) << "a word set for each new S";
-  EXPECT_GE(sc.graph_replays, sc.cell_calls);
+  // at most one cell call a bucket runs outside a graph: a multi-kernel's choice at the bound is
+  // made by a launch outside a capture first (run on an H200: 65 cell calls, 64 replays)
+  EXPECT_GE(sc.graph_replays + sc.graph_captures, sc.cell_calls);
   std::cout << "[  NOTE    ] 70 calls: " << st.graph_captures << " graphs captured, " << st.graph_updates
             << " updated in place, " << st.graph_replays << " replayed; with cells " << sc.graph_captures
             << " captured, " << sc.cell_calls << " calls sized for their bucket, " << sc.graph_updates
