@@ -163,17 +163,6 @@ TEST_F(AttentionTest, ACallWhoseTokensOverrunTheCacheIsRefused) {
   }
 }
 
-// bf16 values (their bytes) as doubles.
-std::vector<double> bf16_doubles(const std::vector<std::byte>& b) {
-  std::vector<double> v(b.size() / 2);
-  for (size_t j = 0; j < v.size(); ++j) {
-    uint16_t h;
-    std::memcpy(&h, b.data() + 2 * j, 2);
-    v[j] = bf16_bits_to_f32(h);
-  }
-  return v;
-}
-
 // An attention output in bf16 against the double-precision one, at bf16's tolerance.
 void expect_attention_close(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -208,7 +197,7 @@ void check_gpu_call(Device& dev, const LaunchFn& launch, const std::string& name
   }
   launch(args.params());
   dev.sync(nullptr);
-  auto host = [&](size_t i) { return bf16_doubles(args.read(i)); };
+  auto host = [&](size_t i) { return test::bf16_doubles(args.read(i)); };
   expect_attention_close(host(3), attention_ref(host(0), host(1), host(2), sh.T, sh.S, sh.HQ, sh.HKV));
 }
 
@@ -623,8 +612,8 @@ args   = ["q", "k_cache", "v_cache", "o", "T", "S", "CAP", "HQ", "HKV"]
     b.dev.sync(nullptr);
     std::vector<std::byte> ho(qn * 2);
     b.dev.to_host(ho.data(), b.o.get(), ho.size(), nullptr);
-    expect_attention_close(bf16_doubles(ho),
-                           attention_ref(bf16_doubles(b.hq), bf16_doubles(b.hk), bf16_doubles(b.hv), T, S, HQ, HKV));
+    expect_attention_close(test::bf16_doubles(ho),
+                           attention_ref(test::bf16_doubles(b.hq), test::bf16_doubles(b.hk), test::bf16_doubles(b.hv), T, S, HQ, HKV));
   }
   const std::vector<std::string> ch = prog.choices(b.in(), b.out(), {100});
   ASSERT_EQ(ch.size(), 1u);

@@ -434,16 +434,6 @@ TEST_F(DecoderTest, ADecodeLoopUpdatesOneGraphABucketAndMatchesPlainLaunches) {
 
 namespace {
 
-std::vector<double> bf16_values(const std::vector<std::byte>& b) {
-  std::vector<double> v(b.size() / 2);
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint16_t h = 0;
-    std::memcpy(&h, b.data() + 2 * i, 2);
-    v[i] = bf16_bits_to_f32(h);
-  }
-  return v;
-}
-
 // got within bf16's rounding of want (twice its half ulp), and a little more for fp32's sums.
 ::testing::AssertionResult bf16_close(double got, double want) {
   if (std::abs(got - want) <= std::abs(want) * 0x1p-7 + 1e-4) return ::testing::AssertionSuccess();
@@ -490,9 +480,10 @@ TEST_F(DecoderTest, RopeOnTheGpuMatchesAPlainComputationInEveryConfig) {
         const std::vector<std::byte> k0 = args.read(2), v0 = args.read(3);
         k.launch(args.params());
         dev.sync(nullptr);
-        const std::vector<double> qkv = bf16_values(args.read(0)), q = bf16_values(args.read(1));
+        const std::vector<std::byte> qkv_bytes = args.read(0);
+        const std::vector<double> qkv = test::bf16_doubles(qkv_bytes), q = test::bf16_doubles(args.read(1));
         const std::vector<std::byte> k1 = args.read(2), v1 = args.read(3);
-        const std::vector<double> kc = bf16_values(k1);
+        const std::vector<double> kc = test::bf16_doubles(k1);
         const size_t row = static_cast<size_t>(sh.HKV * 128 * 2), first = static_cast<size_t>(sh.S) * row,
                      last = static_cast<size_t>(sh.S + sh.T) * row;
         // the rows before S and past S + T - 1 left as they were; the values copied
@@ -500,7 +491,6 @@ TEST_F(DecoderTest, RopeOnTheGpuMatchesAPlainComputationInEveryConfig) {
         EXPECT_TRUE(std::equal(k1.begin() + last, k1.end(), k0.begin() + last));
         EXPECT_TRUE(std::equal(v1.begin(), v1.begin() + first, v0.begin()));
         EXPECT_TRUE(std::equal(v1.begin() + last, v1.end(), v0.begin() + last));
-        const std::vector<std::byte> qkv_bytes = args.read(0);
         size_t bad = 0;
         for (int64_t t = 0; t < sh.T; ++t) {
           const int64_t pos = sh.S + t;
@@ -562,8 +552,8 @@ TEST_F(DecoderTest, TheRmsNormOnTheGpuMatchesAPlainComputationInEveryConfig) {
           args.fill_random(static_cast<uint64_t>(T * 13 + H));
           k->launch(args.params());
           dev.sync(nullptr);
-          const std::vector<double> x = bf16_values(args.read(0)), g = bf16_values(args.read(1)),
-                                    y = bf16_values(args.read(2));
+          const std::vector<double> x = test::bf16_doubles(args.read(0)), g = test::bf16_doubles(args.read(1)),
+                                    y = test::bf16_doubles(args.read(2));
           size_t bad = 0;
           for (int64_t t = 0; t < T; ++t) {
             double ss = 0;

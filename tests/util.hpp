@@ -1,14 +1,18 @@
 // Helpers shared by the tests: temporary folders with kernel files in them.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
+#include "kiln/args.hpp"
 #include "kiln/options.hpp"
 #include "kiln/spec.hpp"
 
@@ -111,6 +115,17 @@ inline void one_config_spec(const std::string& file, const std::string& params, 
   for (const char* key : {"\nlibrary = [", "\nreference = {"})  // no library choice, no reference but the config
     if (const size_t l = t.find(key); l != std::string::npos) t.erase(l + 1, t.find('\n', l + 1) - l);
   out = parse_spec(t, dir + file, read_file);
+}
+
+// bf16 values (their bytes) as doubles.
+inline std::vector<double> bf16_doubles(const std::vector<std::byte>& b) {
+  std::vector<double> v(b.size() / 2);
+  for (size_t j = 0; j < v.size(); ++j) {
+    uint16_t h;
+    std::memcpy(&h, b.data() + 2 * j, 2);
+    v[j] = bf16_bits_to_f32(h);
+  }
+  return v;
 }
 
 }  // namespace kiln::test

@@ -2,25 +2,13 @@
 its DRAM bytes and the time those bytes take at the copy bandwidth of the same run; then the
 last whole call's kernels (the run's last kernels, as many as a call launches: PER_CALL, else
 found as the period of the kernel names) against the call's time back to back. Usage: python3 layer_profile.py <results dir>"""
-import csv, json, re, sys, os
+import json, os, re, sys
+from ncu_kernels import copy_bandwidth, read_ncu
 r = sys.argv[1]
-bw = None
-try:
-    bw = float(re.search(r"copy bandwidth (\d+)", open(os.path.join(r, "copy_bandwidth.txt")).read()).group(1)) * 1e9
-except Exception:
-    pass
-rows = {}
-order = []
-text = open(os.path.join(r, "ncu.csv")).read().splitlines()
-start = next((i for i, l in enumerate(text) if l.startswith('"ID"')), None)
-if start is None:
+bw = copy_bandwidth(os.path.join(r, "copy_bandwidth.txt"))
+rows, order = read_ncu(os.path.join(r, "ncu.csv"))
+if rows is None:
     print("no kernels in ncu.csv"); sys.exit(1)
-for row in csv.DictReader(text[start:]):
-    k = row["ID"]
-    if k not in rows:
-        rows[k] = {"name": row["Kernel Name"], "grid": row["Grid Size"], "block": row["Block Size"]}
-        order.append(k)
-    rows[k][row["Metric Name"]] = float(row["Metric Value"].replace(",", ""))
 tuned = json.load(open(os.path.join(r, "tuned.json")))
 steps = len(tuned.get("steps", []))
 print(f"copy bandwidth {bw / 1e9:.0f} GB/s; whole call back to back {tuned['call_ns'] / 1e3:.1f} us; "

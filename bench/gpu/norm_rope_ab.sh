@@ -6,7 +6,7 @@
 #          tuning, the earlier form's configs beside the new ones (single calls after an L2 flush);
 #   ab     the decoder layer from the earlier kernels (OLD, a folder holding that kernels/ tree)
 #          and from this tree, bench/gpu/ab_kernels.sh at POINTS (default "1024,0");
-#   ncu    (PROFILE=1) the layer's kernels at PT (default 1024,0) under Nsight Compute
+#   ncu    (not in the default PARTS) the layer's kernels at PT (default 1024,0) under Nsight Compute
 #          (bench/gpu/layer_profile.sh), then PyTorch's torch.compile layer at the same point
 #          (bench/gpu/torch_decoder.py --ncu), kernel by kernel.
 # Usage (GPU machine): OLD=ab-old bench/gpu/norm_rope_ab.sh [build dir]   PARTS (default

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Does a config timed in a worker process take as long as the same config timed in this
 # process? A multi-kernel times its single-launch variants in a worker and its variants of
-# several launches here, then compares them. `kiln tune` of SPEC at SETS from an empty cache,
-# twice: KILN_TUNE_IN_PROCESS=1 (every config timed in the process), then the default
-# (workers; from the first run's binaries, not its records); each run's record of every spec it tuned, fastest configs first.
+# several launches here, then compares them. `kiln tune` of SPEC at SETS from an empty tuning
+# cache, once each of RUNS (by default KILN_TUNE_IN_PROCESS=1, every config timed in the process,
+# then the default, workers; the runs after the first start from its compiled binaries, not its
+# records); each run's record of every spec it tuned, fastest configs first.
 # Usage (GPU machine): bench/gpu/where_timed.sh [build dir]
 #   SPEC (default kernels/cuda/linear_residual_bf16_nt.toml), SETS (default "M=1024 N=4096 K=14336"),
 #   RUNS (default "B:1 B:0"): the runs in turn, each a build folder (B: the script's) and the

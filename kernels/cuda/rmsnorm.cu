@@ -13,6 +13,29 @@
 #define RR 0
 #endif
 
+// A 16-byte piece of a row (8 bf16): its squares added to ss; and the piece normalised by inv
+// and scaled by g's piece w, rounded to bf16. Shared by the loop and the register forms.
+__device__ __forceinline__ void rms_add_squares(const uint4& v, float& ss) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __bfloat1622float2(p[i]);
+    ss += f.x * f.x + f.y * f.y;
+  }
+}
+__device__ __forceinline__ uint4 rms_scale(const uint4& v, const uint4& w, float inv) {
+  uint4 o;
+  const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&v);
+  const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
+  __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 a = __bfloat1622float2(pv[i]), b = __bfloat1622float2(pw[i]);
+    po[i] = __floats2bfloat162_rn(a.x * inv * b.x, a.y * inv * b.y);
+  }
+  return o;
+}
+
 extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __restrict__ x,
                                                          const __nv_bfloat16* __restrict__ g,
                                                          __nv_bfloat16* __restrict__ y, long long T, long long H,
@@ -34,25 +57,13 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
   }
   float ss = 0.f;
 #pragma unroll
-  for (int r = 0; r < RR; ++r) {
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&xv[r]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f = __bfloat1622float2(p[i]);
-      ss += f.x * f.x + f.y * f.y;
-    }
-  }
+  for (int r = 0; r < RR; ++r) rms_add_squares(xv[r], ss);
 #else
   float ss = 0.f;
   if (VEC == 8) {
     for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
-      uint4 v = *reinterpret_cast<const uint4*>(xr + h);
-      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float2 f = __bfloat1622float2(p[i]);
-        ss += f.x * f.x + f.y * f.y;
-      }
+      const uint4 v = *reinterpret_cast<const uint4*>(xr + h);
+      rms_add_squares(v, ss);
     }
   } else {
     for (long long h = threadIdx.x; h < H; h += NT) {
@@ -75,32 +86,13 @@ extern "C" __global__ void __launch_bounds__(NT) rmsnorm(const __nv_bfloat16* __
   for (int r = 0; r < RR; ++r) {
     const long long h = (threadIdx.x + static_cast<long long>(r) * NT) * 8;
     if (h >= H) break;
-    uint4 o;
-    const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&xv[r]);
-    const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&gv[r]);
-    __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 a = __bfloat1622float2(pv[i]), b = __bfloat1622float2(pw[i]);
-      po[i] = __floats2bfloat162_rn(a.x * inv * b.x, a.y * inv * b.y);
-    }
-    *reinterpret_cast<uint4*>(yr + h) = o;
+    *reinterpret_cast<uint4*>(yr + h) = rms_scale(xv[r], gv[r], inv);
   }
 #else
   if (VEC == 8) {
     for (long long h = threadIdx.x * 8; h < H; h += NT * 8) {
-      uint4 v = *reinterpret_cast<const uint4*>(xr + h);
-      uint4 w = *reinterpret_cast<const uint4*>(g + h);
-      uint4 o;
-      const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&v);
-      const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
-      __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float2 a = __bfloat1622float2(pv[i]), b = __bfloat1622float2(pw[i]);
-        po[i] = __floats2bfloat162_rn(a.x * inv * b.x, a.y * inv * b.y);
-      }
-      *reinterpret_cast<uint4*>(yr + h) = o;
+      const uint4 v = *reinterpret_cast<const uint4*>(xr + h), w = *reinterpret_cast<const uint4*>(g + h);
+      *reinterpret_cast<uint4*>(yr + h) = rms_scale(v, w, inv);
     }
   } else {
     for (long long h = threadIdx.x; h < H; h += NT)

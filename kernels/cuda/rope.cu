@@ -24,6 +24,14 @@
 #define V 0
 #endif
 
+// The sine and cosine of dimension i's angle at position pos: pos * theta^(-i / 64) in double,
+// reduced to [-pi, pi] there, then taken in float.
+__device__ __forceinline__ void rope_angle(long long pos, int i, float theta, float& s, float& c) {
+  double a = static_cast<double>(pos) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
+  a -= rint(a * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
+  sincosf(static_cast<float>(a), &s, &c);
+}
+
 extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16* __restrict__ qkv,
                                                            __nv_bfloat16* __restrict__ q, __nv_bfloat16* kc,
                                                            __nv_bfloat16* vc, long long T, long long S_arg, long long CAP,
@@ -47,14 +55,7 @@ extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16*
     a = *reinterpret_cast<const uint4*>(row + j * 128 + 8 * k);
     b = *reinterpret_cast<const uint4*>(row + j * 128 + 64 + 8 * k);
   }
-  if (j0 < HQ + HKV) {  // some head of the block turns
-    double ang = static_cast<double>(S + t) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
-    ang -= rint(ang * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
-    float s1, c1;
-    sincosf(static_cast<float>(ang), &s1, &c1);
-    sn[i] = s1;
-    cs[i] = c1;
-  }
+  if (j0 < HQ + HKV) rope_angle(S + t, i, theta, sn[i], cs[i]);  // some head of the block turns
   __syncthreads();
   float s8[8] = {}, c8[8] = {};
   if (j0 < HQ + HKV)
@@ -91,11 +92,7 @@ extern "C" __global__ void __launch_bounds__(64) rope_cache(const __nv_bfloat16*
   }
 #else
   float s = 0.f, c = 1.f;
-  if (j0 < HQ + HKV) {  // some head of the block turns
-    double a = static_cast<double>(S + t) * exp2(log2(static_cast<double>(theta)) * (-i / 64.0));
-    a -= rint(a * 0.15915494309189535) * 6.283185307179586;  // to [-pi, pi]
-    sincosf(static_cast<float>(a), &s, &c);
-  }
+  if (j0 < HQ + HKV) rope_angle(S + t, i, theta, s, c);  // some head of the block turns
 #pragma unroll 4
   for (long long j = j0; j < j1; ++j) {
     const __nv_bfloat16* in = row + j * 128;
