@@ -300,11 +300,10 @@ TEST_F(DecoderTest, BadCallsAndSpecsAreRefusedWithTheReason) {
 namespace {
 
 // RoPE with the cache write, then attention over the cache, on the GPU (8 query heads,
-// 2 KV heads): S bucketed by powers of two. The attention is kiln's decode split
-// (attention_decode_bf16.toml), not the whole handle: on an H200 the handle's tuning chose
-// cuDNN at T = 1 for S up to 128 at these head counts, and a library reads S from the call, so
-// the program keeps exact launches for it (docs/program.md, "Cells"), which is not what the
-// test below is about.
+// 2 KV heads): S bucketed by powers of two. The attention is the whole handle the decoder
+// uses (attention_bf16.toml). cuDNN, which builds a plan per (T, S) and reads S from the call,
+// is no choice for these buckets of many S (Library::plans_per_shape): before that rule its
+// tuning chose cuDNN at T = 1 for S up to 128 on an H200, and this test captured a graph each S.
 std::string attention_program() {
   std::string t = R"(kind = "program"
 version = 1
@@ -339,7 +338,7 @@ dtype = "bf16"
 shape = ["T", "HQ * 128"]
 [kernels]
 rope = "KERNELS/cuda/rope_cache_bf16.toml"
-attention = "KERNELS/cuda/attention_decode_bf16.toml"
+attention = "KERNELS/cuda/attention_bf16.toml"
 [[steps]]
 launch = "rope"
 args = ["qkv", "q", "k_cache", "v_cache", "T", "S", "CAP", "HQ", "HKV", "500000"]

@@ -816,3 +816,65 @@ TEST_F(TuneTest, AMisalignedCallRunsAConfigThatTakesItAfterAlignedCallsTunedItsS
         << e.what();
   }
 }
+
+// A library that builds a plan for each shape (cuDNN's attention: a graph per (T, S)) is no
+// choice where the spec keeps a key name by bucket and the call's bucket holds more than one
+// value: the bucket's choice would run every value of it, each a new plan. A record that timed
+// it fastest (one from before the rule) then answers with the fastest config of kiln's own; at a
+// bucket of one value (M <= 2 here), or for a library that plans nothing per shape, it stays the
+// choice. (Where the library is no candidate, the tuning leaves it out with the reason:
+// Tuner::bucket_refusal; the GPU test AttentionTest.AProgramPassesOverCudnn... checks both ends.)
+TEST(TunerChoose, ALibraryThatPlansPerShapeIsNoChoiceForABucketOfManyValues) {
+  KernelSpec s = load_spec(test::kernels() + "/cpu/matmul.toml");
+  s.tuning.pow2 = {"M"};
+  TuningRecord r;
+  r.kernel = s.name;
+  ConfigResult lib;
+  lib.config.library = "openblas_sgemm";
+  lib.ns = 1000;
+  ConfigResult own;
+  own.config = *s.tuning.default_config;
+  own.ns = 1500;
+  ConfigResult slower;
+  slower.config = s.space.at(0) == own.config ? s.space.at(1) : s.space.at(0);
+  slower.ns = 3000;
+  r.configs = {lib, own, slower};
+  const LaunchLimits limits;  // none
+  auto slots_at = [&](int64_t m) {
+    std::vector<int64_t> slots(s.args.size(), 256);  // the buffers' alignment
+    slots[static_cast<size_t>(s.arg_index("M"))] = m;
+    slots[static_cast<size_t>(s.arg_index("N"))] = 256;
+    slots[static_cast<size_t>(s.arg_index("K"))] = 256;
+    return slots;
+  };
+  auto plans = [](const std::string& choice) { return choice == "openblas_sgemm"; };
+  auto none = [](const std::string&) { return false; };
+  for (int64_t m : {int64_t{3}, int64_t{100}, int64_t{1024}, int64_t{1} << 40}) {
+    SCOPED_TRACE(m);
+    const std::vector<int64_t> sl = slots_at(m);
+    const std::string why = Tuner::bucket_refusal(s, sl.data());
+    EXPECT_NE(why.find(fmt::format("the bucket of M = {} holds more than one value", m)), std::string::npos) << why;
+    std::optional<Config> c = Tuner::choose(r, s, sl.data(), limits, plans);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->str(), own.config.str()) << "the library's plan per shape chosen for a bucket of many values";
+    c = Tuner::choose(r, s, sl.data(), limits, none);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->library, "openblas_sgemm");
+    c = Tuner::choose(r, s, sl.data(), limits);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->library, "openblas_sgemm");
+  }
+  for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{2}}) {
+    SCOPED_TRACE(m);
+    const std::vector<int64_t> sl = slots_at(m);
+    EXPECT_EQ(Tuner::bucket_refusal(s, sl.data()), "");
+    std::optional<Config> c = Tuner::choose(r, s, sl.data(), limits, plans);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->library, "openblas_sgemm") << "a bucket of one value: its plan is made once";
+  }
+  // A key kept exact has buckets of one value: the library stays the choice.
+  s.tuning.pow2.clear();
+  const std::vector<int64_t> sl = slots_at(1024);
+  EXPECT_EQ(Tuner::bucket_refusal(s, sl.data()), "");
+  EXPECT_EQ(Tuner::choose(r, s, sl.data(), limits, plans)->library, "openblas_sgemm");
+}

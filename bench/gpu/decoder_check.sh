@@ -5,6 +5,8 @@
 # (S growing by one a call; host time a call, graphs captured and updated), then a prompt
 # over a cache checked the same way.
 # Usage (GPU machine): bench/gpu/decoder_check.sh [build dir]    (results under $OUT)
+#   FILTER: the tests run (a gtest filter; default the attention, decoder and graph tests);
+#   POINTS: the (T, S) pairs checked (default "1,1024 128,300"); LOOP: the decode loop's calls
 set -uo pipefail
 source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(mktemp -d /tmp/kiln-dec-cache-XXXXXX)}
@@ -14,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 missing=$(ldd "$B/kiln" "$B/kiln-worker" "$B/tests/kiln_tests" | grep "not found" || true)
 [ -n "$missing" ] && { echo "missing libraries: $missing"; exit 1; }
 echo "== tests"
-timeout ${TEST_TIMEOUT:-240} "$B/tests/kiln_tests" --gtest_filter='Attention*:Decoder*:ProgramTest.Graph*:ProgramTest.AGraph*' \
+timeout ${TEST_TIMEOUT:-240} "$B/tests/kiln_tests" --gtest_filter="${FILTER:-Attention*:Decoder*:ProgramTest.Graph*:ProgramTest.AGraph*}" \
   > "$OUTD/tests.log" 2>&1
 echo "exit code $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |NOTE|Failure" "$OUTD/tests.log" | head -30

@@ -314,6 +314,13 @@ std::string Backend::library_unavailable(const std::string& name) {
   return l->unavailable();
 }
 
+bool Backend::library_plans_per_shape(const std::string& name) {
+  std::optional<LibraryChoice> c;
+  std::string why;
+  Library* l = resolve_library(name, &c, &why);
+  return l && l->plans_per_shape();
+}
+
 std::string Backend::library_identity(const std::string& name) {
   std::optional<LibraryChoice> c;
   std::string why;

@@ -287,7 +287,7 @@ TuneOutcome Runtime::serve(const CallView& call, bool libraries) {
   out.record.key = key;
   if (cache)
     if (auto rec = cache->get(key)) {
-      if (auto c = Tuner::choose(*rec, spec, call.slot_data(), call.limits)) {
+      if (auto c = Tuner::choose(*rec, spec, call.slot_data(), call.limits, Tuner::plans_per_shape_of(be))) {
         out.choice = c;
         out.from_cache = true;
         out.record = std::move(*rec);

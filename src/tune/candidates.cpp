@@ -37,6 +37,11 @@ Candidates prune(const CallView& call, const std::optional<TuningRecord>& rec, c
       p.unavailable[i] = true;
       continue;
     }
+    if (backend.library_plans_per_shape(c.library))
+      if (std::string why = Tuner::bucket_refusal(spec, call.slot_data()); !why.empty()) {
+        p.pruned[i] = why;
+        continue;
+      }
     p.libraries.push_back(i);
     reuse(i, c);
   }

@@ -23,11 +23,15 @@ std::vector<SafeChoice> safe_choices(const CallView& call, Backend& backend, con
   const LaunchLimits& limits = call.limits;
   std::vector<SafeChoice> out;
   std::set<std::string> seen, failed_nearby;
+  // A library that builds a plan per shape is no choice for a bucket of many values (a call in
+  // it while it is tuned would build one each new value).
+  const bool per_shape_refused = !Tuner::bucket_refusal(spec, slots).empty();
+  auto fits = [&](const std::string& lib) { return !per_shape_refused || !backend.library_plans_per_shape(lib); };
   auto add = [&](const Config& c, std::string how, bool proven = false) {
     const std::string text = c.str();
     if (seen.count(text) || failed_nearby.count(text)) return;
     if (!c.library.empty()) {
-      if (!libraries) return;
+      if (!libraries || !fits(c.library)) return;
       if (std::find(spec.libraries.begin(), spec.libraries.end(), c.library) == spec.libraries.end()) return;
     } else if (!spec.space.index_of(c) || !Tuner::why_not(spec, c, slots, limits).empty()) {
       return;
@@ -52,13 +56,13 @@ std::vector<SafeChoice> safe_choices(const CallView& call, Backend& backend, con
             c.kind == FailKind::launch)
           failed_nearby.insert(c.config.str());
     for (size_t i = 0; i < near.size() && out.size() < 3; ++i)
-      if (auto c = Tuner::choose(near[i].second, spec, slots, limits))
+      if (auto c = Tuner::choose(near[i].second, spec, slots, limits, Tuner::plans_per_shape_of(backend)))
         add(*c, fmt::format("the choice of the nearest tuned key {}", near[i].second.key.values_text()), true);
   }
   // 2. A library choice: nothing to compile, nothing to check first (it is
   // what a tuning trusts), so the first result comes soonest.
   for (const auto& lib : spec.libraries)
-    if (backend.library_unavailable(lib).empty()) {
+    if (fits(lib) && backend.library_unavailable(lib).empty()) {
       Config c;
       c.library = lib;
       add(c, "the spec's library choice (nothing to compile)");

@@ -249,8 +249,22 @@ std::string Tuner::why_not(const KernelSpec& spec, const Config& c, const int64_
   return check(spec, c, slots, limits, own);
 }
 
+std::string Tuner::bucket_refusal(const KernelSpec& spec, const int64_t* slots) {
+  for (const std::string& name : spec.tuning.pow2)
+    for (size_t i = 0; i < spec.args.size(); ++i) {
+      if (spec.args[i].name != name) continue;
+      const int64_t v = slots[i];
+      if (v > 2 && v <= (int64_t{1} << 62))
+        return fmt::format("it builds a plan for each shape, and the bucket of {} = {} holds more than one value (its "
+                           "choice runs them all, each new one a plan)", name, v);
+    }
+  return "";
+}
+
 std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
-                                    const LaunchLimits& limits) {
+                                    const LaunchLimits& limits,
+                                    const std::function<bool(const std::string&)>& plans_per_shape) {
+  const bool refused = plans_per_shape && !bucket_refusal(spec, slots).empty();
   if (!r.verdict.empty()) return std::nullopt;  // the record refused to choose, and says why
   std::vector<const ConfigResult*> cands;
   for (const ConfigResult* c : r.ranked()) {
@@ -260,6 +274,7 @@ std::optional<Config> Tuner::choose(const TuningRecord& r, const KernelSpec& spe
     if (lib.empty() ? !spec.space.index_of(c->config)
                     : std::find(spec.libraries.begin(), spec.libraries.end(), lib) == spec.libraries.end())
       continue;  // no longer in the spec
+    if (refused && !lib.empty() && plans_per_shape(lib)) continue;  // a plan per value of the bucket
     if (!why_not(spec, c->config, slots, limits).empty()) continue;
     cands.push_back(c);
   }
@@ -431,7 +446,7 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
   if (rec->noisy && o_.remeasure_noisy && !o_.cached_only && rec->best && rec->remeasured < Tuner::kMaxRemeasures)
     return std::nullopt;
   if (warm_answer(*rec))
-    if (auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits)) return answered(std::move(*rec), c);
+    if (auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits, Tuner::plans_per_shape_of(*p_.backend))) return answered(std::move(*rec), c);
   // The whole space pruned for this call, to see that the record covers it.
   const auto t0 = std::chrono::steady_clock::now();
   BinaryKeyer keyer(spec_, *p_.backend);
@@ -441,7 +456,7 @@ std::optional<TuneOutcome> Tuning::answer(std::optional<TuningRecord> rec) {
   log::debug("kernel '{}' at {}: its record checked against the space pruned for this call ({} configs) in {:.2f} ms",
              spec_.name, call_.key.values_text(), spec_.space.size(), log::ms_since(t0));
   if (!whole) return std::nullopt;
-  auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits);
+  auto c = Tuner::choose(*rec, spec_, call_.slot_data(), call_.limits, Tuner::plans_per_shape_of(*p_.backend));
   return answered(std::move(*rec), c, &plan);
 }
 
@@ -707,7 +722,7 @@ void Tuning::choose_and_store() {
   rec_.timed += fresh_.size();
   rec_.peak_device_bytes = std::max(existing_ ? existing_->peak_device_bytes : 0, s_->peak_device_bytes());
   if (rec_.verdict.empty()) {
-    if (auto c = Tuner::choose(rec_, spec_, call_.slot_data(), call_.limits)) {
+    if (auto c = Tuner::choose(rec_, spec_, call_.slot_data(), call_.limits, Tuner::plans_per_shape_of(*p_.backend))) {
       rec_.best = *c;
       rec_.best_ns = *rec_.find(*c)->ns;
     }

@@ -284,6 +284,9 @@ class Backend {
   // does not implement the problem): the choice is then skipped, with that
   // reason, never an error.
   std::string library_unavailable(const std::string& name);
+  // Whether the library of choice `name` builds a plan per shape (Library::plans_per_shape);
+  // false where this backend calls no such library.
+  bool library_plans_per_shape(const std::string& name);
   // The library's name and version: what its results are kept by.
   std::string library_identity(const std::string& name);
   // Throws Error(Errc::spec) when a library choice of `spec` names a library

@@ -38,6 +38,12 @@ class Library {
   // that. A first call whose record chose it then runs the record's fastest
   // choice of kiln's own, and the library's once it is ready (docs/dispatch.md).
   virtual bool readying() const { return false; }
+  // Whether its first call at a shape builds a plan that costs far more than a call
+  // (cuDNN's graphs: 45-757 ms each on an H200). A choice of it is then no candidate
+  // where a spec's tuning keys a scalar by bucket and the call's bucket holds more than
+  // one value (bucket_refusal in kiln/ext/tuner.hpp): a bucket's choice runs all its
+  // values, and each new one would build a plan (a decode loop, one a step).
+  virtual bool plans_per_shape() const { return false; }
 };
 
 }  // namespace kiln

@@ -94,8 +94,22 @@ class Tuner {
   // agreed, exist in the spec's current space and can run the call, the
   // fastest, configs within min(noise, 3%) of it counting as equal (the
   // earliest in the space wins). nullopt when none qualifies.
+  // `plans_per_shape(choice)`, where given, says whether a library choice builds a plan per
+  // shape (Backend::library_plans_per_shape): such a choice is passed over where
+  // bucket_refusal refuses it (a record from before the rule, or from a call in a bucket of
+  // one value, may hold its time).
   static std::optional<Config> choose(const TuningRecord& r, const KernelSpec& spec, const int64_t* slots,
-                                      const LaunchLimits& limits);
+                                      const LaunchLimits& limits,
+                                      const std::function<bool(const std::string&)>& plans_per_shape = {});
+  // Why a library choice that builds a plan per shape (Library::plans_per_shape) is no
+  // candidate for a call of `spec` whose integer scalars are `slots`: the spec's tuning keeps
+  // a key name by bucket, and the call's bucket of it holds more than one value (pow2_bucket
+  // keeps values up to 2 as they are). "" where each of the call's buckets is its value alone.
+  static std::string bucket_refusal(const KernelSpec& spec, const int64_t* slots);
+  // choose()'s `plans_per_shape` for the libraries of `backend` (which must outlive it).
+  static std::function<bool(const std::string&)> plans_per_shape_of(Backend& backend) {
+    return [&backend](const std::string& choice) { return backend.library_plans_per_shape(choice); };
+  }
   static constexpr double kMaxTieWindow = 0.03;
   static constexpr int kMaxRemeasures = 3;
 

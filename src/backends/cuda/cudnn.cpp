@@ -282,6 +282,8 @@ class CudnnLibrary final : public Library {
  public:
   explicit CudnnLibrary(CudaLibraryHost host) : host_(std::move(host)) {}
   std::string name() const override { return "cudnn"; }
+  // A graph built for each (T, S, CAP, HQ, HKV) on first sight.
+  bool plans_per_shape() const override { return true; }
   std::string implements(const GemmProblem& p) const override {
     return fmt::format("kiln calls cuDNN for attention only (cuBLASLt for GEMMs), not {}", p.text());
   }
