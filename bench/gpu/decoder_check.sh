@@ -15,6 +15,7 @@ P=kernels/programs/decoder_llama3_8b.toml
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 missing=$(ldd "$B/kiln" "$B/kiln-worker" "$B/tests/kiln_tests" | grep "not found" || true)
 [ -n "$missing" ] && { echo "missing libraries: $missing"; exit 1; }
+python3 bench/gpu/copy_bandwidth.py | tee "$OUTD/copy_bandwidth.txt"  # a decode step's bytes are set against it
 echo "== tests"
 timeout ${TEST_TIMEOUT:-240} "$B/tests/kiln_tests" --gtest_filter="${FILTER:-Attention*:Decoder*:ProgramTest.Graph*:ProgramTest.AGraph*}" \
   > "$OUTD/tests.log" 2>&1

@@ -59,14 +59,16 @@ LaunchDims Session::dims_of(const Config& c) const {
 }
 
 // The deadline of the next benchmark: the ceiling until a config has been
-// timed, then 20 times the wall time the fastest one took, never under the floor.
-double Session::deadline_s() const {
+// timed, then 20 times the wall time the fastest one took, never under the floor; the
+// ceiling for a library choice (session.hpp).
+double Session::deadline_s(const Config& c) const {
   const double ceiling = p_.opts.bench_timeout_s;
-  if (!fastest_wall_s_) return ceiling;
+  if (!fastest_wall_s_ || !c.library.empty()) return ceiling;
   return std::min(ceiling, std::max(p_.opts.bench_deadline_floor_s, 20 * *fastest_wall_s_));
 }
 
-std::string Session::deadline_why(double d) const {
+std::string Session::deadline_why(double d, const Config& c) const {
+  if (!c.library.empty()) return "KILN_BENCH_TIMEOUT, a library choice's";
   if (!fastest_wall_s_) return "KILN_BENCH_TIMEOUT";
   if (d >= p_.opts.bench_timeout_s) return "KILN_BENCH_TIMEOUT, the ceiling";
   if (d <= p_.opts.bench_deadline_floor_s) return "the floor, KILN_BENCH_DEADLINE_FLOOR";
@@ -80,7 +82,7 @@ BenchResult Session::bench(const Config& c, const BenchSettings& st, double* wal
   std::string what = fmt::format("kernel '{}' (config {})", call_.spec.name, c.str());
   std::shared_ptr<LoadedKernel> loaded = p_.bench->in_process() ? p_.load(*bin) : nullptr;
   auto t0 = Clock::now();
-  BenchResult r = p_.bench->run(*bin, loaded.get(), inputs_, dims, what, st, deadline_s());
+  BenchResult r = p_.bench->run(*bin, loaded.get(), inputs_, dims, what, st, deadline_s(c));
   *wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   bench_s_ += *wall_s;
   peak_device_bytes_ = std::max(peak_device_bytes_, r.device_bytes);
@@ -132,14 +134,14 @@ ConfigResult Session::evaluate(const Config& c) {
   if (auto no = refuse(c, *bin, r)) return *no;
   BenchResult res;
   double wall = 0;
-  const double deadline = deadline_s();
+  const double deadline = deadline_s(c);
   try {
     res = bench(c, p_.bench->settings(), &wall);
   } catch (const WorkerError& e) {
     if (!e.fault().of_request) throw;
     if (e.fault().kind == WorkerFault::Kind::timeout)
       return failed(r, FailKind::timeout, fmt::format("ran past its deadline of {:.3g} s ({}); not retried",
-                                                      deadline, deadline_why(deadline)));
+                                                      deadline, deadline_why(deadline, c)));
     return failed(r, FailKind::crash, e.what());
   } catch (const Error& e) {
     if (e.code() != Errc::launch) throw;

@@ -54,8 +54,11 @@ class Session {
 
  private:
   LaunchDims dims_of(const Config& c) const;
-  double deadline_s() const;
-  std::string deadline_why(double d) const;
+  // (A library choice is given the ceiling: its first call may load the library in the worker
+  // and build a plan for the shape, cuDNN's graph taking up to about a second, which the
+  // adaptive deadline, made for configs of kiln's own that may hang, would cut.)
+  double deadline_s(const Config& c) const;
+  std::string deadline_why(double d, const Config& c) const;
   BenchResult bench(const Config& c, const BenchSettings& st, double* wall_s);
   // Why a compiled config cannot run this call ("" when it can); fills
   // r.detail with a library choice's description.
