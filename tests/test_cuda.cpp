@@ -1143,7 +1143,7 @@ TEST_F(CudaTest, AStreamKWorkspaceServesGraphsDirectLaunchesAndThreadsAtOnce) {
 }
 
 // The decode GEMM's RMSNorm members (kernels/cuda/gemm_decode.toml: bf16_nt_rmsnorm and
-// bf16_nt_rmsnorm_gated), and its gated member beside them: every config that can run a
+// bf16_nt_rmsnorm_gated), and its gated and residual members beside them: every config that can run a
 // shape, launched directly, against a float64 host reference of the norm then the product, at
 // edge shapes: M of 1, 7, 8, 9 and 16 (one and two token tiles), N of 2 to 130, odd (the
 // any-shape configs, VEC = 1, alone) and even (the 16-byte ones too), K of 1 and 7 (the
@@ -1160,7 +1160,7 @@ TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) 
   Runtime rt(opts);
   Backend& be = rt.backend("cuda");
   const char* only = std::getenv("KILN_TEST_DECODE_MEMBERS");
-  for (const std::string member : {"bf16_nt_rmsnorm", "bf16_nt_rmsnorm_gated", "bf16_nt_gated"}) {
+  for (const std::string member : {"bf16_nt_rmsnorm", "bf16_nt_rmsnorm_gated", "bf16_nt_gated", "bf16_nt_residual"}) {
     if (only && ("," + std::string(only) + ",").find("," + member + ",") == std::string::npos) continue;
     KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_decode.toml:" + member);
     const bool gated = member.ends_with("gated"), norm = member.find("rmsnorm") != std::string::npos;
@@ -1190,7 +1190,7 @@ TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) 
       const std::vector<double> X = call.host("A");
       // (the kernel rounds the normalised A to bf16 before the product, as an RMSNorm kernel's output is)
       const GemmReference ref = gemm_reference(norm ? rmsnorm_rows(X, call.host("g"), sh.M, sh.K) : X,
-                                               call.host(gated ? "Bg" : "B"), call.host("Bu"), {}, sh.M, sh.N, sh.K, 2e-2,
+                                               call.host(gated ? "Bg" : "B"), call.host("Bu"), call.host("R"), sh.M, sh.N, sh.K, 2e-2,
                                                norm);
       const size_t ran = call.check_every_config(every, be, member, ref);
       EXPECT_GT(ran, 0u) << member << " at M=" << sh.M << " N=" << sh.N << " K=" << sh.K;

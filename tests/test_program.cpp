@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <fmt/format.h>
 
@@ -746,6 +747,172 @@ args = ["m", "y", "N"]
         }
       }
   }
+}
+
+// Reads before the wait: consume_stamp reads `in` before its wait (its spec's early_reads),
+// so kiln overlaps it with the kernel before it only where nothing that may still run writes
+// `in`. Each case checks the result (a stale read shows as out[i] != i + 1) and whether the
+// launch overlapped (the consumer's time in its wait: about the producer's 2 ms spin where it
+// did, next to nothing where it did not). Forced to overlap a producer of `in` through a scope
+// that vouches for it wrongly, the consumer does read stale data: the check can fail.
+TEST_F(ProgramTest, AKernelThatReadsBeforeItsWaitOverlapsOnlyWhereNothingWritesWhatItReads) {
+  const std::string fx = test::source_dir() + "/tests/fixtures/pdl";
+  const int64_t n = 1 << 20, spin = 4000000;  // clock cycles, about 2 ms
+  // The programs: the consumer reads x or an intermediate m; `produce_x_first`: the caller runs
+  // the producer over x just before each call; `expect_overlap`: whether kiln may overlap it.
+  struct Case {
+    const char* what;
+    const char* extra;  // more declarations
+    const char* steps;
+    bool x_state, x_is_p, produce_x_first, expect_overlap;
+    bool has_p;  // an output p, which the producer writes
+  };
+  const Case cases[] = {
+      // x is an input no step writes, written by the caller's producer just before the call: the
+      // call's first step waits for it, and the consumer may then overlap the step before it.
+      {"an input no step writes", "",
+       "[[steps]]\nlaunch = \"produce\"\nargs = [\"p\", \"N\", \"SPIN\"]\n"
+       "[[steps]]\nlaunch = \"consume\"\nargs = [\"x\", \"y\", \"gap\", \"N\"]\n",
+       false, false, true, true, true},
+      // The consumer reads an intermediate the step before it writes.
+      {"an intermediate", "[[buffers]]\nname = \"m\"\ndtype = \"i32\"\nshape = [\"N\"]\n",
+       "[[steps]]\nlaunch = \"copy\"\nargs = [\"x\", \"m\", \"N\"]\n"
+       "[[steps]]\nlaunch = \"produce\"\nargs = [\"m\", \"N\", \"SPIN\"]\n"
+       "[[steps]]\nlaunch = \"consume\"\nargs = [\"m\", \"y\", \"gap\", \"N\"]\n",
+       false, false, false, false, false},
+      // ... a state input the step before it writes.
+      {"a state input", "",
+       "[[steps]]\nlaunch = \"produce\"\nargs = [\"x\", \"N\", \"SPIN\"]\n"
+       "[[steps]]\nlaunch = \"consume\"\nargs = [\"x\", \"y\", \"gap\", \"N\"]\n",
+       true, false, false, false, false},
+      // ... an input the caller gave as the output the step before it writes (the same memory).
+      {"an input that is an output", "",
+       "[[steps]]\nlaunch = \"produce\"\nargs = [\"p\", \"N\", \"SPIN\"]\n"
+       "[[steps]]\nlaunch = \"consume\"\nargs = [\"x\", \"y\", \"gap\", \"N\"]\n",
+       false, true, false, false, true},
+  };
+  auto program_text = [&](const Case& c) {
+    return fmt::format(R"(kind = "program"
+version = 1
+name = "early"
+backend = "cuda"
+constants = {{ SPIN = {} }}
+symbols = ["N"]
+[[inputs]]
+name = "x"
+dtype = "i32"
+shape = ["N"]
+state = {}
+[[outputs]]
+name = "y"
+dtype = "i32"
+shape = ["N"]
+[[outputs]]
+name = "gap"
+dtype = "i64"
+shape = ["1"]
+{}{}
+[kernels]
+copy = "{}/consume_wait1.toml"
+produce = "{}/produce.toml"
+consume = "{}/consume_stamp.toml"
+{})",
+                                           spin, c.x_state ? "true" : "false",
+                                           c.has_p ? "[[outputs]]\nname = \"p\"\ndtype = \"i32\"\nshape = [\"N\"]\n" : "",
+                                           c.extra, fx, fx, fx, c.steps);
+  };
+  for (const Case& c : cases) {  // (read here too, where there is no GPU)
+    SCOPED_TRACE(c.what);
+    ASSERT_NO_THROW(parse_program(program_text(c), dir.path() / "early.toml"));
+  }
+  if (std::string why = make_backend("cuda", Options::from_env())->unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "no GPU here (" << why << "); this test runs on the GPU machine";
+  {
+    Runtime probe(opts);
+    const std::string arch = probe.backend("cuda").device().info().arch;
+    if (arch < "sm_90" && arch.size() == 5)
+      GTEST_SKIP() << "the GPU is " << arch << ": launches overlap on sm_90 or newer only";
+  }
+  const int64_t overlapped_ns = 1000000;      // a wait this long: the launch overlapped the spin
+  const std::vector<int32_t> z(n, 0);
+  auto stale = [&](Device& dev, void* out) {
+    std::vector<int32_t> h(n);
+    dev.sync(nullptr);
+    dev.to_host(h.data(), out, n * 4, nullptr);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += h[i] != static_cast<int32_t>(i + 1);
+    return bad;
+  };
+  auto gap_of = [&](Device& dev, void* gap) {
+    int64_t g = 0;
+    dev.sync(nullptr);
+    dev.to_host(&g, gap, 8, nullptr);
+    return g;
+  };
+  {
+    Runtime rt(opts);
+    Device& dev = rt.backend("cuda").device();
+    DeviceBuffer mid(dev, n * 4), out(dev, n * 4), gap(dev, 8);
+    auto* pm = static_cast<int32_t*>(mid.get());
+    Kernel produce(rt, load_spec(fx + "/produce.toml"));
+    Kernel consume(rt, load_spec(fx + "/consume_stamp.toml"));
+    const std::vector<EarlyReadRange> wrong = {{reinterpret_cast<uintptr_t>(pm), reinterpret_cast<uintptr_t>(pm + n)}};
+    for (int forced : {0, 1})
+      for (int rep = 0; rep < 4; ++rep) {
+        SCOPED_TRACE(fmt::format("launched alone{}, call {}", forced ? " in a scope that vouches for `in`" : "", rep));
+        dev.to_device(mid.get(), z.data(), n * 4, nullptr);
+        dev.to_device(out.get(), z.data(), n * 4, nullptr);
+        dev.sync(nullptr);
+        produce(pm, n, spin);
+        {
+          std::optional<EarlyReadScope> scope;
+          if (forced) scope.emplace(&wrong, nullptr, false);
+          consume(static_cast<const int32_t*>(pm), static_cast<int32_t*>(out.get()), static_cast<int64_t*>(gap.get()), n);
+        }
+        const int64_t bad = stale(dev, out.get()), g = gap_of(dev, gap.get());
+        if (!forced) {
+          EXPECT_EQ(bad, 0) << "the consumer overlapped the producer of what it reads before its wait";
+          EXPECT_LT(g, overlapped_ns);
+        } else if (rep > 0) {  // (a handle's first call may compile and check before it launches)
+          EXPECT_GT(bad, 0) << "forced to overlap, the consumer still read only fresh data";
+          EXPECT_GE(g, overlapped_ns);
+        }
+      }
+  }
+  // The programs, run.
+  for (const Case& c : cases)
+    for (bool graphs : {false, true}) {
+      SCOPED_TRACE(fmt::format("the consumer reads {}, graphs {}", c.what, graphs));
+      const ProgramSpec p = parse_program(program_text(c), dir.path() / "early.toml");
+      Options po = opts;
+      po.program_graphs = graphs;
+      Runtime rt(po);
+      Device& dev = rt.backend("cuda").device();
+      DeviceBuffer x(dev, n * 4), y(dev, n * 4), pb(dev, n * 4), gap(dev, 8);
+      Kernel produce(rt, load_spec(fx + "/produce.toml"));
+      Program prog(rt, p);
+      void* xp = c.x_is_p ? pb.get() : x.get();
+      for (int call = 0; call < 5; ++call) {
+        dev.to_device(y.get(), z.data(), n * 4, nullptr);
+        dev.to_device(xp, z.data(), n * 4, nullptr);
+        if (c.x_is_p || !c.produce_x_first) dev.to_device(pb.get(), z.data(), n * 4, nullptr);
+        dev.sync(nullptr);
+        if (c.produce_x_first) produce(static_cast<int32_t*>(xp), n, spin);
+        std::vector<Tensor> outs = {{y.get(), {n}}, {gap.get(), {1}}};
+        if (c.has_p) outs.push_back({pb.get(), {n}});
+        prog.run({{xp, {n}}}, outs);
+        const int64_t bad = stale(dev, y.get()), g = gap_of(dev, gap.get());
+        EXPECT_EQ(bad, 0) << "call " << call << ": the consumer read data not yet written";
+        if (!c.expect_overlap) {
+          EXPECT_LT(g, overlapped_ns) << "call " << call << ": the consumer overlapped the writer of what it reads early";
+        } else if (call > 0) {  // (not the steps' first calls)
+          EXPECT_GE(g, overlapped_ns) << "call " << call << ": the consumer did not overlap the step before it";
+        }
+      }
+      if (graphs) {
+        EXPECT_GE(prog.stats().graph_replays, 1u) << "the program was never replayed as a graph";
+      }
+    }
 }
 
 // The inputs kiln makes (kiln run, kiln pack, the model's logits check) are

@@ -148,6 +148,70 @@ TEST(Spec, PdlIsABooleanOfCudaKernels) {
   EXPECT_TRUE(parse(replace(cuda, "entry   =", "pdl = true\nentry   =")).pdl);
 }
 
+// early_reads (buffers a pdl kernel reads before its wait) names input buffers of a pdl kernel;
+// a launch plan marks their positions, and a family's members keep the operands they have.
+TEST(Spec, EarlyReadsAreInputBuffersOfAPdlKernel) {
+  const std::string cuda = replace(kGood, "backend = \"cpu\"", "backend = \"cuda\"");
+  auto with = [](const std::string& spec, const std::string& keys) {
+    return replace(spec, "entry   =", keys + "\nentry   =");
+  };
+  EXPECT_CONTAINS(error_of(with(kGood, "early_reads = [\"A\"]")),
+                  "'early_reads' (buffers read before kiln_wait_prior()) is for the cuda backend");
+  EXPECT_CONTAINS(error_of(with(cuda, "early_reads = [\"A\"]")), "needs pdl = true");
+  const std::string pdl = with(cuda, "pdl = true");
+  EXPECT_CONTAINS(error_of(with(pdl, "early_reads = [\"M\"]")),
+                  "early_reads: 'M' is not an input buffer argument (intent in)");
+  EXPECT_CONTAINS(error_of(with(pdl, "early_reads = [\"C\"]")),
+                  "early_reads: 'C' is not an input buffer argument (intent in)");
+  EXPECT_CONTAINS(error_of(with(pdl, "early_reads = [\"Z\"]")), "early_reads: 'Z' is not an input buffer argument");
+  EXPECT_CONTAINS(error_of(with(pdl, "early_reads = [\"A\", \"A\"]")), "early_reads: 'A' appears twice");
+  EXPECT_CONTAINS(error_of(with(pdl, "early_reads = \"A\"")), "early_reads");
+  EXPECT_TRUE(parse(pdl).early_reads.empty());
+  const KernelSpec s = parse(with(pdl, "early_reads = [\"B\", \"A\"]"));
+  EXPECT_EQ(s.early_reads, (std::vector<std::string>{"B", "A"}));
+  const int64_t slots[6] = {0, 0, 0, 64, 64, 64};
+  EXPECT_EQ(LaunchPlan(s, s.space.at(0), LaunchLimits{}).eval(slots).early, 0b11u);  // A and B: arguments 0 and 1
+  // The decode GEMM family: each member its weights.
+  const std::string fam = test::kernels() + "/cuda/gemm_decode.toml:";
+  EXPECT_EQ(load_spec(fam + "bf16_nt").early_reads, (std::vector<std::string>{"B"}));
+  EXPECT_EQ(load_spec(fam + "bf16_nt_rmsnorm").early_reads, (std::vector<std::string>{"B"}));
+  EXPECT_EQ(load_spec(fam + "bf16_nt_gated").early_reads, (std::vector<std::string>{"Bg", "Bu"}));
+}
+
+// may_overlap: a launch with early reads overlaps only within an EarlyReadScope, on its
+// stream, where every early-read pointer lies in its ranges; a serial scope's first launch on
+// its stream (whatever it is) does not overlap.
+TEST(Spec, AnEarlyReadScopeVouchesForItsRangesOnItsStream) {
+  alignas(8) static unsigned char mem[256];
+  const auto base = reinterpret_cast<uintptr_t>(mem);
+  void* a = mem + 16;   // in the first range
+  void* b = mem + 200;  // in the second range
+  void* c = mem + 100;  // in neither
+  int64_t m = 0;
+  void* params_ab[] = {&a, &b, &m};
+  void* params_ac[] = {&a, &c, &m};
+  LaunchDims plain, early;
+  early.early = 0b11;
+  const std::vector<EarlyReadRange> ranges = {{base, base + 64}, {base + 192, base + 256}};
+  Stream s1 = reinterpret_cast<Stream>(0x10), s2 = reinterpret_cast<Stream>(0x20);
+  EXPECT_TRUE(may_overlap(params_ab, plain, s1));
+  EXPECT_FALSE(may_overlap(params_ab, early, s1)) << "outside any scope";
+  {
+    EarlyReadScope scope(&ranges, s1, /*serial_first=*/true);
+    EXPECT_FALSE(may_overlap(params_ab, early, s2)) << "another stream (and its launch does not take the first)";
+    EXPECT_FALSE(may_overlap(params_ab, plain, s1)) << "the scope's first launch";
+    EXPECT_TRUE(may_overlap(params_ab, plain, s1));
+    EXPECT_TRUE(may_overlap(params_ab, early, s1));
+    EXPECT_FALSE(may_overlap(params_ac, early, s1)) << "an early read outside the ranges";
+    {
+      EarlyReadScope inner(nullptr, s2, false);
+      EXPECT_FALSE(may_overlap(params_ab, early, s2)) << "a scope that vouches for nothing";
+    }
+    EXPECT_TRUE(may_overlap(params_ab, early, s1)) << "the outer scope again";
+  }
+  EXPECT_FALSE(may_overlap(params_ab, early, s1)) << "after the scope";
+}
+
 // workspace (device memory kiln keeps for a cuda kernel) is an expression of params, scalars
 // and SM_COUNT; a launch plan evaluates it, and a kernel without one passes none (-1).
 TEST(Spec, AWorkspaceIsAnExpressionOfCudaKernels) {

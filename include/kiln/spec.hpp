@@ -191,6 +191,12 @@ struct KernelSpec {
   // earlier launch writes or reads (and before it returns), so it may be launched to
   // overlap the kernel before it (programmatic dependent launch; docs/program.md).
   bool pdl = false;
+  // cuda, with pdl: input buffer arguments the kernel reads before its kiln_wait_prior()
+  // (the decode GEMM: its weights). Such a launch overlaps the kernel before it only where
+  // nothing that may still run writes them: within a program call, where they are inputs
+  // no step writes (docs/program.md, "Reads before the wait"); launched otherwise, the
+  // kernel waits for the work before it whole.
+  std::vector<std::string> early_reads;
   std::vector<TensorMapSpec> tensor_maps;  // cuda: passed after the arguments, in order (at most 4)
   std::vector<std::filesystem::path> include_dirs;  // resolved
   std::vector<std::string> cflags;

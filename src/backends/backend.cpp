@@ -1,6 +1,8 @@
 #include "kiln/ext/backend.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include "kiln/ext/library.hpp"
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -65,6 +67,36 @@ void* const* with_cells(void* const* params, const LaunchDims& d, CellParams& ro
   return any ? room.ptrs : params;
 }
 
+namespace {
+thread_local EarlyReadScope* t_early = nullptr;
+}  // namespace
+
+EarlyReadScope::EarlyReadScope(const std::vector<EarlyReadRange>* ranges, Stream stream, bool serial_first)
+    : ranges_(ranges), stream_(stream), first_(serial_first), prev_(t_early) {
+  t_early = this;
+}
+EarlyReadScope::~EarlyReadScope() { t_early = prev_; }
+
+bool may_overlap(void* const* params, const LaunchDims& d, Stream s) {
+  EarlyReadScope* sc = t_early;
+  if (sc && sc->first_ && s == sc->stream_) {
+    sc->first_ = false;  // this launch waits for what came before the scope: those after it cannot pass it
+    return false;
+  }
+  if (d.early == 0) return true;
+  if (!sc || s != sc->stream_ || !sc->ranges_) return false;
+  const std::vector<EarlyReadRange>& r = *sc->ranges_;
+  for (uint64_t m = d.early; m; m &= m - 1) {
+    const int i = __builtin_ctzll(m);
+    uintptr_t p = 0;
+    std::memcpy(&p, params[i], sizeof p);
+    // The last range that begins at or below p holds it, or none does.
+    auto it = std::upper_bound(r.begin(), r.end(), p, [](uintptr_t v, const EarlyReadRange& x) { return v < x.begin; });
+    if (it == r.begin() || p >= std::prev(it)->end) return false;
+  }
+  return true;
+}
+
 LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const LaunchLimits& limits)
     : limits_(limits), kernel_(spec.name), config_(config.str()) {
   for (const auto& e : spec.grid) grid_.push_back(compile_expr(spec, e, &config, &limits));
@@ -89,6 +121,12 @@ LaunchPlan::LaunchPlan(const KernelSpec& spec, const Config& config, const Launc
   }
   nargs_ = static_cast<int>(spec.args.size());
   pdl_ = spec.pdl;
+  for (const auto& name : spec.early_reads) {
+    const int i = spec.arg_index(name);
+    if (i < 0 || i >= 64)
+      fail(Errc::spec, "kernel '{}': early_reads: '{}' is not one of its first 64 arguments", spec.name, name);
+    early_ |= uint64_t(1) << i;
+  }
   for (size_t i = 0; i < spec.args.size(); ++i)
     if (spec.args[i].cell) cells_.push_back(static_cast<int>(i));
   if (cells_.size() > 4 || (!cells_.empty() && spec.args.size() > static_cast<size_t>(CellParams::kMaxArgs)))
@@ -110,6 +148,7 @@ LaunchDims LaunchPlan::eval(const int64_t* slots) const {
   for (size_t i = 0; i < block_.size(); ++i) *b[i] = block_[i].eval(slots);
   if (has_shared_) d.shared = shared_.eval(slots);
   d.pdl = pdl_;
+  d.early = early_;
   if (d.empty()) return d;
   if (has_workspace_) {
     d.nargs = nargs_;

@@ -544,7 +544,7 @@ class SpecReader {
   KernelSpec read(const toml::table& root) {
     only_keys(root, {"name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when", "args",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "tensor_maps", "pdl", "workspace"},
+                     "tensor_maps", "pdl", "early_reads", "workspace"},
               "");
     KernelSpec s;
     s.spec_path = path_;
@@ -715,6 +715,25 @@ class SpecReader {
         error(*p, "'pdl' (a launch that may overlap the kernel before it) is for the cuda backend");
       s.pdl = p->as_boolean()->get();
     }
+    if (const toml::node* e = root.get("early_reads")) {
+      if (s.backend != "cuda")
+        error(*e, "'early_reads' (buffers read before kiln_wait_prior()) is for the cuda backend");
+      if (!s.pdl)
+        error(*e, "'early_reads' (buffers read before kiln_wait_prior()) needs pdl = true: a kernel launched "
+                  "without it never overlaps the kernel before it, and reads nothing early");
+      for (const auto& el : array(*e, "early_reads")) {
+        const std::string& name = str(el, "early_reads");
+        const int i = s.arg_index(name);
+        if (i < 0 || !s.args[i].pointer || s.args[i].intent != Intent::in)
+          error(el, fmt::format("early_reads: '{}' is not an input buffer argument (intent in): a kernel reads "
+                                "before its wait only what it never writes",
+                                name));
+        if (i >= 64) error(el, fmt::format("early_reads: '{}' is argument {}; only the first 64 can be", name, i));
+        if (std::find(s.early_reads.begin(), s.early_reads.end(), name) != s.early_reads.end())
+          error(el, fmt::format("early_reads: '{}' appears twice", name));
+        s.early_reads.push_back(name);
+      }
+    }
   }
 
   // zero, zero_when.
@@ -858,7 +877,7 @@ class SpecReader {
   void make_member(toml::table& root, std::string_view member) {
     only_keys(root, {"kind", "name", "backend", "source", "entry", "grid", "block", "shared", "zero", "zero_when",
                      "params", "tuning", "constraints", "include_dirs", "cflags", "library", "description", "target",
-                     "family", "member", "tensor_maps", "pdl", "workspace"},
+                     "family", "member", "tensor_maps", "pdl", "early_reads", "workspace"},
               " in a kernel family (its members' arguments follow their problem: no 'args')");
     const std::vector<std::string> members = family_members(root);
     const std::string family = str(required(root, "name"), "name");
@@ -902,6 +921,20 @@ class SpecReader {
       args.push_back(std::move(t));
     }
     root.insert_or_assign("args", std::move(args));
+    // early_reads names operands of the problem (the weights: B, Bg, Bu): each member keeps those it has.
+    if (toml::node* er = root.get("early_reads"); er && er->is_array()) {
+      const std::vector<ProblemArg> have = p.arguments();
+      const std::vector<std::string>& ops = gemm_operand_names();
+      toml::array& arr = *er->as_array();
+      for (auto it = arr.begin(); it != arr.end();) {
+        const std::string* name = it->is_string() ? &it->as_string()->get() : nullptr;
+        const bool has =
+            name && std::any_of(have.begin(), have.end(), [&](const ProblemArg& a) { return a.name == *name; });
+        const bool operand = name && std::find(ops.begin(), ops.end(), *name) != ops.end();
+        if (operand && !has) it = arr.erase(it);  // (a name no problem has is left for the error)
+        else ++it;
+      }
+    }
     if (!root.get("cflags")) root.insert("cflags", toml::array{});
     array(*root.get("cflags"), "cflags");  // an array, or an error
     for (const std::string& d : p.defines()) root.get("cflags")->as_array()->push_back(d);

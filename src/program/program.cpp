@@ -582,7 +582,10 @@ struct Program::Impl {
       }
       std::unique_ptr<Graph> g;
       try {
-        g = dev->capture([&](Stream cs) { launch_with_cells(sh, cs); });
+        g = dev->capture([&](Stream cs) {
+          EarlyReadScope in_graph(&vouched_, cs, false);  // a graph starts after the work before it
+          launch_with_cells(sh, cs);
+        });
       } catch (const WorkerError&) {
         throw;
       } catch (const Error& e) {
@@ -1001,11 +1004,56 @@ struct Program::Impl {
 
   std::vector<int64_t> call_slots;  // reused by every call (a Program is called from one thread at a time)
 
+  // Reads before the wait (docs/program.md): the bytes of the call's inputs that no step writes
+  // (inputs not state, and not sharing memory with a state input or an output), which a kernel
+  // reading them before its wait may overlap the step before it for. Set again where the call's
+  // tensors differ from the last call's.
+  std::vector<EarlyReadRange> vouched_;
+  std::vector<uintptr_t> vouched_key_;
+  void vouch(const Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    auto range = [&](int group, size_t i) {
+      const ProgramTensor& t = group == 0 ? spec.inputs[i] : spec.outputs[i];
+      const auto b = reinterpret_cast<uintptr_t>(group == 0 ? in[i].data : out[i].data);
+      const int64_t n = sh.elements[group][i];
+      return EarlyReadRange{b, b + static_cast<uintptr_t>(n > 0 ? n : 0) * dtype_size(t.dtype)};
+    };
+    key_.clear();
+    for (size_t i = 0; i < in.size(); ++i) key_.push_back(range(0, i).begin), key_.push_back(range(0, i).end);
+    for (size_t i = 0; i < out.size(); ++i) key_.push_back(range(1, i).begin), key_.push_back(range(1, i).end);
+    if (key_ == vouched_key_) return;
+    vouched_key_ = key_;
+    vouched_.clear();
+    std::vector<EarlyReadRange> written;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (spec.inputs[i].state) written.push_back(range(0, i));
+    for (size_t i = 0; i < out.size(); ++i) written.push_back(range(1, i));
+    for (size_t i = 0; i < in.size(); ++i) {
+      const EarlyReadRange r = range(0, i);
+      if (spec.inputs[i].state || r.end <= r.begin) continue;
+      const bool shared = std::any_of(written.begin(), written.end(),
+                                      [&](const EarlyReadRange& w) { return w.begin < r.end && r.begin < w.end; });
+      if (!shared) vouched_.push_back(r);
+    }
+    std::sort(vouched_.begin(), vouched_.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    size_t k = 0;  // overlapping ranges (inputs that share memory, all read only) merged
+    for (size_t i = 0; i < vouched_.size(); ++i)
+      if (k > 0 && vouched_[i].begin <= vouched_[k - 1].end)
+        vouched_[k - 1].end = std::max(vouched_[k - 1].end, vouched_[i].end);
+      else
+        vouched_[k++] = vouched_[i];
+    vouched_.resize(k);
+  }
+  std::vector<uintptr_t> key_;  // vouch's scratch
+
   void run(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s,
            const std::vector<int64_t>& scalars) {
     bind_slots(in, scalars, call_slots);
     Shape& sh = shape_for(in, out, call_slots, s);
     patch_io(sh, in, out);
+    vouch(sh, in, out);
+    // The call's first launch waits for the work queued before it (which may write what
+    // vouched_ holds); the steps after it may overlap each other.
+    EarlyReadScope early(&vouched_, s, /*serial_first=*/true);
     ++st.calls;
     if (cells_mode != ProgramCells::off && !sh.at_bound && !sh.cells_refused &&
         (cells_mode == ProgramCells::always || sh.settled))
@@ -1065,6 +1113,7 @@ struct Program::Impl {
       std::unique_ptr<Graph> g;
       try {
         g = dev->capture([&](Stream cs) {
+          EarlyReadScope in_graph(&vouched_, cs, false);  // a graph starts after the work before it
           counts.clear();
           for (size_t i = 0; i < steps.size(); ++i) {
             const size_t before = dev->graph_nodes(cs);

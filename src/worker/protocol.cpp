@@ -180,6 +180,7 @@ json to_json(const BenchPlan& p) {
            }()},
           {"nargs", p.dims.nargs},
           {"pdl", p.dims.pdl},
+          {"early", p.dims.early},
           {"workspace", p.dims.workspace},
           {"tensor_maps", [&] {
              json t = json::array();
@@ -232,6 +233,12 @@ BenchPlan bench_plan_from_json(const json& j) {
   }
   p.dims.nargs = j.at("nargs").get<int>();
   p.dims.pdl = j.value("pdl", false);
+  p.dims.early = j.value("early", uint64_t{0});
+  for (uint64_t m = p.dims.early; m; m &= m - 1) {
+    const int i = __builtin_ctzll(m);
+    if (static_cast<size_t>(i) >= p.args.size() || !p.args[i].buffer)
+      fail(Errc::worker, "a bench plan says argument {} is read before the wait, which is no buffer", i);
+  }
   p.dims.workspace = j.value("workspace", int64_t{-1});
   if (p.dims.workspace < -1 || p.dims.workspace > LaunchDims::kMaxWorkspaceBytes)
     fail(Errc::worker, "a bench plan asks for a workspace of {} bytes", p.dims.workspace);

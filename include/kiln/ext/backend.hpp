@@ -110,6 +110,10 @@ struct LaunchDims {
   TensorMapDims tmap[4] = {};
   // cuda: the kernel may start before the previous kernel in its stream ends (the spec's pdl).
   bool pdl = false;
+  // cuda: bit i set where argument i is a buffer the kernel reads before its wait (the spec's
+  // early_reads): such a launch overlaps the kernel before it only where the thread's
+  // EarlyReadScope vouches for those buffers (may_overlap below).
+  uint64_t early = 0;
   // cuda: the bytes of the workspace passed after the tensor maps (the spec's workspace;
   // nargs is then set), or -1 where the kernel takes none; at most kMaxWorkspaceBytes.
   int64_t workspace = -1;
@@ -140,6 +144,38 @@ class CellScope {
   const CellBinding* prev_;
   int prev_n_;
 };
+// Reads before the wait (docs/program.md): a pdl kernel whose spec lists early_reads reads
+// those buffers before kiln_wait_prior(), so it may overlap the kernel before it only where
+// nothing that may still run writes them. A program vouches for the inputs none of its steps
+// writes: while an EarlyReadScope lives on a thread, a launch from it on the scope's stream
+// whose early-read buffers all lie in the scope's ranges may overlap; elsewhere such a kernel
+// is launched to wait for the work before it whole. With `serial_first`, the scope's first
+// launch on its stream does not overlap either (whatever it is), so that no kernel of the
+// scope runs beside work queued before the scope, which may write what the scope vouches for.
+struct EarlyReadRange {
+  uintptr_t begin = 0, end = 0;  // bytes [begin, end)
+};
+class EarlyReadScope {
+ public:
+  // `ranges`: sorted by begin, not overlapping; it must outlive the scope.
+  EarlyReadScope(const std::vector<EarlyReadRange>* ranges, Stream stream, bool serial_first);
+  ~EarlyReadScope();
+  EarlyReadScope(const EarlyReadScope&) = delete;
+  EarlyReadScope& operator=(const EarlyReadScope&) = delete;
+
+ private:
+  friend bool may_overlap(void* const* params, const LaunchDims& d, Stream s);
+  const std::vector<EarlyReadRange>* ranges_;
+  Stream stream_;
+  bool first_;
+  EarlyReadScope* prev_;
+};
+// For a backend about to launch `d` on `s` with `params`: false where the launch must not
+// overlap the work before it (the first launch of a serial_first scope on its stream, which
+// this call takes; a kernel with early reads that the thread's scope does not vouch for).
+// Whether a launch without that objection overlaps is still the spec's pdl and the device's.
+bool may_overlap(void* const* params, const LaunchDims& d, Stream s);
+
 // Room for a launch's params with cells in place of values.
 struct CellParams {
   static constexpr int kMaxArgs = 64;
@@ -185,6 +221,7 @@ class LaunchPlan {
   std::vector<TensorMapPlan> tmaps_;
   int nargs_ = 0;
   bool pdl_ = false;
+  uint64_t early_ = 0;
   std::vector<int> cells_;  // the `cell = true` arguments
   LaunchLimits limits_;
   std::string kernel_, config_;

@@ -1221,7 +1221,9 @@ void CudaKernel::launch(void* const* params, const LaunchDims& d, Stream s) {
   CUresult r;
   const bool after_word = t_after_word || t_held;
   t_after_word = false;
-  if (d.pdl && d.nzero == 0 && dev_.pdl() && !after_word) {
+  // (may_overlap first: it takes a serial scope's first launch, whatever this one is)
+  const bool early_ok = may_overlap(params, d, s);
+  if (early_ok && d.pdl && d.nzero == 0 && dev_.pdl() && !after_word) {
     // The kernel waits for the previous one itself (griddepcontrol.wait): it may be
     // scheduled once that kernel's blocks have all started or asked for it
     // (griddepcontrol.launch_dependents). Captured, the edge is a programmatic one.
