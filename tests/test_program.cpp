@@ -628,6 +628,17 @@ args = ["x", "wg", "wu", "h", "T", "I", "H"]
   }
 }
 
+// The overlap tests' consumers copy what the producer writes (out[i] = i + 1): the number of
+// the n out[i] that are not, once the device is done.
+static int64_t stale_count(Device& dev, void* out, int64_t n) {
+  std::vector<int32_t> h(static_cast<size_t>(n));
+  dev.sync(nullptr);
+  dev.to_host(h.data(), out, static_cast<size_t>(n) * 4, nullptr);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += h[static_cast<size_t>(i)] != static_cast<int32_t>(i + 1);
+  return bad;
+}
+
 // Overlapping launches (a spec's pdl): a consumer launched to overlap a slow producer reads
 // what the producer wrote when it waits for it (kiln_wait_prior), and stale data when it does
 // not, launched alone, and in a program's steps, plainly and as a graph; with overlapping
@@ -645,15 +656,7 @@ TEST_F(ProgramTest, AnOverlappedConsumerReadsStaleDataWithoutTheWait) {
   const std::string fx = test::source_dir() + "/tests/fixtures/pdl";
   const int64_t n = 1 << 20;
   const int64_t spin = 4000000;  // clock cycles, about 2 ms: the consumer has long ended by then
-  // The number of out[i] that are not i + 1.
-  auto stale = [&](Device& dev, void* out) {
-    std::vector<int32_t> h(n);
-    dev.sync(nullptr);
-    dev.to_host(h.data(), out, n * 4, nullptr);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad += h[i] != static_cast<int32_t>(i + 1);
-    return bad;
-  };
+  auto stale = [&](Device& dev, void* out) { return stale_count(dev, out, n); };
   for (bool pdl : {true, false}) {
     Options o = opts;
     o.cuda_pdl = pdl;
@@ -774,6 +777,11 @@ TEST_F(ProgramTest, AKernelThatReadsBeforeItsWaitOverlapsOnlyWhereNothingWritesW
        "[[steps]]\nlaunch = \"produce\"\nargs = [\"p\", \"N\", \"SPIN\"]\n"
        "[[steps]]\nlaunch = \"consume\"\nargs = [\"x\", \"y\", \"gap\", \"N\"]\n",
        false, false, true, true, true},
+      // ... the consumer the call's first step: it waits for the caller's producer whole (were it
+      // to overlap it, reading x early, it would read x before the producer wrote it).
+      {"an input no step writes, as the first step", "",
+       "[[steps]]\nlaunch = \"consume\"\nargs = [\"x\", \"y\", \"gap\", \"N\"]\n",
+       false, false, true, false, false},
       // The consumer reads an intermediate the step before it writes.
       {"an intermediate", "[[buffers]]\nname = \"m\"\ndtype = \"i32\"\nshape = [\"N\"]\n",
        "[[steps]]\nlaunch = \"copy\"\nargs = [\"x\", \"m\", \"N\"]\n"
@@ -835,14 +843,7 @@ consume = "{}/consume_stamp.toml"
   }
   const int64_t overlapped_ns = 1000000;      // a wait this long: the launch overlapped the spin
   const std::vector<int32_t> z(n, 0);
-  auto stale = [&](Device& dev, void* out) {
-    std::vector<int32_t> h(n);
-    dev.sync(nullptr);
-    dev.to_host(h.data(), out, n * 4, nullptr);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad += h[i] != static_cast<int32_t>(i + 1);
-    return bad;
-  };
+  auto stale = [&](Device& dev, void* out) { return stale_count(dev, out, n); };
   auto gap_of = [&](Device& dev, void* gap) {
     int64_t g = 0;
     dev.sync(nullptr);

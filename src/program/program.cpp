@@ -114,6 +114,9 @@ struct Program::Impl {
     bool counted = false;            // the device counted them (some step added one)
     bool cells = false;              // captured at the bucket's bound, its first nodes writing the words
     std::vector<int32_t> words;      // cells: the values its word nodes write
+    // Which inputs the call that captured it vouched for (reads before the wait): a graph's
+    // edges keep the overlaps decided then, so it serves only calls that vouch for the same.
+    std::vector<char> vouched;
   };
   // One shape: its symbols, memory plan, and each step's argument values
   // (params point into `storage`).
@@ -529,6 +532,7 @@ struct Program::Impl {
     for (const auto& t : in) e.io.push_back(t.data);
     for (const auto& t : out) e.io.push_back(t.data);
     e.used = ++clock;
+    e.vouched = vouched_inputs_;
     sh.graphs.push_back(std::move(e));
     ++graph_count;
     ++st.graph_captures;
@@ -560,7 +564,7 @@ struct Program::Impl {
     ++st.cell_calls;
     if (graphs) {
       for (auto it = sh.graphs.begin(); it != sh.graphs.end(); ++it) {
-        if (!it->cells || !same_io(it->io, in, out)) continue;
+        if (!it->cells || !same_io(it->io, in, out) || it->vouched != vouched_inputs_) continue;
         if (it->words != word_values_) {
           const auto u0 = std::chrono::steady_clock::now();
           for (size_t k = 0; k < word_values_.size(); ++k)
@@ -593,7 +597,7 @@ struct Program::Impl {
         return refuse_cells(sh, in, out, fmt::format("capturing with cells: {}", e.what()));
       }
       if (g) {
-        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, {}, false, true, word_values_}, s);
+        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, {}, false, true, word_values_, {}}, s);
         return true;
       }
     }
@@ -1009,6 +1013,7 @@ struct Program::Impl {
   // reading them before its wait may overlap the step before it for. Set again where the call's
   // tensors differ from the last call's.
   std::vector<EarlyReadRange> vouched_;
+  std::vector<char> vouched_inputs_;  // per input: 1 where vouched_ holds it
   std::vector<uintptr_t> vouched_key_;
   void vouch(const Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
     auto range = [&](int group, size_t i) {
@@ -1023,6 +1028,7 @@ struct Program::Impl {
     if (key_ == vouched_key_) return;
     vouched_key_ = key_;
     vouched_.clear();
+    vouched_inputs_.assign(in.size(), 0);
     std::vector<EarlyReadRange> written;
     for (size_t i = 0; i < in.size(); ++i)
       if (spec.inputs[i].state) written.push_back(range(0, i));
@@ -1032,7 +1038,10 @@ struct Program::Impl {
       if (spec.inputs[i].state || r.end <= r.begin) continue;
       const bool shared = std::any_of(written.begin(), written.end(),
                                       [&](const EarlyReadRange& w) { return w.begin < r.end && r.begin < w.end; });
-      if (!shared) vouched_.push_back(r);
+      if (!shared) {
+        vouched_.push_back(r);
+        vouched_inputs_[i] = 1;
+      }
     }
     std::sort(vouched_.begin(), vouched_.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
     size_t k = 0;  // overlapping ranges (inputs that share memory, all read only) merged
@@ -1061,7 +1070,7 @@ struct Program::Impl {
     if (sh.at_bound && run_cells(sh, in, out, s)) return;
     if (graphs && sh.settled) {
       for (auto it = sh.graphs.begin(); it != sh.graphs.end(); ++it) {
-        if (it->cells || !same_io(it->io, in, out)) continue;
+        if (it->cells || !same_io(it->io, in, out) || it->vouched != vouched_inputs_) continue;
         if (it->slots != call_slots) {
           // Another exact value of a bucketed scalar: the graph's launches set to
           // this call's in place, where every step's choice for it is settled.
@@ -1134,7 +1143,7 @@ struct Program::Impl {
       }
       if (g) {
         const bool counted = std::any_of(counts.begin(), counts.end(), [](size_t n) { return n > 0; });
-        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, std::move(counts), counted, false, {}}, s);
+        keep_graph(sh, in, out, {{}, std::move(g), 0, call_slots, std::move(counts), counted, false, {}, {}}, s);
         return;
       }
     }

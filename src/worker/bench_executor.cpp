@@ -156,6 +156,9 @@ void BenchExecutor::restore(const BenchPlan& plan, std::byte* arena, bool with_i
 }
 
 BenchResult BenchExecutor::run(LoadedKernel& k, const BenchPlan& plan, std::byte* arena, Stream s) {
+  // A benchmark run from within a program's call (a first call tuned in process) vouches for
+  // nothing and does not take the call's first launch: its runs are launched as alone.
+  EarlyReadScope none(nullptr, s, false);
   prepare(plan, arena, s);
   const size_t n = plan.args.size();
   std::vector<void*> ptrs(n, nullptr);

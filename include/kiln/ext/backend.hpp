@@ -148,7 +148,9 @@ class CellScope {
 // those buffers before kiln_wait_prior(), so it may overlap the kernel before it only where
 // nothing that may still run writes them. A program vouches for the inputs none of its steps
 // writes: while an EarlyReadScope lives on a thread, a launch from it on the scope's stream
-// whose early-read buffers all lie in the scope's ranges may overlap; elsewhere such a kernel
+// whose early-read pointers all lie in the scope's ranges may overlap (the pointer, not the
+// bytes after it, is checked: a scope vouches for whole buffers, and a program checks each
+// argument's size against its buffer); elsewhere such a kernel
 // is launched to wait for the work before it whole. With `serial_first`, the scope's first
 // launch on its stream does not overlap either (whatever it is), so that no kernel of the
 // scope runs beside work queued before the scope, which may write what the scope vouches for.
