@@ -921,17 +921,18 @@ class SpecReader {
       args.push_back(std::move(t));
     }
     root.insert_or_assign("args", std::move(args));
+    const std::vector<ProblemArg> have = p.arguments();
+    auto has_arg = [&](const std::string& name) {
+      return std::any_of(have.begin(), have.end(), [&](const ProblemArg& a) { return a.name == name; });
+    };
+    const std::vector<std::string>& ops = gemm_operand_names();
     // early_reads names operands of the problem (the weights: B, Bg, Bu): each member keeps those it has.
     if (toml::node* er = root.get("early_reads"); er && er->is_array()) {
-      const std::vector<ProblemArg> have = p.arguments();
-      const std::vector<std::string>& ops = gemm_operand_names();
       toml::array& arr = *er->as_array();
       for (auto it = arr.begin(); it != arr.end();) {
         const std::string* name = it->is_string() ? &it->as_string()->get() : nullptr;
-        const bool has =
-            name && std::any_of(have.begin(), have.end(), [&](const ProblemArg& a) { return a.name == *name; });
         const bool operand = name && std::find(ops.begin(), ops.end(), *name) != ops.end();
-        if (operand && !has) it = arr.erase(it);  // (a name no problem has is left for the error)
+        if (operand && !has_arg(*name)) it = arr.erase(it);  // (a name no problem has is left for the error)
         else ++it;
       }
     }
@@ -954,11 +955,8 @@ class SpecReader {
                   {"B_NT", p.layout == GemmLayout::nt ? 1 : 0},
                   {"RESIDUAL", p.epilogue == GemmEpilogue::residual ? 1 : 0},
                   {"RMSNORM", p.rmsnorm ? 1 : 0}};
-    for (const std::string& op : gemm_operand_names()) {
-      bool has = false;
-      for (const ProblemArg& a : p.arguments()) has = has || a.name == op;
-      if (!has) constants_.push_back({"align_" + op, 256});
-    }
+    for (const std::string& op : ops)
+      if (!has_arg(op)) constants_.push_back({"align_" + op, 256});
   }
 
   // An expression of the multi-kernel's integer scalars only.

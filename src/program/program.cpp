@@ -1011,22 +1011,23 @@ struct Program::Impl {
   // Reads before the wait (docs/program.md): the bytes of the call's inputs that no step writes
   // (inputs not state, and not sharing memory with a state input or an output), which a kernel
   // reading them before its wait may overlap the step before it for. Set again where the call's
-  // tensors differ from the last call's.
+  // tensors or their sizes differ from those it was set for.
   std::vector<EarlyReadRange> vouched_;
-  std::vector<char> vouched_inputs_;  // per input: 1 where vouched_ holds it
-  std::vector<uintptr_t> vouched_key_;
+  std::vector<char> vouched_inputs_;                // per input: 1 where vouched_ holds it
+  std::vector<void*> vouched_io_;                   // the tensors it was set for (as same_io reads them)
+  std::array<std::vector<int64_t>, 2> vouched_el_;  // ... and their element counts
   void vouch(const Shape& sh, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    if (same_io(vouched_io_, in, out) && vouched_el_[0] == sh.elements[0] && vouched_el_[1] == sh.elements[1]) return;
+    vouched_io_.clear();
+    for (const auto& t : in) vouched_io_.push_back(t.data);
+    for (const auto& t : out) vouched_io_.push_back(t.data);
+    vouched_el_ = {sh.elements[0], sh.elements[1]};
     auto range = [&](int group, size_t i) {
       const ProgramTensor& t = group == 0 ? spec.inputs[i] : spec.outputs[i];
       const auto b = reinterpret_cast<uintptr_t>(group == 0 ? in[i].data : out[i].data);
       const int64_t n = sh.elements[group][i];
       return EarlyReadRange{b, b + static_cast<uintptr_t>(n > 0 ? n : 0) * dtype_size(t.dtype)};
     };
-    key_.clear();
-    for (size_t i = 0; i < in.size(); ++i) key_.push_back(range(0, i).begin), key_.push_back(range(0, i).end);
-    for (size_t i = 0; i < out.size(); ++i) key_.push_back(range(1, i).begin), key_.push_back(range(1, i).end);
-    if (key_ == vouched_key_) return;
-    vouched_key_ = key_;
     vouched_.clear();
     vouched_inputs_.assign(in.size(), 0);
     std::vector<EarlyReadRange> written;
@@ -1052,7 +1053,6 @@ struct Program::Impl {
         vouched_[k++] = vouched_[i];
     vouched_.resize(k);
   }
-  std::vector<uintptr_t> key_;  // vouch's scratch
 
   void run(const std::vector<Tensor>& in, const std::vector<Tensor>& out, Stream s,
            const std::vector<int64_t>& scalars) {

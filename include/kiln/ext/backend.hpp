@@ -150,8 +150,8 @@ class CellScope {
 // writes: while an EarlyReadScope lives on a thread, a launch from it on the scope's stream
 // whose early-read pointers all lie in the scope's ranges may overlap (the pointer, not the
 // bytes after it, is checked: a scope vouches for whole buffers, and a program checks each
-// argument's size against its buffer); elsewhere such a kernel
-// is launched to wait for the work before it whole. With `serial_first`, the scope's first
+// argument's size against its buffer); elsewhere such a kernel is launched to wait for the
+// work before it whole. With `serial_first`, the scope's first
 // launch on its stream does not overlap either (whatever it is), so that no kernel of the
 // scope runs beside work queued before the scope, which may write what the scope vouches for.
 struct EarlyReadRange {
