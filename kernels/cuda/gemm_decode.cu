@@ -243,9 +243,9 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   // a launch only where nothing that may still run writes them (the weights a program takes
   // as inputs, which none of its steps writes; docs/program.md, "Reads before the wait").
   // Launched otherwise, the kernel starts after the one before it ends and the wait is free.
-  // The activation (and the RMSNorm gain) come after the wait. Measured on an H200: the whole
-  // model's decode step 3.2% faster than with an L2 prefetch of the same bytes before the
-  // wait and the registers loaded after it (bench/gpu/results/issue28-early-weights).
+  // The activation (and the RMSNorm gain) come after the wait. Whether it pays against an L2
+  // prefetch of the same bytes before the wait is not settled on an H200: the layer alone
+  // 1.3% slower with other tunings, the model's A/B unfinished (bench/gpu/results/issue28-early-weights).
 #if PIPE == 1
   {
     StepW w;
