@@ -8,10 +8,11 @@
 # Usage (GPU machine): OLD=ab-old bench/gpu/early_reads_check.sh [build dir]
 #   (make ab-old with: mkdir -p ab-old && git archive <commit> kernels | tar -x -C ab-old)
 #   Results: $OUT/tests.log, $OUT/ab.tgz, $OUT/ab_summary.txt, $OUT/records.tgz;
-#   TESTS=0 skips the tests, AB=0 the A/B
+#   TESTS=0 skips the tests, AB=0 the A/B; RECORDS_IN=F starts from an earlier run's records.tgz
 set -uo pipefail
 source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-ab-cache}
+records_in  # RECORDS_IN=records.tgz: what an earlier machine tuned (env.sh)
 if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TESTS_TIMEOUT:-200} "$B/tests/kiln_tests" \
     --gtest_filter='ProgramTest.AKernelThatReadsBeforeItsWait*:ProgramTest.AnOverlappedConsumer*:Spec.EarlyReads*:Spec.AnEarlyReadScope*:CudaTest.TheDecodeFamily*' \

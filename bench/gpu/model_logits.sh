@@ -11,6 +11,7 @@ set -uo pipefail
 source "$(dirname "$0")/env.sh"  # the repository root; B, OUTD, the carried libraries
 LOGITS=${LOGITS:-/tmp/kiln-logits}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-json-cache}
+records_in  # RECORDS_IN=records.tgz: what an earlier machine tuned (env.sh)
 # Every step tuned before its first call returns: the calls run (and check) the tuned choices.
 export KILN_FIRST_CALL=${KILN_FIRST_CALL:-wait}
 PART=${PART:-kiln,torch}
