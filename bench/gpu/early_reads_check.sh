@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The decode GEMM loading its first weights before its wait (the spec's early_reads;
-# docs/program.md, "Reads before the wait"), on a GPU: the tests that show such a kernel
+# Reads before the wait (a spec's early_reads; docs/program.md, "Reads before the wait"),
+# on a GPU: the tests that show such a kernel (tests/fixtures/pdl/consume_stamp)
 # overlaps only where nothing still running writes what it reads early, the PDL stale-read
 # test, and the decode family's results at its edge shapes; then the layer and the whole
 # model against the kernels before the change (OLD, as bench/gpu/ab_kernels.sh; the layer

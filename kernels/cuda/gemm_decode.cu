@@ -184,7 +184,7 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   // traffic, and the multiplies below then add nothing), and the multiplies of a loaded step.
   typedef uint4 StepA[UNROLL][DEC_AN];  // [u][MT]: G's chunk, with the prologue
   typedef uint4 StepW[DEC_NB][UNROLL][RG][2];
-  auto load_w = [&](long long kp, StepW& w) {
+  auto load_step = [&](long long kp, StepA& a, StepW& w) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const long long k = kp + u * 32 + t * 8;
@@ -201,12 +201,6 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
 #endif
             w[j][u][r][h] = dec_load<true>(Wj, n0 + r * 16 + h * 8 + g, N, K, k, ke);
           }
-    }
-  };
-  auto load_a = [&](long long kp, StepA& a) {
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const long long k = kp + u * 32 + t * 8;
 #pragma unroll
       for (int m = 0; m < MT; ++m) a[u][m] = dec_load<false>(A, m * 8 + g, M, K, k, ke);
 #if GEMM_RMSNORM
@@ -238,31 +232,12 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   long long kp = kb + static_cast<long long>(warp) * DEC_KSTEP;
 
   // Launched with pdl (the spec's), this kernel may start while the one before it still runs.
-  // With PIPE = 1 each warp loads the weights of its first step into registers before it
-  // waits for that kernel: the spec lists the weights as early_reads, and kiln overlaps such
-  // a launch only where nothing that may still run writes them (the weights a program takes
-  // as inputs, which none of its steps writes; docs/program.md, "Reads before the wait").
-  // Launched otherwise, the kernel starts after the one before it ends and the wait is free.
-  // The activation (and the RMSNorm gain) come after the wait. Whether it pays against an L2
-  // prefetch of the same bytes before the wait is not settled on an H200: the layer alone
-  // 1.3% slower with other tunings, the model's A/B unfinished (bench/gpu/results/issue28-early-weights).
-#if PIPE == 1
-  {
-    StepW w;
-    if (kp < ke) load_w(kp, w);
-    kiln_wait_prior();
-    for (bool first = true; kp < ke; kp += kstride, first = false) {
-      StepA a;
-      if (!first) load_w(kp, w);
-      load_a(kp, a);
-      mma_step(a, w);
-    }
-  }
-#else
-  // Before it waits, it asks L2 for the weight bytes its first steps read (a thread a row: the
-  // block's first kstride of K). A prefetch into L2 cannot read stale data, whatever wrote the
-  // weights: L2 is where every write lands, so the loads after the wait see the previous
-  // kernel's writes.
+  // Before it waits for that kernel, it asks L2 for the weight bytes its first steps read (a
+  // thread a row: the block's first kstride of K). A prefetch into L2 cannot read stale
+  // data, whatever wrote the weights: L2 is where every write lands, so the loads after the
+  // wait see the previous kernel's writes. (4 KiB a row, 64 KiB a block, measured slower on
+  // the H100: the layer 177 us a call against 165, the tuning of the gated MLP GEMM then
+  // preferring cuBLASLt.)
 #if VEC == 8
   {
     const long long pf_end = kb + kstride < ke ? kb + kstride : ke;
@@ -280,12 +255,16 @@ extern "C" __global__ void DEC_CLUSTER __launch_bounds__(DEC_NT, 1) gemm(GEMM_PA
   }
 #endif
   kiln_wait_prior();
+#if PIPE == 1
+  for (; kp < ke; kp += kstride) {
+    StepA a;
+    StepW w;
+    load_step(kp, a, w);
+    mma_step(a, w);
+  }
+#else
   // Two steps in flight: the next step's loads are issued before this step's multiplies
   // wait for its own.
-  auto load_step = [&](long long kp, StepA& a, StepW& w) {
-    load_w(kp, w);
-    load_a(kp, a);
-  };
   if (kp < ke) {
     StepA a0, a1;
     StepW w0, w1;
