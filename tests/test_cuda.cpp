@@ -1143,7 +1143,7 @@ TEST_F(CudaTest, AStreamKWorkspaceServesGraphsDirectLaunchesAndThreadsAtOnce) {
 }
 
 // The decode GEMM's RMSNorm members (kernels/cuda/gemm_decode.toml: bf16_nt_rmsnorm and
-// bf16_nt_rmsnorm_gated), and its gated and residual members beside them: every config that can run a
+// bf16_nt_rmsnorm_gated), and its gated, residual and plain members beside them: every config that can run a
 // shape, launched directly, against a float64 host reference of the norm then the product, at
 // edge shapes: M of 1, 7, 8, 9 and 16 (one and two token tiles), N of 2 to 130, odd (the
 // any-shape configs, VEC = 1, alone) and even (the 16-byte ones too), K of 1 and 7 (the
@@ -1159,9 +1159,14 @@ TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) 
                                      {16, 7, 4104}, {1, 130, 4104}, {8, 64, 4096}, {16, 2, 520}};
   Runtime rt(opts);
   Backend& be = rt.backend("cuda");
-  const char* only = std::getenv("KILN_TEST_DECODE_MEMBERS");
-  for (const std::string member : {"bf16_nt_rmsnorm", "bf16_nt_rmsnorm_gated", "bf16_nt_gated", "bf16_nt_residual"}) {
-    if (only && ("," + std::string(only) + ",").find("," + member + ",") == std::string::npos) continue;
+  // (set and empty, it checks every member, as unset does; a list that names none of them fails)
+  const char* env = std::getenv("KILN_TEST_DECODE_MEMBERS");
+  const std::string only = env ? env : "";
+  size_t members = 0;
+  for (const std::string member :
+       {"bf16_nt_rmsnorm", "bf16_nt_rmsnorm_gated", "bf16_nt_gated", "bf16_nt_residual", "bf16_nt"}) {
+    if (!only.empty() && ("," + only + ",").find("," + member + ",") == std::string::npos) continue;
+    ++members;
     KernelSpec s = load_spec(test::kernels() + "/cuda/gemm_decode.toml:" + member);
     const bool gated = member.ends_with("gated"), norm = member.find("rmsnorm") != std::string::npos;
     const EveryConfig every = compile_every_config(rt, s);
@@ -1196,6 +1201,7 @@ TEST_F(CudaTest, TheDecodeFamilysRmsNormMembersComputeTheirProblemAtEdgeShapes) 
       EXPECT_GT(ran, 0u) << member << " at M=" << sh.M << " N=" << sh.N << " K=" << sh.K;
     }
   }
+  EXPECT_GT(members, 0u) << "KILN_TEST_DECODE_MEMBERS=" << only << " names none of the members this test checks";
 }
 
 // The kernel that fills inputs in a GPU's memory (kiln run, kiln pack, the
